@@ -1,0 +1,3 @@
+from smollab.cli import main
+
+raise SystemExit(main())

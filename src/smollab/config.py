@@ -1,0 +1,342 @@
+"""One pydantic schema per command, from shared sections; YAML recipes plus dotted CLI overrides.
+
+Precedence is defaults < YAML < command line. Every failure is a `UserError` with one line that
+names the key and what was expected, raised before any work starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from smollab.errors import UserError
+from smollab.rewards.registry import RewardSpec
+
+
+class Section(BaseModel):
+    """Base of every section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(Section):
+    enabled: bool = False
+    r: int = Field(8, ge=1, description="LoRA rank")
+    alpha: float = Field(16.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    targets: list[Literal["q", "k", "v", "o", "gate", "up", "down"]] = Field(
+        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"]
+    )
+
+
+class ModelConfig(Section):
+    preset: str | None = Field("simplestories-1.25m", description="see `smollab models`")
+    path: str | None = Field(None, description="HF model directory, run dir or hub id; wins over preset")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelConfig:
+        if self.preset is None and self.path is None:
+            raise ValueError("set model.preset or model.path")
+        return self
+
+
+class DataConfig(Section):
+    dir: str = Field("data/stories", description="where corpus, tokenizer and token files live")
+    source: Literal["offline", "simplestories", "tinystories", "files"] = "offline"
+    files: list[str] = Field(default_factory=list, description=".txt or .jsonl files (source=files)")
+    text_key: str = Field("story", description="field of each .jsonl record that holds the text")
+    num_stories: int = Field(50_000, ge=10, description="offline corpus size")
+    max_stories: int | None = Field(None, ge=10, description="cap on stories taken from a hub dataset")
+    test_fraction: float = Field(0.05, gt=0, lt=0.5)
+    tokenizer: Literal["wordpiece", "bpe"] = Field("wordpiece", description="SimpleStories or CS336 style")
+    vocab_size: int | None = Field(
+        None, ge=64, le=65535, description="default: 4096 for wordpiece, 10000 for bpe"
+    )
+    seed: int = 0
+
+
+class OptimConfig(Section):
+    lr: float = Field(1e-3, gt=0)
+    min_lr: float = Field(1e-4, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.95, ge=0, lt=1)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, ge=0, description="global-norm clip; 0 disables")
+    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
+    warmup_steps: int = Field(100, ge=0)
+    decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction spent decaying")
+
+
+class TrainConfig(Section):
+    max_steps: int = Field(1000, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_time: float | None = Field(None, gt=0, description="seconds of training")
+    batch_size: int = Field(32, ge=1)
+    seq_len: int = Field(128, ge=2)
+    grad_accum: int = Field(1, ge=1)
+    log_interval: int = Field(10, ge=1)
+    eval_interval: int = Field(100, ge=1)
+    eval_tokens: int = Field(65_536, ge=1, description="fixed validation budget per evaluation")
+    save_interval: int = Field(500, ge=1)
+    keep_last: int = Field(2, ge=1, description="periodic checkpoints kept")
+    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
+
+
+class PerfConfig(Section):
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    tf32: bool = True
+    compile: bool = False
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    threads: int | None = Field(None, ge=1)
+    optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = "auto"
+    grad_checkpointing: bool = False
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    num_workers: int = Field(0, ge=0)
+    pin_memory: bool = False
+
+
+class RunConfig(Section):
+    dir: str | None = Field(None, description="exact run directory; default runs/<name>")
+    name: str | None = None
+    resume: Literal["auto", "never"] = "auto"
+    seed: int = 0
+
+
+class Base(Section):
+    """Sections shared by every training command."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    perf: PerfConfig = Field(default_factory=PerfConfig)
+    run: RunConfig = Field(default_factory=RunConfig)
+
+
+class PretrainConfig(Base):
+    pass
+
+
+class DataPrepareConfig(Section):
+    data: DataConfig = Field(default_factory=DataConfig)
+
+
+class RLOptimConfig(OptimConfig):
+    """RL fine-tuning defaults: a small constant LR, no warmup, no weight decay."""
+
+    lr: float = Field(1e-5, gt=0)
+    min_lr: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0)
+    schedule: Literal["cosine", "constant", "wsd"] = "constant"
+
+
+class RLTrainConfig(TrainConfig):
+    """RL defaults: the batch counts completions (as in TRL), every step is logged."""
+
+    max_steps: int = Field(200, ge=1)
+    batch_size: int = Field(32, ge=1, description="completions per optimizer step")
+    log_interval: int = Field(1, ge=1)
+    eval_interval: int = Field(25, ge=1)
+    save_interval: int = Field(50, ge=1)
+
+
+class GRPOSection(Section):
+    """GRPO settings; names follow TRL's GRPOConfig where they mean the same thing."""
+
+    prompt_tokens: int = Field(8, ge=1, description="prompts are the first N tokens of stories")
+    prompts_file: str | None = Field(None, description="a .txt file of prompts, one per line")
+    num_generations: int = Field(16, ge=2)
+    max_completion_length: int = Field(128, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 disables")
+    beta: float = Field(0.02, ge=0, description="KL penalty weight (k3 estimator)")
+    epsilon: float = Field(0.2, gt=0)
+    epsilon_high: float | None = Field(None, gt=0)
+    num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    mask_truncated_completions: bool = False
+    ref_on_cpu: bool = Field(False, description="full FT: keep the frozen reference on the CPU")
+    reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
+    eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
+    log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
+    export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")
+
+
+class FailureConfig(Section):
+    """Known RL failures: each stops the run (action=stop) or is only recorded (flag)."""
+
+    action: Literal["stop", "flag"] = "stop"
+    max_kl: float = Field(10.0, gt=0, description="KL per token above this = diverged")
+    min_unique: float = Field(0.5, ge=0, le=1, description="unique-completion fraction floor")
+    max_jaccard: float = Field(0.7, ge=0, le=1, description="mean pairwise word Jaccard ceiling")
+    patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")
+    stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
+    stuck_margin: float = Field(0.05, ge=0)
+    baseline_steps: int = Field(5, ge=1, description="steps averaged for baseline and recent reward")
+
+
+def _default_rewards() -> list[RewardSpec]:
+    return [RewardSpec(name="happy_binary")]
+
+
+class GRPOConfig(Base):
+    optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
+    train: RLTrainConfig = Field(default_factory=RLTrainConfig)
+    grpo: GRPOSection = Field(default_factory=GRPOSection)
+    reward: list[RewardSpec] = Field(default_factory=_default_rewards, min_length=1)
+    failure: FailureConfig = Field(default_factory=FailureConfig)
+
+    @model_validator(mode="after")
+    def _batch_fits_groups(self) -> GRPOConfig:
+        if self.train.batch_size % self.grpo.num_generations:
+            raise ValueError(
+                f"train.batch_size={self.train.batch_size} must be a multiple of "
+                f"grpo.num_generations={self.grpo.num_generations}"
+            )
+        return self
+
+
+SCHEMAS: dict[str, type[Section]] = {
+    "pretrain": PretrainConfig,
+    "data": DataPrepareConfig,
+    "grpo": GRPOConfig,
+}
+
+
+def register(command: str, schema: type[Section]) -> None:
+    """Commands defined elsewhere (grpo, sft, ...) add their schema here."""
+    SCHEMAS[command] = schema
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"config file {p}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config file {p}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`optim.lr=3e-4` -> ("optim.lr", 0.0003); values are parsed as YAML scalars or lists."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key or " " in key:
+        raise UserError(f"override {item!r}: expected key=value, e.g. optim.lr=3e-4")
+    try:
+        value = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError:
+        value = raw
+    # YAML reads 3e-4 as a string (no dot); numbers are what users mean.
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value) if any(c in value for c in ".eE") else int(value)
+    return key.strip(), value
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"override {key}: {'.'.join(parts[: i + 1])} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _known_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in schema.model_fields.items():
+        dotted = f"{prefix}{name}"
+        keys.append(dotted)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys.extend(_known_keys(ann, dotted + "."))
+    return keys
+
+
+def _check_keys(
+    schema: type[BaseModel], tree: dict[str, Any], root: type[BaseModel], prefix: str = ""
+) -> None:
+    """Unknown keys get a did-you-mean (over full dotted keys) before pydantic sees them."""
+    known = set(schema.model_fields)
+    for name, value in tree.items():
+        dotted = f"{prefix}{name}"
+        if name not in known:
+            candidates = _known_keys(root)
+            close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise UserError(f"unknown config key {dotted}{hint}")
+        ann = schema.model_fields[name].annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
+            _check_keys(ann, value, root, dotted + ".")
+
+
+def format_validation_error(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"] if not str(p).startswith("function-after"))
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+    return f"config key {loc or '(root)'}: {msg}{shown}" if loc else f"config: {msg}"
+
+
+def validate(schema: type[Section], tree: dict[str, Any]) -> Section:
+    _check_keys(schema, tree, schema)
+    try:
+        return schema.model_validate(tree)
+    except ValidationError as err:
+        raise UserError(format_validation_error(err)) from None
+
+
+def load_config(
+    command: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+) -> Section:
+    """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema."""
+    schema = SCHEMAS[command]
+    tree = _read_yaml(path) if path else {}
+    for item in overrides:
+        key, value = parse_override(item)
+        set_dotted(tree, key, value)
+    return validate(schema, tree)
+
+
+def to_dict(cfg: BaseModel) -> dict[str, Any]:
+    return json.loads(cfg.model_dump_json())
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"optim": {"lr": 1}} -> {"optim.lr": 1}: the form sweeps and reports use."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

@@ -1,0 +1,149 @@
+"""Device, precision, autocast, TF32, compile, threads and the AdamW implementation.
+
+`setup_runtime` turns the `perf` section into concrete choices and records, for one log line,
+what it chose and what it skipped and why: a knob that cannot apply degrades, never crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from smollab.config import PerfConfig
+from smollab.errors import UserError
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Runtime:
+    device: torch.device
+    precision: str
+    autocast_dtype: torch.dtype | None
+    scaler: torch.amp.GradScaler | None
+    compile: bool
+    compile_mode: str
+    optimizer_impl: str
+    chosen: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def describe(self) -> str:
+        line = "runtime: " + ", ".join(self.chosen)
+        if self.skipped:
+            line += "; skipped: " + "; ".join(self.skipped)
+        return line
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("perf.device=cuda: no CUDA device is available (use perf.device=auto)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UserError("perf.device=mps: MPS is not available here (use perf.device=auto)")
+    return torch.device(name)
+
+
+def setup_runtime(perf: PerfConfig) -> Runtime:
+    device = pick_device(perf.device)
+    chosen = [f"device {device.type}"]
+    skipped: list[str] = []
+
+    if perf.threads:
+        torch.set_num_threads(perf.threads)
+    chosen.append(f"{torch.get_num_threads()} threads")
+
+    autocast_dtype = _DTYPES.get(perf.precision)
+    scaler = None
+    if perf.precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError("perf.precision=bf16: this GPU has no bf16 support (use fp16 or fp32)")
+    if perf.precision == "fp16":
+        scaler = torch.amp.GradScaler(device.type) if device.type in ("cuda", "cpu") else None
+    chosen.append(f"precision {perf.precision}" + (" autocast" if autocast_dtype else ""))
+
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = perf.tf32
+        torch.backends.cudnn.allow_tf32 = perf.tf32
+        chosen.append(f"tf32 {'on' if perf.tf32 else 'off'}")
+    elif perf.tf32:
+        skipped.append(f"tf32 (CUDA only; {device.type} has no TF32)")
+
+    use_compile = perf.compile
+    if perf.compile and device.type == "mps":
+        skipped.append("compile (inductor does not target MPS well; running eager)")
+        use_compile = False
+    if use_compile:
+        chosen.append(f"compile {perf.compile_mode}")
+
+    impl = perf.optimizer_impl
+    if impl == "auto":
+        impl = "fused" if device.type in ("cuda", "cpu") else "foreach"
+    if impl == "fused" and device.type == "mps":
+        skipped.append("fused AdamW (not on MPS; using foreach)")
+        impl = "foreach"
+    chosen.append(f"AdamW {impl}")
+
+    if perf.grad_checkpointing:
+        chosen.append("gradient checkpointing")
+    if perf.pin_memory and device.type != "cuda":
+        skipped.append("pin_memory (CUDA only)")
+
+    return Runtime(
+        device=device, precision=perf.precision, autocast_dtype=autocast_dtype, scaler=scaler,
+        compile=use_compile, compile_mode=perf.compile_mode, optimizer_impl=impl,
+        chosen=chosen, skipped=skipped,
+    )  # fmt: skip
+
+
+def make_adamw(param_groups, rt: Runtime, lr: float, betas, eps: float) -> torch.optim.AdamW:
+    kwargs = {"fused": True} if rt.optimizer_impl == "fused" else {}
+    if rt.optimizer_impl == "foreach":
+        kwargs = {"foreach": True}
+    elif rt.optimizer_impl == "plain":
+        kwargs = {"foreach": False}
+    return torch.optim.AdamW(param_groups, lr=lr, betas=betas, eps=eps, **kwargs)
+
+
+def maybe_compile(module, rt: Runtime):
+    if not rt.compile:
+        return module
+    return torch.compile(module, mode=None if rt.compile_mode == "default" else rt.compile_mode)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak accelerator memory, or the process's peak RSS on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    if device.type == "mps":
+        return torch.mps.driver_allocated_memory() / 2**20
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
+
+
+def release_cache(device: torch.device) -> None:
+    """MPS and CUDA keep freed blocks; small models on unified memory benefit from a release."""
+    if device.type == "mps":
+        torch.mps.empty_cache()
+    elif device.type == "cuda":
+        torch.cuda.empty_cache()

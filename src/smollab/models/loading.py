@@ -1,0 +1,94 @@
+"""Build a model from a preset, or load any HF causal LM by directory, run directory or hub id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from smollab.config import LoraConfig, ModelConfig
+from smollab.errors import UserError
+
+# Short target names (config) -> module names per architecture.
+_LORA_TARGETS = {
+    "llama": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
+              "gate": "gate_proj", "up": "up_proj", "down": "down_proj"},
+    "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj",
+             "up": "mlp.c_fc", "down": "mlp.c_proj"},
+}  # fmt: skip
+
+
+def resolve_model_dir(path: str) -> Path | str:
+    """A run directory resolves to its final (else latest) checkpoint; other paths pass through.
+
+    A string that is no local path is treated as a hub id and handed to `from_pretrained`.
+    """
+    p = Path(path)
+    if not p.exists():
+        if path.startswith((".", "/", "~")) or path.count("/") > 1:
+            raise UserError(f"model.path: no such directory {path}")
+        return path  # hub id such as "gpt2" or "SimpleStories/SimpleStories-1.25M"
+    ckpts = p / "checkpoints"
+    if ckpts.is_dir():
+        if (ckpts / "final").is_dir():
+            return ckpts / "final"
+        steps = sorted(ckpts.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))
+        if not steps:
+            raise UserError(f"model.path: run directory {p} has no checkpoint yet")
+        return steps[-1]
+    if not (p / "config.json").is_file():
+        raise UserError(f"model.path: {p} is neither a run directory nor an HF model directory")
+    return p
+
+
+def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa"):
+    """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init)."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a bar per load of a 1M-parameter model is noise
+    if cfg.path:
+        where = resolve_model_dir(cfg.path)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                where, attn_implementation=attn_implementation
+            )
+        except OSError as e:
+            raise UserError(f"model.path: cannot load {where}: {str(e).splitlines()[0]}") from None
+        if (Path(str(where)) / "adapter_config.json").is_file():
+            model = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    else:
+        from smollab.models.presets import preset_config
+
+        config = preset_config(cfg.preset, vocab_size=vocab_size)
+        config._attn_implementation = attn_implementation
+        model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+    return model
+
+
+def apply_lora(model, cfg: LoraConfig):
+    """Wrap `model` with PEFT LoRA adapters on the configured targets."""
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    arch = "gpt2" if model.config.model_type == "gpt2" else "llama"
+    names = sorted({_LORA_TARGETS[arch][t] for t in cfg.targets if t in _LORA_TARGETS[arch]})
+    if not names:
+        raise UserError(f"model.lora.targets: none of {cfg.targets} apply to {arch}")
+    peft_cfg = PeftLoraConfig(
+        r=cfg.r,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=names,
+        fan_in_fan_out=arch == "gpt2",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_cfg)
+
+
+def load_tokenizer_near(path: str | Path):
+    """The tokenizer saved beside a model (checkpoint dirs carry one)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise UserError(f"no tokenizer at {path}: {str(e).splitlines()[0]}") from None

@@ -1,0 +1,1 @@
+"""Plots and markdown reports, read from run and sweep directories (never from live objects)."""

@@ -1,0 +1,99 @@
+"""Plots of one run, drawn from its metrics.csv so they can be redrawn at any time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from smollab.runs import read_metrics
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_name(f".{path.stem}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    tmp.replace(path)
+
+
+def _series(rows, x: str, y: str):
+    pts = [(r[x], r[y]) for r in rows if r.get(x) is not None and r.get(y) is not None]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """loss_curves.png and lr_schedule.png (pretraining); reward/KL/diversity when present."""
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir / "metrics.csv")
+    if not rows:
+        return []
+    plt = _plt()
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    written = []
+
+    if any(r.get("train_loss") is not None for r in rows):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, x, label in ((axes[0], "step", "step"), (axes[1], "wall_s", "wall time (s)")):
+            for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+                xs, ys = _series(rows, x, key)
+                if xs:
+                    ax.plot(xs, ys, style, label=key.replace("_", " "), markersize=3)
+            ax.set_xlabel(label)
+            ax.set_ylabel("loss")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.suptitle(f"{run_dir.name}: loss")
+        _save(fig, out_dir / "loss_curves.png")
+        plt.close(fig)
+        written.append(out_dir / "loss_curves.png")
+
+    xs, ys = _series(rows, "step", "lr")
+    if xs:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.plot(xs, ys)
+        ax.set_xlabel("step")
+        ax.set_ylabel("learning rate")
+        ax.set_title(f"{run_dir.name}: LR schedule")
+        ax.grid(alpha=0.3)
+        _save(fig, out_dir / "lr_schedule.png")
+        plt.close(fig)
+        written.append(out_dir / "lr_schedule.png")
+
+    written += _plot_panels(plt, rows, run_dir, out_dir)
+    return written
+
+
+# Generation runs (GRPO): one figure per family of metrics, each panel a metric over steps.
+_PANELS = {
+    "reward.png": ["reward_mean", "eval_reward_mean"],
+    "kl.png": ["kl"],
+    "diversity.png": ["unique_fraction", "jaccard"],
+}
+
+
+def _plot_panels(plt, rows, run_dir: Path, out_dir: Path) -> list[Path]:
+    written = []
+    for name, keys in _PANELS.items():
+        present = [k for k in keys if any(r.get(k) is not None for r in rows)]
+        if not present:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for key in present:
+            xs, ys = _series(rows, "step", key)
+            ax.plot(xs, ys, "-o" if len(xs) < 30 else "-", label=key.replace("_", " "),
+                    markersize=3)  # fmt: skip
+        ax.set_xlabel("step")
+        ax.set_title(f"{run_dir.name}: {name.removesuffix('.png')}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        _save(fig, out_dir / name)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written

@@ -1,0 +1,21 @@
+"""Reward functions (TRL's calling convention), the registry and the spec model."""
+
+from smollab.rewards.registry import (
+    BUILTINS,
+    ResolvedReward,
+    RewardError,
+    RewardSpec,
+    compute_rewards,
+    get_reward,
+    validate_specs,
+)
+
+__all__ = [
+    "BUILTINS",
+    "ResolvedReward",
+    "RewardError",
+    "RewardSpec",
+    "compute_rewards",
+    "get_reward",
+    "validate_specs",
+]

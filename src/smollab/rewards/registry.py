@@ -1,0 +1,248 @@
+"""Reward functions by name: built-ins, a user's own `module:function`, spec validation, and the
+checked evaluation used inline and inside pool workers.
+
+A reward function follows TRL's convention, so functions written for TRL work unchanged:
+
+    fn(completions: list[str], prompts: list[str] | None = None, **kwargs) -> list[float]
+
+It is called with keywords only: `prompts=`, `completions=`, `completion_ids=` (the generated
+token ids, one list of ints per completion) and its own params from the spec. A function that
+does not name `prompts` or `completion_ids` must take `**kwargs`. Its params, however, must be
+named in its signature (keyword or keyword-only): they are checked against the signature before
+any work, so a misspelt param is an error rather than silently ignored.
+
+This module imports no torch: pool workers import it and nothing heavier.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from smollab.errors import UserError
+from smollab.rewards.happy import happy_binary, happy_count
+from smollab.rewards.length import sentence_length
+from smollab.rewards.sentiment import sentiment
+
+RewardFn = Callable[..., Sequence[float]]
+
+BUILTINS: dict[str, RewardFn] = {
+    "happy_binary": happy_binary,
+    "happy_count": happy_count,
+    "sentiment": sentiment,
+    "sentence_length": sentence_length,
+}
+
+# Passed by the trainer on every call, never set in a spec's params.
+CALL_KWARGS = ("prompts", "completions", "completion_ids")
+
+
+class RewardError(UserError):
+    """A reward function failed at run time: raised, or returned a bad value or length."""
+
+
+class RewardSpec(BaseModel):
+    """One term of the reward: `weight * name(completions, **params)`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="built-in reward name, or module:function for your own")
+    weight: float = Field(1.0, description="multiplies this function's values in the total")
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("weight must be a finite number")
+        return v
+
+
+@dataclass
+class ResolvedReward:
+    """A validated spec with its function; `key` names it in metrics (unique within a list)."""
+
+    key: str
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def get_reward(name: str) -> RewardFn:
+    """The function a spec names: a built-in (see BUILTINS) or `module:function` (importable).
+
+    `function` may be a dotted attribute path (`module:Class.method`). Failures are a UserError
+    naming the spec.
+    """
+    if not isinstance(name, str) or not name:
+        raise UserError(f"reward name must be a non-empty string, got {name!r}")
+    if ":" not in name:
+        if name in BUILTINS:
+            return BUILTINS[name]
+        close = difflib.get_close_matches(name, BUILTINS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(
+            f"unknown reward {name!r}; {hint}built-ins: {', '.join(sorted(BUILTINS))}, "
+            "or give your own as module:function"
+        )
+    module_name, _, attr_path = name.partition(":")
+    if not module_name or not attr_path:
+        raise UserError(f"reward {name!r}: expected module:function")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as e:  # any import failure is the user's to fix
+        raise UserError(
+            f"reward {name!r}: cannot import module {module_name!r} "
+            f"({type(e).__name__}: {_one_line(e)})"
+        ) from e
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as e:
+            raise UserError(
+                f"reward {name!r}: {module_name!r} has no attribute {attr_path!r}"
+            ) from e
+    if not callable(obj):
+        raise UserError(f"reward {name!r}: {attr_path!r} is not callable")
+    return obj
+
+
+def _check_signature(spec: RewardSpec, fn: RewardFn) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # some C callables have no signature: nothing to check against
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {p.name: p for p in sig.parameters.values() if p.kind in kinds}
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    missing_call = [k for k in CALL_KWARGS if k not in named and not var_kw]
+    if missing_call:
+        raise UserError(
+            f"reward {spec.name}: must accept keyword argument(s) {', '.join(missing_call)} "
+            "(add **kwargs to its signature)"
+        )
+    own = {k for k in named if k not in CALL_KWARGS}
+    for key in spec.params:
+        if key in CALL_KWARGS:
+            raise UserError(f"reward {spec.name}: param {key!r} is passed by the trainer, not set")
+        if key not in own:
+            takes = ", ".join(sorted(own)) or "none"
+            raise UserError(f"reward {spec.name}: unknown param {key!r} (it takes: {takes})")
+    for k in sorted(own):
+        p = named[k]
+        if p.default is inspect.Parameter.empty and k not in spec.params:
+            raise UserError(f"reward {spec.name}: missing required param {k!r}")
+
+
+def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[ResolvedReward]:
+    """Resolve every spec and check its params, before any work; UserError on the first problem.
+
+    Params are checked against the function's signature (unknown, reserved or missing params).
+    Built-ins are also called once on a tiny input so bad values (`unit: lines`) fail here.
+    Keys are the spec names, made unique with `#2`, `#3` when a name repeats.
+    """
+    if not specs:
+        raise UserError("reward: give at least one reward function")
+    out: list[ResolvedReward] = []
+    seen: dict[str, int] = {}
+    for raw in specs:
+        if isinstance(raw, RewardSpec):
+            spec = raw
+        elif isinstance(raw, dict):
+            try:
+                spec = RewardSpec.model_validate(raw)
+            except Exception as e:  # pydantic's message, made one line
+                raise UserError(f"reward spec {raw!r}: {_one_line(e)}") from e
+        else:
+            raise UserError(f"reward spec must be a mapping with name/weight/params, got {raw!r}")
+        fn = get_reward(spec.name)
+        _check_signature(spec, fn)
+        if spec.name in BUILTINS:
+            fn(
+                completions=["The sun came out. Tom smiled"],
+                prompts=["Once upon a time"],
+                completion_ids=[[1, 2, 3, 4, 5, 6, 7]],
+                **spec.params,
+            )
+        seen[spec.name] = seen.get(spec.name, 0) + 1
+        key = spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
+        out.append(ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params)))
+    return out
+
+
+def compute_rewards(
+    rewards: Sequence[ResolvedReward],
+    prompts: list[str] | None,
+    completions: list[str],
+    completion_ids: list[list[int]] | None = None,
+    offset: int = 0,
+) -> dict[str, list[float]]:
+    """Each function's raw (unweighted) values, checked: RewardError names the function and the
+    exception, wrong length, or non-finite value (`offset` makes indices global for a chunk)."""
+    n = len(completions)
+    out: dict[str, list[float]] = {}
+    for r in rewards:
+        try:
+            values = r.fn(
+                prompts=prompts, completions=completions, completion_ids=completion_ids, **r.params
+            )
+        except UserError as e:
+            msg = _one_line(e)
+            raise RewardError(msg if msg.startswith(r.name) else f"reward {r.key}: {msg}") from e
+        except Exception as e:  # a user's function may raise anything
+            raise RewardError(f"reward {r.key} raised {type(e).__name__}: {_one_line(e)}") from e
+        if isinstance(values, str | bytes | dict) or not hasattr(values, "__len__"):
+            raise RewardError(
+                f"reward {r.key} returned {type(values).__name__}, expected a list of {n} numbers"
+            )
+        if len(values) != n:
+            raise RewardError(f"reward {r.key} returned {len(values)} values for {n} completions")
+        floats = []
+        for i, v in enumerate(values):
+            try:
+                x = float(v)
+            except (TypeError, ValueError):
+                x = None
+            if x is None or isinstance(v, str) or not math.isfinite(x):
+                raise RewardError(
+                    f"reward {r.key} returned {_one_line(repr(v), 60)} for completion "
+                    f"{offset + i} ({_one_line(repr(completions[i]), 60)})"
+                )
+            floats.append(x)
+        out[r.key] = floats
+    return out
+
+
+# Pool workers: the rewards are resolved once per worker process, at start.
+_WORKER_REWARDS: list[ResolvedReward] = []
+
+
+def _worker_init(specs: list[dict[str, Any]]) -> None:
+    global _WORKER_REWARDS
+    _WORKER_REWARDS = validate_specs(specs)
+
+
+def _worker_ping() -> int:
+    return len(_WORKER_REWARDS)
+
+
+def _worker_run(
+    prompts: list[str] | None,
+    completions: list[str],
+    completion_ids: list[list[int]] | None,
+    offset: int,
+) -> dict[str, list[float]]:
+    return compute_rewards(_WORKER_REWARDS, prompts, completions, completion_ids, offset)

@@ -1,0 +1,1 @@
+"""Training loops (pretrain, GRPO) and their pieces; loops never import the lab."""

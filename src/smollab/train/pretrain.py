@@ -1,0 +1,270 @@
+"""`smollab pretrain`: causal-LM pretraining over memmapped tokens, top to bottom like nanoGPT.
+
+Batches are a pure function of (seed, step, rank), the LR a pure function of the step, so a
+resumed run replays exactly what an uninterrupted one would have done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from smollab import distributed
+from smollab.config import PretrainConfig, to_dict
+from smollab.data.prepare import load_meta, prepare
+from smollab.data.tokenizer import load_tokenizer
+from smollab.data.tokens import eval_batches, get_batch, open_tokens
+from smollab.device import make_adamw, maybe_compile, peak_memory_mb, setup_runtime, synchronize
+from smollab.errors import UserError
+from smollab.failures import diverged_loss
+from smollab.mfu import flops_per_token, peak_flops
+from smollab.models.loading import build_model
+from smollab.models.presets import count_parameters
+from smollab.runs import RunDir, default_run_dir, load_trainer_state
+from smollab.train.progress import Progress
+from smollab.train.schedule import lr_at
+
+COLUMNS = ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "grad_norm",
+           "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
+
+
+def run_dir_for(cfg: PretrainConfig) -> Path:
+    if cfg.run.dir:
+        return Path(cfg.run.dir)
+    source = Path(cfg.model.path).name if cfg.model.path else cfg.model.preset
+    return default_run_dir("pretrain", [cfg.run.name or source, f"lr{cfg.optim.lr:g}",
+                                        f"s{cfg.run.seed}"])  # fmt: skip
+
+
+def batch_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
+    return torch.Generator().manual_seed(hash((seed, step, micro, rank)) & 0x7FFF_FFFF_FFFF)
+
+
+@torch.no_grad()
+def evaluate(model, batches, rt) -> float:
+    model.eval()
+    total = 0.0
+    for x, y in batches:
+        x, y = x.to(rt.device), y.to(rt.device)
+        with rt.autocast():
+            logits = model(input_ids=x).logits
+        total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item()
+    model.train()
+    return total / max(len(batches), 1)
+
+
+def train(cfg: PretrainConfig) -> dict:
+    """Run (or resume, or report the finished result of) one pretraining run; returns its summary."""
+    t_start = time.time()
+    rt = setup_runtime(cfg.perf)
+    dist, rt.device = distributed.setup(rt.device)
+    tc, oc = cfg.train, cfg.optim
+
+    # ---- data and tokenizer (rank 0 prepares; prepare() reuses what is already there) ------
+    meta = prepare(cfg.data) if dist.main else None
+    distributed.barrier(dist)
+    meta = meta or load_meta(cfg.data.dir)
+    data_dir = Path(cfg.data.dir)
+    tokenizer = load_tokenizer(data_dir / "tokenizer")
+    train_tokens = open_tokens(data_dir / "train.bin")
+    val_tokens = open_tokens(data_dir / "val.bin")
+
+    # ---- model and optimizer ------------------------------------------------------------
+    torch.manual_seed(cfg.run.seed)
+    model = build_model(cfg.model, vocab_size=meta["vocab_size"],
+                        attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
+    max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
+    if tc.seq_len > max_pos:
+        raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")
+    if meta["vocab_size"] > model.config.vocab_size:
+        raise UserError(f"data.dir {cfg.data.dir}: tokenizer has {meta['vocab_size']} entries, "
+                        f"the model only {model.config.vocab_size}")  # fmt: skip
+    if cfg.perf.grad_checkpointing:
+        model.gradient_checkpointing_enable()
+    model.to(rt.device)
+
+    # ---- run directory: resume or start -------------------------------------------------
+    run = RunDir.start(run_dir_for(cfg), to_dict(cfg), cfg.run.resume, "pretrain") if dist.main else None
+    if run and run.already_done:
+        summary = run.read_summary()
+        print(f"run {run.path} already {summary['status']}; nothing to do", flush=True)
+        run.close()
+        return summary
+    log = run.log if run else (lambda *a, **k: None)
+    log(rt.describe(), echo=True)
+
+    total_params, non_embed = count_parameters(model)
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": oc.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
+    optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
+
+    step, tokens, train_s, best_val = 0, 0, 0.0, math.inf
+    start_loss = None
+    if run and run.resume_from:
+        from safetensors.torch import load_model
+
+        load_model(model, run.resume_from / "model.safetensors", strict=False, device=str(rt.device))
+        state = load_trainer_state(run.resume_from)
+        optimizer.load_state_dict(state["optimizer"])
+        if rt.scaler is not None and "scaler" in state:
+            rt.scaler.load_state_dict(state["scaler"])
+        step, tokens, train_s = int(state["step"]), int(state["tokens"]), float(state["train_s"])
+        best_val, start_loss = float(state["best_val"]), state.get("start_loss")
+        log(f"resumed from {run.resume_from.name} at step {step}", echo=True)
+    if dist.enabled:  # every rank starts from rank 0's weights and step
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        for p in model.parameters():
+            torch.distributed.broadcast(p.data, 0)
+        step_t = torch.tensor([step, tokens], dtype=torch.long)
+        torch.distributed.broadcast(step_t, 0)
+        step, tokens = int(step_t[0]), int(step_t[1])
+    if run:
+        run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
+        run.update_summary(status="running", params_total=total_params,
+                           params_non_embedding=non_embed, device=str(rt.device),
+                           world_size=dist.world, data=meta.get("source"))  # fmt: skip
+        log(f"model {cfg.model.path or cfg.model.preset}: {total_params:,} parameters "
+            f"({non_embed:,} non-embedding)", echo=True)  # fmt: skip
+    fwd = maybe_compile(model, rt)
+    ddp_model = DDP(fwd, device_ids=[rt.device.index] if rt.device.type == "cuda" else None) \
+        if dist.enabled else fwd  # fmt: skip
+    unwrapped = model
+
+    tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
+    peak = peak_flops(rt.device, rt.autocast_dtype)
+    flops_tok = flops_per_token(model.config, tc.seq_len)
+    val_batches = eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)
+    progress = Progress(tc.max_steps, enabled=dist.main, start=step)
+
+    # ---- the loop -----------------------------------------------------------------------
+    status, evidence, val_loss = "completed", None, None
+    window_loss = torch.zeros((), device=rt.device)
+    window_steps, window_t, window_tokens = 0, 0.0, 0
+    grad_norm = torch.tensor(0.0)
+    try:
+        while step < tc.max_steps:
+            if (tc.max_tokens and tokens >= tc.max_tokens) or (tc.max_time and train_s >= tc.max_time):
+                break
+            t0 = time.perf_counter()
+            lr = lr_at(step, oc, tc.max_steps)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            for micro in range(tc.grad_accum):
+                x, y = get_batch(train_tokens, tc.batch_size, tc.seq_len,
+                                 batch_generator(cfg.run.seed, step, micro, dist.rank))  # fmt: skip
+                x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
+                last_micro = micro == tc.grad_accum - 1
+                with contextlib.nullcontext() if last_micro or not dist.enabled else ddp_model.no_sync():
+                    with rt.autocast():
+                        logits = ddp_model(input_ids=x).logits
+                        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+                    loss = loss / tc.grad_accum
+                    (rt.scaler.scale(loss) if rt.scaler else loss).backward()
+                window_loss += loss.detach()
+            if rt.scaler:
+                rt.scaler.unscale_(optimizer)
+            if oc.grad_clip > 0:
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), oc.grad_clip)
+            if rt.scaler:
+                rt.scaler.step(optimizer)
+                rt.scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens += tokens_per_step
+            window_steps += 1
+            window_tokens += tokens_per_step
+            synchronize(rt.device)
+            dt = time.perf_counter() - t0
+            train_s += dt
+            window_t += dt
+
+            last = step >= tc.max_steps
+            do_eval = step % tc.eval_interval == 0 or last
+            if step % tc.log_interval == 0 or step == 1 or do_eval:
+                loss_now = distributed.all_reduce_mean(window_loss / window_steps, dist).item()
+                start_loss = loss_now if start_loss is None else start_loss
+                failure = diverged_loss(loss_now, start_loss, tc.diverge_factor, step)
+                if failure:
+                    status, evidence = failure.status, failure.evidence
+                tps = window_tokens / window_t if window_t > 0 else 0.0
+                row = dict(step=step, tokens=tokens, wall_s=time.time() - t_start, train_s=train_s,
+                           lr=lr, train_loss=loss_now, grad_norm=float(grad_norm), tokens_per_s=tps,
+                           mfu=(flops_tok * tps / peak) if peak else None,
+                           peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
+                if do_eval and status == "completed":
+                    val_loss = row["val_loss"] = evaluate(ddp_model, val_batches, rt)
+                window_loss.zero_()
+                window_steps, window_t, window_tokens = 0, 0.0, 0
+                if run:
+                    run.metrics.append(row)
+                    progress.update(step, loss=loss_now, tps=tps, val=val_loss)
+                    log(_line(row), echo=not progress.live)
+                    if row.get("val_loss") is not None and val_loss < best_val:
+                        best_val = val_loss
+                        run.save_checkpoint("best", unwrapped, tokenizer)
+                if status == "diverged":
+                    log(f"diverged: {evidence}", echo=True)
+                    break
+
+            if run and step % tc.save_interval == 0 and not last:
+                state = dict(optimizer=optimizer.state_dict(), step=step, tokens=tokens,
+                             train_s=train_s, best_val=best_val, start_loss=start_loss)  # fmt: skip
+                if rt.scaler:
+                    state["scaler"] = rt.scaler.state_dict()
+                run.save_checkpoint(f"step_{step}", unwrapped, tokenizer, state, tc.keep_last)
+    except KeyboardInterrupt:
+        status, evidence = "interrupted", f"interrupted at step {step}"
+    finally:
+        progress.close()
+
+    # ---- wrap up ------------------------------------------------------------------------
+    summary = {}
+    if run:
+        if status != "interrupted":
+            run.save_checkpoint("final", unwrapped, tokenizer)
+        summary = run.update_summary(
+            status=status, evidence=evidence, steps=step, tokens=tokens,
+            final_train_loss=_last(run.path, "train_loss"),
+            final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
+            train_seconds=train_s, wall_seconds=time.time() - t_start,
+            tokens_per_s=tokens / train_s if train_s else None,
+            flops_per_token=flops_tok, peak_flops=peak,
+        )  # fmt: skip
+        log(f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; "
+            f"val loss {val_loss}", echo=True)  # fmt: skip
+        from smollab.report.plots import plot_run
+
+        plot_run(run.path)
+        run.close()
+        print(f"run directory: {run.path}", flush=True)
+    distributed.teardown(dist)
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return summary
+
+
+def _last(path: Path, key: str):
+    from smollab.runs import read_metrics
+
+    rows = [r for r in read_metrics(path / "metrics.csv") if r.get(key) is not None]
+    return rows[-1][key] if rows else None
+
+
+def _line(row: dict) -> str:
+    parts = [f"step {row['step']}", f"loss {row['train_loss']:.4f}"]
+    if row.get("val_loss") is not None:
+        parts.append(f"val {row['val_loss']:.4f}")
+    parts += [f"lr {row['lr']:.2e}", f"{row['tokens_per_s']:,.0f} tok/s"]
+    if row.get("mfu") is not None:
+        parts.append(f"mfu {100 * row['mfu']:.1f}%")
+    return " | ".join(parts)

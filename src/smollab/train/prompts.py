@@ -1,0 +1,53 @@
+"""GRPO prompts: the first `prompt_tokens` tokens of corpus stories, or lines of a prompts file.
+
+Each prompt starts with the EOS token, the document separator of the pretraining token stream,
+so the model sees a prompt exactly where it saw story openings in pretraining.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from smollab.errors import UserError
+
+
+def _read_texts(path: Path, limit: int | None) -> list[str]:
+    texts = []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                texts.append(json.loads(line)["text"])
+            if limit and len(texts) >= limit:
+                break
+    return texts
+
+
+def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: int,
+                  limit: int | None = None) -> list[list[int]]:  # fmt: skip
+    """Token-id prompts from `train.jsonl` or `test.jsonl` (the held-out split) of a data dir."""
+    path = Path(data_dir) / f"{split}.jsonl"
+    if not path.is_file():
+        raise UserError(f"data.dir {data_dir} has no {path.name}: run `smollab data prepare`")
+    texts = _read_texts(path, limit)
+    return _encode(texts, tokenizer, prompt_tokens, truncate=True)
+
+
+def file_prompts(path: str | Path, tokenizer) -> list[list[int]]:
+    """One prompt per non-empty line of a text file, used whole."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"grpo.prompts_file: no such file {p}")
+    texts = [line.strip() for line in p.read_text().splitlines() if line.strip()]
+    if not texts:
+        raise UserError(f"grpo.prompts_file: {p} holds no prompts")
+    return _encode(texts, tokenizer, None, truncate=False)
+
+
+def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:
+    eos = tokenizer.eos_token_id
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    prompts = [[eos, *x[:n]] if truncate else [eos, *x] for x in ids if len(x) >= (n or 1)]
+    if not prompts:
+        raise UserError(f"no prompt of at least {n} tokens could be made")
+    return prompts

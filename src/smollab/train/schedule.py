@@ -1,0 +1,29 @@
+"""Learning-rate schedules as pure functions of the step: nothing to save, exact on resume."""
+
+from __future__ import annotations
+
+import math
+
+from smollab.config import OptimConfig
+
+
+def lr_at(step: int, optim: OptimConfig, max_steps: int) -> float:
+    """LR for optimizer step `step` (0-based) of `max_steps`.
+
+    Linear warmup to `lr`, then: cosine to `min_lr` reaching it exactly at the last step,
+    constant, or warmup-stable-decay (linear decay over the final `decay_fraction`).
+    """
+    last = max(max_steps - 1, 1)
+    warmup = min(optim.warmup_steps, last)
+    if step < warmup:
+        return optim.lr * (step + 1) / warmup
+    if optim.schedule == "constant":
+        return optim.lr
+    if optim.schedule == "cosine":
+        progress = min((step - warmup) / max(last - warmup, 1), 1.0)
+        return optim.min_lr + 0.5 * (optim.lr - optim.min_lr) * (1 + math.cos(math.pi * progress))
+    decay_start = max(warmup, round(last * (1 - optim.decay_fraction)))
+    if step < decay_start:
+        return optim.lr
+    progress = min((step - decay_start) / max(last - decay_start, 1), 1.0)
+    return optim.lr + (optim.min_lr - optim.lr) * progress

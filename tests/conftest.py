@@ -1,0 +1,33 @@
+"""Shared micro fixtures: a tiny prepared corpus and the overrides of a micro pretraining run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]
+
+
+@pytest.fixture(scope="session")
+def micro_data(tmp_path_factory):
+    """A prepared data dir: 400 offline stories, a 256-entry WordPiece tokenizer."""
+    from smollab.config import DataConfig
+    from smollab.data.prepare import prepare
+
+    d = tmp_path_factory.mktemp("micro_data")
+    prepare(DataConfig(dir=str(d), num_stories=400, vocab_size=256), log=lambda _: None)
+    return d
+
+
+@pytest.fixture
+def micro_pretrain(micro_data, tmp_path):
+    """Overrides for a micro pretraining run that takes a second or two."""
+    return [
+        "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA,
+        "train.max_steps=20", "train.batch_size=4", "train.seq_len=32", "train.log_interval=5",
+        "train.eval_interval=10", "train.eval_tokens=512", "train.save_interval=10",
+        "optim.warmup_steps=2", "optim.lr=1e-2", f"run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
