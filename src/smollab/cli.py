@@ -67,7 +67,7 @@ def _pretrain(p: argparse.ArgumentParser) -> None:
         from smollab.train.pretrain import train
 
         summary = train(cfg)
-        return 0 if summary.get("status") in (None, "completed", "diverged") else 1
+        return 0 if summary.get("status") != "failed" else 1  # a diverged run is a result
 
     p.set_defaults(run=run)
 

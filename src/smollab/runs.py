@@ -21,7 +21,9 @@ from typing import Any
 
 from smollab.errors import UserError
 
-STATUSES = ("running", "completed", "diverged", "pruned", "failed", "interrupted")
+STATUSES = ("running", "completed", "diverged", "degenerate", "stuck", "pruned", "failed",
+            "interrupted")
+FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")  # results, never rerun
 TRAINER_STATE = "trainer_state.pt"
 
 
@@ -163,7 +165,7 @@ class RunDir:
         run.path.mkdir(parents=True, exist_ok=True)
         run.resume_from = run.latest_checkpoint() if existing else None
         prev = run.read_summary() if existing else {}
-        run.already_done = prev.get("status") in ("completed", "diverged", "pruned")
+        run.already_done = prev.get("status") in FINISHED
         run._summary = prev
         run._log_file = open(run.path / "training.log", "a")
         if not run.already_done:

@@ -1,0 +1,37 @@
+import math
+
+from smollab.failures import degenerate, diverged_loss, diverged_rl, stuck
+from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
+
+
+def test_diverged_loss():
+    assert diverged_loss(math.nan, 8.0, 3.0, 5).status == "diverged"
+    assert diverged_loss(25.0, 8.0, 3.0, 5).evidence.startswith("loss 25.000 at step 5")
+    assert diverged_loss(9.0, 8.0, 3.0, 5) is None
+
+
+def test_diverged_rl():
+    assert diverged_rl(math.inf, 0.1, 10.0, 3).status == "diverged"
+    assert "kl 12" in diverged_rl(12.0, 0.1, 10.0, 3).evidence
+    assert diverged_rl(0.5, 0.1, 10.0, 3) is None
+
+
+def test_degenerate_by_unique_or_jaccard():
+    assert degenerate(0.3, 0.2, 0.5, 0.7, 9).status == "degenerate"
+    assert "Jaccard" in degenerate(0.9, 0.8, 0.5, 0.7, 9).evidence
+    assert degenerate(0.9, 0.2, 0.5, 0.7, 9) is None
+
+
+def test_stuck_after_grace_only():
+    flat = [0.2] * 40
+    assert stuck(flat, 5, 50, 0.05, 40) is None  # still in grace
+    assert stuck(flat + [0.2] * 20, 5, 50, 0.05, 60).status == "stuck"
+    rising = [0.2] * 30 + [0.6] * 30
+    assert stuck(rising, 5, 50, 0.05, 60) is None
+
+
+def test_diversity_metrics():
+    assert unique_fraction(["a b", "a b", "c"]) == 2 / 3
+    assert mean_pairwise_jaccard(["a b", "a b"]) == 1.0
+    assert mean_pairwise_jaccard(["a b", "c d"]) == 0.0
+    assert mean_pairwise_jaccard(["a b c", "a b d"]) == 0.5

@@ -1,0 +1,99 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from smollab.cli import main
+from smollab.config import load_config
+from smollab.runs import read_metrics
+from smollab.train import grpo
+
+
+def _run(overrides):
+    return grpo.train(load_config("grpo", None, overrides))
+
+
+def test_full_finetune_end_to_end(micro_grpo, tmp_path):
+    summary = _run(micro_grpo)
+    run = tmp_path / "grpo"
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    rows = read_metrics(run / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    for key in ("reward_mean", "kl", "entropy", "completion_len", "unique_fraction", "jaccard",
+                "clip_frac", "grad_norm", "gen_s", "train_s"):
+        assert rows[-1][key] is not None, key
+    assert rows[2]["eval_reward_mean"] is not None  # evaluated at step 3
+    assert rows[-1]["kl"] >= 0
+    samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    assert {"step", "prompt", "completion", "reward"} <= samples[0].keys()
+    assert (run / "checkpoints" / "final" / "model.safetensors").exists()
+    for plot in ("reward.png", "kl.png", "diversity.png"):
+        assert (run / "plots" / plot).exists()
+    assert summary["base_eval_reward"] is not None
+
+
+def test_lora_saves_adapter_and_merged_export(micro_grpo, tmp_path):
+    summary = _run([*micro_grpo, "model.lora.enabled=true", "model.lora.r=2",
+                    "grpo.export_merged=true"])  # fmt: skip
+    assert summary["status"] == "completed"
+    final = tmp_path / "grpo" / "checkpoints" / "final"
+    assert (final / "adapter_model.safetensors").exists()
+    assert not (final / "model.safetensors").exists()
+    assert (tmp_path / "grpo" / "checkpoints" / "final_merged" / "model.safetensors").exists()
+    assert summary["params_trainable"] < summary["params_total"]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_resume_after_crash_is_exact(micro_grpo, tmp_path, monkeypatch, lora):
+    extra = ["model.lora.enabled=true", "model.lora.r=2"] if lora else []
+    _run([*micro_grpo, *extra, f"run.dir={tmp_path / 'ref'}"])
+    real, calls = grpo.group_advantages, {"n": 0}
+
+    def crash_at_step_5(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    monkeypatch.setattr(grpo, "group_advantages", crash_at_step_5)
+    with pytest.raises(RuntimeError):
+        _run([*micro_grpo, *extra])
+    monkeypatch.setattr(grpo, "group_advantages", real)
+    assert _run([*micro_grpo, *extra])["status"] == "completed"
+    rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    name = "adapter_model.safetensors" if lora else "model.safetensors"
+    a = load_file(tmp_path / "ref" / "checkpoints" / "final" / name)
+    b = load_file(tmp_path / "grpo" / "checkpoints" / "final" / name)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+def test_failure_rules_stop_or_flag(micro_grpo, tmp_path):
+    deg = _run([*micro_grpo, "failure.max_jaccard=0.0", "failure.patience=2"])
+    assert deg["status"] == "degenerate" and deg["steps"] < 6
+    assert "Jaccard" in deg["evidence"]
+    stuck = _run([*micro_grpo, f"run.dir={tmp_path / 's'}", "failure.stuck_grace_steps=4",
+                  "failure.baseline_steps=1", "failure.stuck_margin=2", "failure.action=flag"])
+    assert stuck["status"] == "completed" and "stuck" in stuck["flags"]
+    div = _run([*micro_grpo, f"run.dir={tmp_path / 'd'}", "failure.max_kl=1e-9", "grpo.beta=0.1"])
+    assert div["status"] == "diverged" and "kl" in div["evidence"]
+
+
+def test_user_reward_module(micro_grpo, tmp_path, monkeypatch):
+    (tmp_path / "myrewards.py").write_text(
+        "def short(completions, **kw):\n    return [1.0 / (1 + len(c)) for c in completions]\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    summary = _run([*micro_grpo, "reward=[{name: 'myrewards:short', weight: 2.0}, {name: happy_count}]"])
+    assert summary["status"] == "completed"
+    rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    assert rows[0]["reward/myrewards:short"] is not None
+
+
+def test_bad_reward_stops_before_writing(micro_grpo, tmp_path, capsys):
+    assert main(["grpo", *micro_grpo, "reward=[{name: hapy_binary}]"]) == 2
+    err = capsys.readouterr().err
+    assert "hapy_binary" in err and err.count("\n") == 1
+    assert not (tmp_path / "grpo").exists()
