@@ -83,3 +83,14 @@ def test_recipes_in_repo_validate():
     for recipe in root.glob("*.yaml"):
         assert recipe.read_text().startswith("# smollab "), f"{recipe} lacks its command header"
         load_config("pretrain", recipe)
+
+
+def test_grpo_recipes_validate():
+    from pathlib import Path
+
+    from smollab.rewards.registry import validate_specs
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "grpo"
+    for recipe in root.glob("*.yaml"):
+        assert recipe.read_text().startswith("# smollab grpo "), recipe
+        validate_specs(load_config("grpo", recipe).reward)

@@ -268,3 +268,14 @@ def default_run_dir(command: str, parts: Iterable[str]) -> Path:
     name = "-".join([command, *[p for p in parts if p]])
     safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
     return Path("runs") / safe
+
+
+def set_status(run_dir: str | Path, status: str, evidence: str | None = None) -> dict[str, Any]:
+    """Record a verdict made outside the run (a sweep pruning it) into its summary, atomically."""
+    if status not in STATUSES:
+        raise ValueError(f"unknown status {status}")
+    path = Path(run_dir) / "summary.json"
+    summary = read_json(path) if path.exists() else {}
+    summary.update(status=status, evidence=evidence)
+    atomic_write_json(path, summary)
+    return summary

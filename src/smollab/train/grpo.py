@@ -50,21 +50,21 @@ def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF)
 
 
-def policy_logprobs(model, r: Rollout, temperature: float):
-    """Per-token log-probs (with grad) and entropies (detached) of the completions under `model`."""
+def policy_logprobs(model, r: Rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs (with grad) of the completions under `model`.
+
+    Only the completion positions reach the LM head (`logits_to_keep` as indices), so neither
+    the forward nor the backward touches logits of prompt positions.
+    """
     ids, mask = r.input_ids, r.attention_mask
-    P = r.prompt_ids.shape[1]
-    keep = ids.shape[1] - P + 1
+    P, L = r.prompt_ids.shape[1], ids.shape[1]
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    keep = torch.arange(P - 1, L - 1, device=ids.device)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                   logits_to_keep=keep).logits[:, -keep:-1].float()  # fmt: skip
+                   logits_to_keep=keep).logits.float()  # fmt: skip
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = logits.log_softmax(-1)
-    logp = logp_all.gather(-1, r.completion_ids[..., None]).squeeze(-1)
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)
-    return logp, entropy
+    return logits.gather(-1, r.completion_ids[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 def make_reference(policy, lora: bool, on_cpu: bool):
@@ -220,7 +220,7 @@ def train(cfg: GRPOConfig) -> dict:
             policy.train()
             for it in range(g.num_iterations):
                 with rt.autocast():
-                    logp, entropy = policy_logprobs(policy, r, g.temperature)
+                    logp = policy_logprobs(policy, r, g.temperature)
                 loss, stats = grpo_loss(logp, r.logprobs if g.num_iterations > 1 else None, ref_logp,
                                         advantages, mask, beta=g.beta, epsilon=g.epsilon,
                                         epsilon_high=g.epsilon_high, loss_type=g.loss_type,
@@ -236,7 +236,7 @@ def train(cfg: GRPOConfig) -> dict:
                     optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 if it == 0:
-                    first_stats, first_entropy = stats, entropy
+                    first_stats = stats
             synchronize(rt.device)
             t_end = time.perf_counter()
             step += 1
@@ -248,7 +248,7 @@ def train(cfg: GRPOConfig) -> dict:
             row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss.item(),
                        reward_mean=reward_mean, reward_std=float(total.std()),
                        kl=first_stats.get("kl", 0.0),
-                       entropy=float(first_entropy[m].mean()) if m.any() else 0.0,
+                       entropy=float(-r.logprobs[m].mean()) if m.any() else 0.0,  # sampled -log p: unbiased
                        completion_len=float(r.completion_lengths.float().mean()),
                        truncated_frac=float(r.truncated.float().mean()),
                        clip_frac=first_stats["clip_region"], grad_norm=float(grad_norm),
