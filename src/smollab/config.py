@@ -178,7 +178,7 @@ class FailureConfig(Section):
     """Known RL failures: each stops the run (action=stop) or is only recorded (flag)."""
 
     action: Literal["stop", "flag"] = "stop"
-    max_kl: float = Field(10.0, gt=0, description="KL per token above this = diverged")
+    max_kl: float = Field(2.0, gt=0, description="mean KL per token (nats) above this = diverged")
     min_unique: float = Field(0.5, ge=0, le=1, description="unique-completion fraction floor")
     max_jaccard: float = Field(0.7, ge=0, le=1, description="mean pairwise word Jaccard ceiling")
     patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")

@@ -1,0 +1,27 @@
+import pytest
+
+from smollab.data.tokenizer import load_tokenizer
+from smollab.errors import UserError
+from smollab.train.prompts import file_prompts, story_prompts
+
+
+def test_story_prompts_start_with_a_document_break(micro_data):
+    tok = load_tokenizer(micro_data / "tokenizer")
+    prompts = story_prompts(micro_data, "test", tok, 8, limit=5)
+    assert len(prompts) == 5
+    assert all(p[0] == tok.eos_token_id and len(p) == 9 for p in prompts)
+
+
+def test_file_prompts_and_errors(micro_data, tmp_path):
+    tok = load_tokenizer(micro_data / "tokenizer")
+    f = tmp_path / "p.txt"
+    f.write_text("once upon a time\n\none day\n")
+    prompts = file_prompts(f, tok)
+    assert len(prompts) == 2 and prompts[0][0] == tok.eos_token_id
+    with pytest.raises(UserError, match="no such file"):
+        file_prompts(tmp_path / "nope.txt", tok)
+    (tmp_path / "empty.txt").write_text("\n")
+    with pytest.raises(UserError, match="holds no prompts"):
+        file_prompts(tmp_path / "empty.txt", tok)
+    with pytest.raises(UserError, match="no test.jsonl"):
+        story_prompts(tmp_path, "test", tok, 8)
