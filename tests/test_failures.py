@@ -1,7 +1,8 @@
 import math
 
+from smollab.config import FailureConfig
 from smollab.failures import degenerate, diverged_loss, diverged_rl, stuck
-from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
+from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 
 
 def test_diverged_loss():
@@ -16,10 +17,12 @@ def test_diverged_rl():
     assert diverged_rl(0.5, 0.1, 10.0, 3) is None
 
 
-def test_degenerate_by_unique_or_jaccard():
-    assert degenerate(0.3, 0.2, 0.5, 0.7, 9).status == "degenerate"
-    assert "Jaccard" in degenerate(0.9, 0.8, 0.5, 0.7, 9).evidence
-    assert degenerate(0.9, 0.2, 0.5, 0.7, 9) is None
+def test_degenerate_by_unique_jaccard_or_repetition():
+    limits = FailureConfig(min_unique=0.5, max_jaccard=0.7, max_repetition=0.2)
+    assert degenerate(0.3, 0.2, 0.0, limits, 9).status == "degenerate"
+    assert "Jaccard" in degenerate(0.9, 0.8, 0.0, limits, 9).evidence
+    assert "4-grams 0.30" in degenerate(0.9, 0.2, 0.3, limits, 9).evidence
+    assert degenerate(0.9, 0.2, 0.1, limits, 9) is None
 
 
 def test_stuck_after_grace_only():
@@ -35,3 +38,5 @@ def test_diversity_metrics():
     assert mean_pairwise_jaccard(["a b", "a b"]) == 1.0
     assert mean_pairwise_jaccard(["a b", "c d"]) == 0.0
     assert mean_pairwise_jaccard(["a b c", "a b d"]) == 0.5
+    assert repetition(["a b c d a b c d"]) == 1 - 4 / 5
+    assert repetition(["a b c d e"]) == 0.0

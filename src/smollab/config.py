@@ -181,6 +181,9 @@ class FailureConfig(Section):
     max_kl: float = Field(2.0, gt=0, description="mean KL per token (nats) above this = diverged")
     min_unique: float = Field(0.5, ge=0, le=1, description="unique-completion fraction floor")
     max_jaccard: float = Field(0.7, ge=0, le=1, description="mean pairwise word Jaccard ceiling")
+    max_repetition: float = Field(
+        1.0, ge=0, le=1, description="seq-rep-4 ceiling (repeated word 4-grams); 1 disables"
+    )
     patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")
     stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
     stuck_margin: float = Field(0.05, ge=0)

@@ -38,15 +38,21 @@ def diverged_rl(kl: float, loss: float, max_kl: float, step: int) -> Failure | N
 
 
 def degenerate(
-    unique_fraction: float, jaccard: float, min_unique: float, max_jaccard: float, step: int
+    unique_fraction: float, jaccard: float, repetition: float, limits, step: int
 ) -> Failure | None:
-    """Collapsed diversity: high reward from templates is a failure, not a success."""
-    if unique_fraction < min_unique:
-        return Failure("degenerate", f"unique completions {unique_fraction:.2f} < {min_unique:g} "
-                                     f"at step {step}")  # fmt: skip
-    if jaccard > max_jaccard:
-        return Failure("degenerate", f"mean pairwise word Jaccard {jaccard:.2f} > {max_jaccard:g} "
-                                     f"at step {step}")  # fmt: skip
+    """Collapsed diversity: high reward from templates is a failure, not a success.
+
+    `limits` carries min_unique, max_jaccard and max_repetition (the `failure` config section).
+    """
+    if unique_fraction < limits.min_unique:
+        return Failure("degenerate", f"unique completions {unique_fraction:.2f} < "
+                                     f"{limits.min_unique:g} at step {step}")  # fmt: skip
+    if jaccard > limits.max_jaccard:
+        return Failure("degenerate", f"mean pairwise word Jaccard {jaccard:.2f} > "
+                                     f"{limits.max_jaccard:g} at step {step}")  # fmt: skip
+    if repetition > limits.max_repetition:
+        return Failure("degenerate", f"repeated word 4-grams {repetition:.2f} > "
+                                     f"{limits.max_repetition:g} at step {step}")  # fmt: skip
     return None
 
 

@@ -74,7 +74,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
 _PANELS = {
     "reward.png": ["reward_mean", "eval_reward_mean"],
     "kl.png": ["kl"],
-    "diversity.png": ["unique_fraction", "jaccard"],
+    "diversity.png": ["unique_fraction", "jaccard", "repetition"],
 }
 
 

@@ -24,7 +24,7 @@ from smollab.models.presets import count_parameters
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import RunDir, default_run_dir, load_trainer_state
-from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
+from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.progress import Progress
 from smollab.train.prompts import file_prompts, story_prompts
@@ -33,7 +33,7 @@ from smollab.train.schedule import lr_at
 
 COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
            "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
-           "jaccard", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
+           "jaccard", "repetition", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
            "train_s", "step_s", "peak_mem_mb"]  # fmt: skip
 
 
@@ -254,6 +254,7 @@ def train(cfg: GRPOConfig) -> dict:
                        clip_frac=first_stats["clip_region"], grad_norm=float(grad_norm),
                        unique_fraction=unique_fraction(completions),
                        jaccard=mean_pairwise_jaccard(completions),
+                       repetition=repetition(completions),
                        gen_s=t_gen - t0, reward_s=t_rew - t_gen, ref_s=t_ref - t_rew,
                        train_s=t_end - t_ref, step_s=t_end - t0,
                        peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
@@ -274,7 +275,7 @@ def train(cfg: GRPOConfig) -> dict:
                 run.log(_line(row), echo=not progress.live)
 
             failure = diverged_rl(row["kl"], row["loss"], fc.max_kl, step)
-            deg = degenerate(row["unique_fraction"], row["jaccard"], fc.min_unique, fc.max_jaccard, step)
+            deg = degenerate(row["unique_fraction"], row["jaccard"], row["repetition"], fc, step)
             streak = streak + 1 if deg else 0
             if failure is None and deg and streak >= fc.patience:
                 failure = deg
