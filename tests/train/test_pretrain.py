@@ -129,3 +129,11 @@ def test_ddp_two_processes_on_cpu(micro_pretrain, tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 2
     assert summary["tokens"] == 6 * 4 * 32 * 2
+
+
+def test_checkpoint_names_the_tokenizers_eos(micro_pretrain, tmp_path):
+    _run(micro_pretrain)
+    cfg = json.loads((tmp_path / "run" / "checkpoints" / "final" / "config.json").read_text())
+    tok = json.loads((tmp_path / "run" / "checkpoints" / "final" / "tokenizer_config.json").read_text())
+    assert tok["eos_token"] == "[EOS]"
+    assert cfg["eos_token_id"] == 1 and cfg["pad_token_id"] == 1 and cfg["bos_token_id"] is None

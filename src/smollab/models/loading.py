@@ -64,6 +64,20 @@ def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementa
     return model
 
 
+def align_special_tokens(model, tokenizer) -> None:
+    """Make the model's config name the tokenizer's EOS and pad ids.
+
+    Preset configs carry the library's default Llama ids (bos 1, eos 2), which in a tokenizer
+    trained here are ordinary tokens; tools that read the checkpoint (HF `generate`, TRL) would
+    stop completions at the wrong token.
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    bos = getattr(tokenizer, "bos_token_id", None)
+    for cfg in (model.config, getattr(model, "generation_config", None)):
+        if cfg is not None:
+            cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = eos, pad, bos
+
+
 def apply_lora(model, cfg: LoraConfig):
     """Wrap `model` with PEFT LoRA adapters on the configured targets."""
     from peft import LoraConfig as PeftLoraConfig

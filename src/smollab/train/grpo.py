@@ -19,7 +19,13 @@ from smollab.config import GRPOConfig, to_dict
 from smollab.device import make_adamw, peak_memory_mb, setup_runtime, synchronize
 from smollab.errors import UserError
 from smollab.failures import degenerate, diverged_rl, stuck
-from smollab.models.loading import apply_lora, build_model, load_tokenizer_near, resolve_model_dir
+from smollab.models.loading import (
+    align_special_tokens,
+    apply_lora,
+    build_model,
+    load_tokenizer_near,
+    resolve_model_dir,
+)
 from smollab.models.presets import count_parameters
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
@@ -133,6 +139,7 @@ def train(cfg: GRPOConfig) -> dict:
                          attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
     if len(tokenizer) > policy.config.vocab_size:
         raise UserError(f"tokenizer has {len(tokenizer)} entries, the model only {policy.config.vocab_size}")
+    align_special_tokens(policy, tokenizer)
     if cfg.model.lora.enabled:
         policy = apply_lora(policy, cfg.model.lora)
     policy.to(rt.device)

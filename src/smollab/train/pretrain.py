@@ -23,7 +23,7 @@ from smollab.device import make_adamw, maybe_compile, peak_memory_mb, setup_runt
 from smollab.errors import UserError
 from smollab.failures import diverged_loss
 from smollab.mfu import flops_per_token, peak_flops
-from smollab.models.loading import build_model
+from smollab.models.loading import align_special_tokens, build_model
 from smollab.models.presets import count_parameters
 from smollab.runs import RunDir, default_run_dir, load_trainer_state
 from smollab.train.progress import Progress
@@ -81,6 +81,7 @@ def train(cfg: PretrainConfig) -> dict:
     max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
     if tc.seq_len > max_pos:
         raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")
+    align_special_tokens(model, tokenizer)
     if meta["vocab_size"] > model.config.vocab_size:
         raise UserError(f"data.dir {cfg.data.dir}: tokenizer has {meta['vocab_size']} entries, "
                         f"the model only {model.config.vocab_size}")  # fmt: skip
