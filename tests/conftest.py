@@ -57,3 +57,86 @@ def micro_grpo(micro_model, micro_data, tmp_path):
         "train.eval_interval=3", "grpo.eval_prompts=4", "train.save_interval=2",
         "optim.lr=1e-3", f"run.dir={tmp_path / 'grpo'}",
     ]  # fmt: skip
+
+
+# ---- lab: a fake `smollab` child (stdlib only, starts in milliseconds) ------------------------
+
+FAKE_CHILD = r'''
+"""Stands in for `python -m smollab pretrain|grpo ...` in lab tests.
+
+optim.lr picks the behaviour: >= 100 crashes, >= 10 diverges (NaN at step 3), else the loss
+falls as 5 * exp(-lr * step). Each step sleeps FAKE_STEP_S x (1 + FAKE_SLOWDOWN x (k - 1)),
+k being the fake children alive in the same parent directory. It checkpoints every 5 steps,
+resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 130).
+"""
+import csv, json, math, os, resource, signal, sys, time
+from pathlib import Path
+
+args = dict(a.split("=", 1) for a in sys.argv[2:] if "=" in a)
+command = sys.argv[1]
+run = Path(args["run.dir"]); run.mkdir(parents=True, exist_ok=True)
+lr = float(args.get("optim.lr", "1e-3"))
+max_steps = int(args.get("train.max_steps", "10"))
+summary_path, ckpt = run / "summary.json", run / "ckpt.json"
+summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+if summary.get("status") in ("completed", "diverged", "degenerate", "stuck", "pruned"):
+    print("already", summary["status"]); sys.exit(0)
+start = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
+cols = (["step", "wall_s", "lr", "loss", "reward_mean", "step_s", "peak_mem_mb"] if command == "grpo"
+        else ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "peak_mem_mb"])
+rows = []
+if start and (run / "metrics.csv").exists():
+    rows = [r for r in csv.DictReader(open(run / "metrics.csv")) if int(r["step"]) <= start]
+with open(run / "metrics.csv", "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows(rows)
+alive = run / ".alive"; alive.write_text(str(os.getpid()))
+def write_summary(**kw):
+    summary.update(kw); tmp = run / ".s.tmp"; tmp.write_text(json.dumps(summary)); os.replace(tmp, summary_path)
+write_summary(status="running", command=command, argv=sys.argv[1:])
+stop = []
+signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+t0 = time.time(); train_s = 0.0
+step = start; status, evidence = "completed", None
+try:
+    if lr >= 100:
+        raise RuntimeError(f"boom at lr {lr}")
+    f = open(run / "metrics.csv", "a", newline=""); w = csv.DictWriter(f, fieldnames=cols)
+    while step < max_steps and not stop:
+        k = sum(1 for p in run.parent.glob("*/.alive"))
+        dt = float(os.environ.get("FAKE_STEP_S", "0.01")) * (1 + float(os.environ.get("FAKE_SLOWDOWN", "0")) * (k - 1))
+        time.sleep(dt); train_s += dt; step += 1
+        loss = float("nan") if lr >= 10 and step >= 3 else 5 * math.exp(-lr * step)
+        mem = float(os.environ.get("FAKE_MEM_MB", "0")) or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        row = ({"step": step, "wall_s": time.time() - t0, "lr": lr, "loss": loss, "reward_mean": -loss, "step_s": dt, "peak_mem_mb": mem}
+               if command == "grpo" else
+               {"step": step, "tokens": step * 128, "wall_s": time.time() - t0, "train_s": train_s, "lr": lr,
+                "train_loss": loss, "val_loss": loss + 0.1 if step % 5 == 0 or step == max_steps else "", "peak_mem_mb": mem})
+        w.writerow(row); f.flush()
+        if not math.isfinite(loss):
+            status, evidence = "diverged", f"loss is nan at step {step}"; break
+        if step % 5 == 0:
+            ckpt.write_text(json.dumps({"step": step}))
+    if stop:
+        status, evidence = "interrupted", f"interrupted at step {step}"
+finally:
+    alive.unlink(missing_ok=True)
+write_summary(status=status, evidence=evidence, steps=step)
+sys.exit(130 if status == "interrupted" else 0)
+'''
+
+
+@pytest.fixture
+def fake_child(tmp_path, monkeypatch):
+    """Make the lab launch the fake child above instead of `python -m smollab`."""
+    import sys
+
+    from smollab.lab import children
+
+    script = tmp_path / "fake_child.py"
+    script.write_text(FAKE_CHILD)
+
+    def argv(command, base, overrides):
+        return [sys.executable, str(script), command, *([base] if base else []), *overrides]
+
+    monkeypatch.setattr(children, "smollab_argv", argv)
+    return script

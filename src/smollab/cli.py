@@ -168,6 +168,134 @@ def _guess_command(path: str | None) -> str:
     return "pretrain"
 
 
+@command("demo", "the whole loop offline in minutes: data, pretraining, GRPO, a report")
+def _demo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", default="demo", help="where data, runs, report.md and summary.json go")
+    p.add_argument("--quick", action="store_true",
+                   help="micro settings: checks the whole path in seconds (figures meaningless)")  # fmt: skip
+
+    def run(a: argparse.Namespace) -> int:
+        from smollab.demo import run_demo
+
+        s = run_demo(a.dir, quick=a.quick)
+        sec = s["seconds"]
+        print(f"\ndemo {s['status']} in {sec['total']:.0f} s (data {sec['data']:.0f}, pretrain "
+              f"{sec['pretrain']:.0f}, grpo {sec['grpo']:.0f}, report {sec['report']:.0f}); "
+              f"reward {s['base_reward']:.2f} -> {s['final_reward']:.2f}, unique "
+              f"{s['final_unique_fraction']:.2f}")  # fmt: skip
+        print(f"report: {a.dir.rstrip('/')}/report.md")
+        return 0
+
+    p.set_defaults(run=run)
+
+
+@command("bench", "measure each performance knob alone on a workload: step time, throughput, memory")
+def _bench(p: argparse.ArgumentParser) -> None:
+    from smollab.bench import KNOBS
+
+    p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload")
+    p.add_argument("--knobs", default=None,
+                   help=f"comma-separated subset of: {', '.join(KNOBS)} (default: all)")  # fmt: skip
+    p.add_argument("--steps", type=int, default=None,
+                   help="optimizer steps per variant (default 30 pretrain, 20 grpo)")  # fmt: skip
+    p.add_argument("--out", default=None, help="bench directory (default runs/bench/<workload>)")
+    p.add_argument("--command", dest="kind", choices=("pretrain", "grpo"), default=None,
+                   help="workload type (default: grpo when the recipe has a grpo section)")  # fmt: skip
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="quality tolerance: relative for loss (default 0.02), absolute for reward (0.05)")  # fmt: skip
+    p.add_argument("--min-speedup", type=float, default=1.03,
+                   help="speedup a knob needs to count as helping (default 1.03)")  # fmt: skip
+    p.add_argument("--repeat", type=int, default=1, help="runs per variant (median step time)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
+
+    def run(a: argparse.Namespace) -> int:
+        from smollab.bench import run_bench
+
+        path, overrides = split_config([a.workload, *a.overrides])
+        if path is None:
+            raise UserError("bench: give a workload recipe first, e.g. configs/pretrain/simplestories-1.25m.yaml")
+        knobs = [k.strip() for k in a.knobs.split(",") if k.strip()] if a.knobs else None
+        result = run_bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, kind=a.kind,
+                           tolerance=a.tolerance, min_speedup=a.min_speedup, timeout=a.timeout,
+                           repeat=a.repeat)  # fmt: skip
+        return 0 if result["baseline_ok"] else 1
+
+    p.set_defaults(run=run)
+
+
+@command("sweep", "run a sweep spec: packed, early-stopped, resumable trials; live results")
+def _sweep(p: argparse.ArgumentParser) -> None:
+    p.add_argument("args", nargs="+", metavar="SPEC [key=value ...]",
+                   help="sweep spec YAML, then overrides on the spec (dir=..., concurrency=4, "
+                        "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+
+    def run(a: argparse.Namespace) -> int:
+        from smollab.lab.spec import load_spec
+
+        path, overrides = split_config(a.args)
+        spec = load_spec(path, overrides)
+        from smollab.lab import sweep
+
+        if a.dry_run:
+            sweep.dry_run(spec)
+            return 0
+        sweep.run_sweep(spec)
+        return 0
+
+    p.set_defaults(run=run)
+
+
+@command("report", "plots and report.md for a run, sweep or probe directory")
+def _report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", help="a run directory or a sweep directory")
+    p.add_argument("--target-loss", type=float, default=None,
+                   help="LR sweeps: mark which learning rates reach this loss")  # fmt: skip
+
+    def run(a: argparse.Namespace) -> int:
+        from pathlib import Path
+
+        d = Path(a.path)
+        if not d.is_dir():
+            raise UserError(f"not a directory: {d}")
+        if (d / "results.csv").exists() or (d / "sweep.json").exists():
+            from smollab.report.sweep_report import write_sweep_report
+
+            out = write_sweep_report(d, plots=True, target_loss=a.target_loss)
+        elif (d / "probe.json").exists():
+            from smollab.lab.probe import report_probe
+
+            out = report_probe(d)
+        else:
+            from smollab.report.run_report import write_run_report
+
+            out = write_run_report(d)
+        print(f"report: {out}")
+        return 0
+
+    p.set_defaults(run=run)
+
+
+@command("probe", "step time and throughput vs concurrent runs: the best concurrency")
+def _probe(p: argparse.ArgumentParser) -> None:
+    p.add_argument("args", nargs="+", metavar="WORKLOAD [key=value ...]",
+                   help="a probe recipe (configs/probe/) or a pretrain/grpo config; probe settings "
+                        "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
+
+    def run(a: argparse.Namespace) -> int:
+        from smollab.lab.probe import load_probe, run_probe
+
+        workload, overrides = split_config(a.args)
+        if workload is None:
+            raise UserError("probe: give a WORKLOAD (a probe recipe or a training config) first")
+        spec, work = load_probe(workload, overrides)
+        run_probe(spec, work)
+        return 0
+
+    p.set_defaults(run=run)
+
+
 # ---- entry point ----------------------------------------------------------------------------
 
 

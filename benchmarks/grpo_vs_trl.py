@@ -1,0 +1,419 @@
+"""GRPO seconds per optimizer step and reward: `smollab grpo` vs TRL's `GRPOTrainer` (never run by CI).
+
+Both start from the same model directory (default: the SimpleStories-1.25M-shaped run /tmp/runs/ss1;
+if absent, one is pretrained with configs/pretrain/simplestories-1.25m.yaml and
+train.max_steps=300) and use the same settings: prompts are the first 8 tokens of stories of
+`train.jsonl` (the first 20,000, as smollab draws them), each prefixed by the EOS token; TRL gets
+them as plain-text prompts ("[EOS]" + decoded text, which tokenizes back to the same ids; the match
+rate is printed), not conversations, so no chat template is involved. Reward `happy_binary`
+(smollab's function for both), 32 completions per step = 2 prompts x 16 generations, at most 64
+new tokens, temperature 1.0, beta 0.02, fp32 on the CPU, the same loss type, reward scaling,
+clipping epsilon, AdamW betas/eps/weight decay, grad clip and a constant LR: 1e-5 full fine-tuning,
+1e-4 LoRA r8 (alpha 16, on q, k, v, o, gate, up, down). Completions end at the tokenizer's EOS
+only (TRL would also stop at any other EOS id the model's config declares). TRL runs without
+bf16 and without gradient checkpointing, its CPU defaults, which are slower at this size
+(DESIGN section 9).
+
+Per mode (full, LoRA) the two train `--steps` steps each in one process, interleaved step by step
+(smollab step k, TRL step k, ...: each in its own thread, handing the CPU on after every step, so
+only one ever computes and both see the same machine load). Printed per mode: the median seconds
+per optimizer step after `--warmup` steps (smollab: its own `step_s` of metrics.csv, generation
+through the optimizer step; TRL: a TrainerCallback from on_step_begin to on_step_end) and their
+ratio; an outer clock per step (everything between hand-overs: smollab's metrics and logging,
+TRL's logging and data loading); the mean training-batch reward over the first and the last 5
+steps and the mean completion length; and where each spends its step (TRL's split comes from
+timing its methods: `_generate`, `_calculate_rewards`, the no-grad reference forward,
+`compute_loss`, and the rest: backward and AdamW).
+
+    python benchmarks/grpo_vs_trl.py [--model /tmp/runs/ss1] [--data-dir /tmp/stories]
+                                     [--steps 50] [--warmup 3] [--modes full,lora] [--quick]
+
+Needs TRL: pip install -e ".[bench]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PRETRAIN_RECIPE = REPO / "configs" / "pretrain" / "simplestories-1.25m.yaml"
+RECIPES = {"full": REPO / "configs" / "grpo" / "happy.yaml",
+           "lora": REPO / "configs" / "grpo" / "happy-lora.yaml"}  # fmt: skip
+LR = {"full": 1e-5, "lora": 1e-4}
+LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
+
+
+class Baton:
+    """Round-robin hand-over between threads: only the holder computes; a finished one drops out."""
+
+    def __init__(self, names: list[str]):
+        self.names, self.turn, self.done = list(names), names[0], set()
+        self.cv = threading.Condition()
+
+    def _next(self, me: str) -> str:
+        i = self.names.index(me)
+        for k in range(1, len(self.names) + 1):
+            cand = self.names[(i + k) % len(self.names)]
+            if cand not in self.done:
+                return cand
+        return me
+
+    def wait(self, me: str) -> None:
+        with self.cv:
+            while self.turn != me:
+                self.cv.wait()
+
+    def hand_on(self, me: str) -> None:
+        with self.cv:
+            self.turn = self._next(me)
+            self.cv.notify_all()
+        self.wait(me)
+
+    def finish(self, me: str) -> None:
+        with self.cv:
+            self.done.add(me)
+            if self.turn == me:
+                self.turn = self._next(me)
+            self.cv.notify_all()
+
+
+class Clock:
+    """Outer per-step times: from taking the baton to handing it on."""
+
+    def __init__(self):
+        self.outer: list[float] = []
+        self._t = None
+
+    def resumed(self) -> None:
+        self._t = time.perf_counter()
+
+    def handing_on(self) -> None:
+        if self._t is not None:
+            self.outer.append(time.perf_counter() - self._t)
+
+
+def ensure_model(args) -> Path:
+    from smollab.models.loading import resolve_model_dir
+
+    if not Path(args.model).exists():
+        from smollab.config import load_config
+        from smollab.train.pretrain import train
+
+        print(f"{args.model} not found: pretraining it ({PRETRAIN_RECIPE.name}, 300 steps) ...",
+              flush=True)  # fmt: skip
+        train(load_config("pretrain", PRETRAIN_RECIPE, [
+            f"data.dir={args.data_dir}", "train.max_steps=300", f"run.dir={args.model}"]))  # fmt: skip
+    return Path(resolve_model_dir(str(args.model)))
+
+
+def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
+    from smollab.config import load_config
+
+    over = [
+        f"model.path={model_dir}", f"data.dir={args.data_dir}", f"train.max_steps={args.steps}",
+        "train.batch_size=32", "train.log_interval=1", f"train.eval_interval={args.steps}",
+        f"train.save_interval={10**9}", "grpo.prompt_tokens=8", "grpo.num_generations=16",
+        "grpo.max_completion_length=64", "grpo.temperature=1.0", "grpo.top_p=1.0", "grpo.top_k=0",
+        "grpo.beta=0.02", "grpo.num_iterations=1", f"optim.lr={LR[mode]}",
+        "optim.schedule=constant", "optim.warmup_steps=0", "perf.device=cpu",
+        "perf.precision=fp32", "failure.action=flag", f"run.dir={run_dir}", "run.resume=never",
+    ]  # fmt: skip
+    if mode == "lora":
+        over += ["model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=16",
+                 "model.lora.dropout=0.0", "model.lora.targets=[q,k,v,o,gate,up,down]"]  # fmt: skip
+    cfg = load_config("grpo", RECIPES[mode], over)
+    names = [r.name for r in cfg.reward]
+    if names != ["happy_binary"]:
+        raise SystemExit(f"{RECIPES[mode]}: expected the single reward happy_binary, got {names}")
+    return cfg
+
+
+def run_smollab(cfg, baton: Baton, clock: Clock) -> dict:
+    import smollab.train.grpo as grpo
+    from smollab.runs import read_metrics
+
+    base = grpo.Progress
+
+    class HandOn(base):  # called once per logged step (every step here), after the step's clock
+        def update(self, step, **info):
+            super().update(step, **info)
+            clock.handing_on()
+            baton.hand_on("smollab")
+            clock.resumed()
+
+    grpo.Progress = HandOn
+    try:
+        grpo.train(cfg)
+    finally:
+        grpo.Progress = base
+    rows = read_metrics(Path(cfg.run.dir) / "metrics.csv")
+    keys = ("step_s", "gen_s", "reward_s", "ref_s", "train_s", "reward_mean", "completion_len")
+    return {k: [r[k] for r in rows] for k in keys}
+
+
+def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
+    """smollab's prompt ids as text for TRL, and the fraction that tokenizes back to the same ids."""
+    from smollab.train.prompts import story_prompts
+
+    ids = story_prompts(data_dir, "train", tokenizer, 8, PROMPT_POOL)
+    texts = [tokenizer.eos_token + tokenizer.decode(p[1:]) for p in ids]
+    back = tokenizer(texts)["input_ids"]  # as TRL tokenizes plain-text prompts
+    same = sum(a == list(b) for a, b in zip(ids, back, strict=True)) / len(ids)
+    return texts, same
+
+
+def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, baton: Baton, clock: Clock) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from smollab.rewards.happy import happy_binary
+
+    g, oc = cfg.grpo, cfg.optim
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    texts, same = trl_prompts(cfg.data.dir, tokenizer)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                 attn_implementation="sdpa")  # fmt: skip
+    # TRL stops a completion at every EOS id the model's generation config declares, besides the
+    # tokenizer's. smollab stops only at the tokenizer's EOS: give TRL that one alone.
+    eos = tokenizer.eos_token_id
+    declared = model.generation_config.eos_token_id
+    eos_note = None
+    if declared not in (eos, [eos]):
+        names = tokenizer.convert_ids_to_tokens(
+            declared if isinstance(declared, list) else [declared]
+        )
+        eos_note = (f"the model declares eos_token_id {declared} ({', '.join(map(str, names))}), "
+                    f"the tokenizer {eos} ({tokenizer.eos_token}): TRL given {eos} only")  # fmt: skip
+        model.generation_config.eos_token_id = eos
+        model.config.eos_token_id = eos
+    peft_config = None
+    if mode == "lora":
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                 target_modules=LORA_MODULES, task_type="CAUSAL_LM")  # fmt: skip
+    targs = GRPOConfig(
+        output_dir=str(out_dir), per_device_train_batch_size=32, num_generations=16,
+        max_completion_length=64, beta=0.02, temperature=1.0, top_p=1.0, top_k=0,
+        num_iterations=1, loss_type=g.loss_type, scale_rewards=g.scale_rewards,
+        epsilon=g.epsilon, epsilon_high=g.epsilon_high or g.epsilon,
+        mask_truncated_completions=g.mask_truncated_completions,
+        learning_rate=LR[mode], lr_scheduler_type="constant", warmup_steps=0,
+        adam_beta1=oc.beta1, adam_beta2=oc.beta2, adam_epsilon=oc.eps,
+        weight_decay=oc.weight_decay, max_grad_norm=oc.grad_clip or 1e9,
+        max_steps=cfg.train.max_steps, logging_steps=1, report_to="none", save_strategy="no",
+        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        dataloader_num_workers=0, seed=cfg.run.seed, disable_tqdm=True, log_completions=False,
+    )  # fmt: skip
+
+    split: dict[str, list[float]] = defaultdict(list)
+    cur: dict[str, float] = defaultdict(float)
+    rewards: list[float] = []
+    lengths: list[float] = []
+    inner: list[float] = []
+
+    class StepClock(TrainerCallback):
+        t0 = 0.0
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            cur.clear()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            inner.append(time.perf_counter() - self.t0)
+            for k in ("gen", "reward", "ref", "score", "loss"):
+                split[k].append(cur.get(k, 0.0))
+            clock.handing_on()
+            baton.hand_on("trl")
+            clock.resumed()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "reward" in logs:
+                rewards.append(float(logs["reward"]))
+                lengths.append(float(logs.get("completions/mean_length", float("nan"))))
+
+    trainer = GRPOTrainer(model=model, reward_funcs=happy_binary, args=targs,
+                          train_dataset=Dataset.from_dict({"prompt": texts}),
+                          processing_class=tokenizer, peft_config=peft_config,
+                          callbacks=[StepClock()])  # fmt: skip
+
+    def timed(name: str, key_fn=None):
+        fn = getattr(trainer, name)
+
+        def wrapper(*a, **k):
+            key = key_fn() if key_fn else name
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                if key:
+                    cur[key] += time.perf_counter() - t
+
+        setattr(trainer, name, wrapper)
+
+    timed("_generate", lambda: "gen")
+    timed("_calculate_rewards", lambda: "reward")
+    timed("_get_per_token_logps_and_entropies",
+          lambda: None if torch.is_grad_enabled() else "ref")  # fmt: skip
+    timed("_generate_and_score_completions", lambda: "score")
+    timed("compute_loss", lambda: "loss")
+    trainer.train()
+    return {"step_s": inner, "split": dict(split), "reward_mean": rewards, "completion_len": lengths,
+            "prompt_match": same, "eos_note": eos_note,
+            "n_prompts": len(texts)}  # fmt: skip
+
+
+def interleave(jobs: dict, clocks: dict) -> dict:
+    """Run the jobs in threads that hand the CPU on after every step; return their results."""
+    baton = Baton(list(jobs))
+    out, errors = {}, {}
+
+    def worker(name: str) -> None:
+        try:
+            baton.wait(name)
+            clocks[name].resumed()
+            out[name] = jobs[name](baton)
+        except BaseException:
+            errors[name] = traceback.format_exc()
+        finally:
+            baton.finish(name)
+
+    log = io.StringIO()
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        threads = [threading.Thread(target=worker, args=(n,), name=n) for n in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        sys.stderr.write(log.getvalue()[-6000:])
+        for name, tb in errors.items():
+            sys.stderr.write(f"--- {name} failed:\n{tb}")
+        sys.exit(1)
+    return out
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def report(mode: str, res: dict, clocks: dict, w: int, wall: float, loads) -> None:
+    s, t = res["smollab"], res["trl"]
+    n = min(len(s["step_s"]), len(t["step_s"]))
+    s_step, t_step = s["step_s"][w:n], t["step_s"][w:n]
+    s_out, t_out = clocks["smollab"].outer[w:n], clocks["trl"].outer[w:n]
+    pairs = [b / a for a, b in zip(s_step, t_step, strict=True)]
+    k = 5
+    title = (
+        "full fine-tuning, lr 1e-5"
+        if mode == "full"
+        else "LoRA r8 alpha 16 (q,k,v,o,gate,up,down), lr 1e-4"
+    )
+    print(f"== {title}: {n} steps each, interleaved ({wall:.0f} s); load average 1/5/15 min "
+          f"before {'/'.join(f'{x:.2f}' for x in loads[0])}, after "
+          f"{'/'.join(f'{x:.2f}' for x in loads[1])}")  # fmt: skip
+    print(f"{'':10s}{'s/step':>8s}{'p25':>7s}{'p75':>7s}{'outer':>8s}"
+          f"{f'reward 1-{k}':>13s}{f'reward {n - k + 1}-{n}':>14s}{'mean len':>10s}")  # fmt: skip
+    for name, steps, outer, r in (("smollab", s_step, s_out, s), ("TRL", t_step, t_out, t)):
+        rw = r["reward_mean"]
+        q = statistics.quantiles(steps, n=4) if len(steps) > 1 else [med(steps)] * 3
+        print(f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{med(outer):8.3f}"
+              f"{mean(rw[:k]):13.3f}{mean(rw[n - k : n]):14.3f}"
+              f"{mean(r['completion_len'][:n]):10.1f}")  # fmt: skip
+    print(f"TRL / smollab seconds per step: {med(t_step) / med(s_step):.2f}x (ratio of medians), "
+          f"{med(pairs):.2f}x (median of {len(pairs)} adjacent-step pairs), outer clock "
+          f"{med(t_out) / med(s_out):.2f}x")  # fmt: skip
+    sm = {key: mean(s[key][w:n]) for key in ("gen_s", "reward_s", "ref_s", "train_s", "step_s")}
+    print(f"smollab split (mean s): gen {sm['gen_s']:.3f}, reward {sm['reward_s']:.3f}, "
+          f"ref {sm['ref_s']:.3f}, train {sm['train_s']:.3f} of {sm['step_s']:.3f}")  # fmt: skip
+    sp = {key: mean(v[w:n]) for key, v in t["split"].items()}
+    total = mean(t_step)
+    if sp:
+        other_score = sp["score"] - sp["gen"] - sp["reward"] - sp["ref"]
+        rest = total - sp["score"] - sp["loss"]
+        parts = [("generate", sp["gen"]), ("reward", sp["reward"]), ("ref fwd", sp["ref"]),
+                 ("other scoring", other_score), ("policy fwd+loss", sp["loss"]),
+                 ("backward+AdamW+rest", rest)]  # fmt: skip
+        print("TRL split (mean s): " + ", ".join(
+            f"{label} {v:.3f} ({100 * v / total:.0f}%)" for label, v in parts) + f" of {total:.3f}")  # fmt: skip
+    print()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--model", default="/tmp/runs/ss1", help="run dir or HF model dir (made if absent)"
+    )
+    ap.add_argument("--data-dir", default="/tmp/stories", help="prepared data dir with train.jsonl")
+    ap.add_argument("--steps", type=int, default=50, help="optimizer steps per implementation")
+    ap.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
+    ap.add_argument("--modes", default="full,lora", help="comma list of full, lora")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    ap.add_argument("--quick", action="store_true", help="8 steps per implementation")
+    args = ap.parse_args()
+    if args.quick:
+        args.steps = min(args.steps, 8)
+    args.warmup = min(args.warmup, args.steps - 1)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not set(modes) <= {"full", "lora"}:
+        raise SystemExit(f"--modes: expected full and/or lora, got {args.modes}")
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        import trl
+    except ImportError:
+        raise SystemExit('TRL is not installed: pip install -e ".[bench]"') from None
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    model_dir = ensure_model(args)
+    tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-grpo-"))
+    print(f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
+          f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, fp32")  # fmt: skip
+    print("s/step: smollab = metrics.csv step_s; TRL = on_step_begin..on_step_end. "
+          f"Medians after {args.warmup} warm-up steps; rewards = training-batch means\n")  # fmt: skip
+    for mode in modes:
+        cfg = smollab_cfg(args, mode, model_dir, tmp / f"smollab-{mode}")
+        clocks = {"smollab": Clock(), "trl": Clock()}
+        jobs = {
+            "smollab": lambda b, cfg=cfg, c=clocks: run_smollab(cfg, b, c["smollab"]),
+            "trl": lambda b, cfg=cfg, c=clocks, m=mode: run_trl(cfg, m, model_dir, tmp / f"trl-{m}", b,
+                                                               c["trl"]),
+        }  # fmt: skip
+        load0, t0 = os.getloadavg(), time.perf_counter()
+        res = interleave(jobs, clocks)
+        report(mode, res, clocks, args.warmup, time.perf_counter() - t0, (load0, os.getloadavg()))
+        if mode == modes[-1]:
+            r = res["trl"]
+            print(f"TRL prompts: {r['n_prompts']:,} texts, {100 * r['prompt_match']:.1f}% tokenize "
+                  f"back to smollab's ids; run directories under {tmp}")  # fmt: skip
+            if r["eos_note"]:
+                print(f"note: {r['eos_note']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""Child `smollab` processes: launch, divide CPU threads, tail metrics.csv, stop cleanly, no orphans.
+
+Each child runs in its own session (process group), so a Ctrl-C in the terminal reaches only the
+parent, which then stops the children in order: SIGINT (a run saves its state and writes status
+`interrupted`), then SIGKILL after a grace period. On Linux each child also asks the kernel for a
+SIGINT when its parent dies (PR_SET_PDEATHSIG), so even a SIGKILLed parent leaves no orphan
+training; an atexit hook kills whatever is left when the parent exits any other way. Every child
+writes its pid to `<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the
+directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import csv
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PIDFILE = ".child.pid"
+CHILD_LOG = "child.log"
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def split_threads(total: int, n: int) -> list[int]:
+    """`total` threads fairly over `n` processes (at least one each): 5 over 2 -> [3, 2]."""
+    if n <= 0:
+        return []
+    base, extra = divmod(max(total, n), n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+def smollab_argv(command: str, base: str | None, overrides: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "smollab", command, *([base] if base else []), *overrides]
+
+
+def _pdeathsig(parent: int):
+    """preexec_fn: SIGINT this child when the parent dies (Linux); None elsewhere.
+
+    libc is loaded here, in the parent: nothing may be imported between fork and exec.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def set_it() -> None:
+        prctl(1, signal.SIGINT)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_it
+
+
+@dataclass
+class Child:
+    """One running child process and what the parent knows about it."""
+
+    name: str
+    run_dir: Path
+    argv: list[str]
+    threads: int | None
+    proc: subprocess.Popen
+    started: float = field(default_factory=time.time)
+    stop_reason: str | None = None  # why the parent asked it to stop (prune, sweep stopping)
+    stop_sent: float | None = None
+    data: dict = field(default_factory=dict)  # the caller's bookkeeping
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        if code is not None:
+            _LIVE.discard(self)
+            with contextlib.suppress(OSError):
+                (self.run_dir / PIDFILE).unlink()
+        return code
+
+    def interrupt(self, reason: str | None = None) -> None:
+        """Ask the child to stop cleanly (SIGINT to its process group)."""
+        if self.stop_sent is None:
+            self.stop_reason = reason
+            self.stop_sent = time.time()
+        _signal_group(self.proc, signal.SIGINT)
+
+    def kill(self) -> None:
+        _signal_group(self.proc, signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.poll()
+
+    def peak_rss_mb(self) -> float | None:
+        return peak_rss_mb(self.pid)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+_LIVE: set[Child] = set()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def launch(
+    name: str, argv: list[str], run_dir: Path, threads: int | None = None,
+    env: dict[str, str] | None = None, cpus: Sequence[int] | None = None,
+) -> Child:  # fmt: skip
+    """Start `argv` in its own session; stdout and stderr append to `<run_dir>/child.log`."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    child_env["PYTHONUNBUFFERED"] = "1"
+    if threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            child_env[var] = str(threads)
+    log = open(run_dir / CHILD_LOG, "ab")
+    log.write(f"\n$ {' '.join(argv)}\n".encode())
+    log.flush()
+    parent = os.getpid()
+    pdeath = _pdeathsig(parent)
+
+    def preexec() -> None:
+        if pdeath:
+            pdeath()
+        if cpus:
+            with contextlib.suppress(AttributeError, OSError):
+                os.sched_setaffinity(0, cpus)
+
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
+            start_new_session=True, preexec_fn=preexec if (pdeath or cpus) else None,
+        )  # fmt: skip
+    finally:
+        log.close()
+    child = Child(name=name, run_dir=run_dir, argv=argv, threads=threads, proc=proc)
+    _LIVE.add(child)
+    with contextlib.suppress(OSError):
+        (run_dir / PIDFILE).write_text(f"{proc.pid}\n")
+    return child
+
+
+def stop_all(children: Sequence[Child], timeout: float = 60.0, reason: str | None = None,
+             kill_now: bool = False) -> None:  # fmt: skip
+    """SIGINT every child, wait up to `timeout` seconds, SIGKILL the rest."""
+    for c in children:
+        if kill_now:
+            c.kill()
+        else:
+            c.interrupt(reason)
+    deadline = time.time() + timeout
+    for c in children:
+        if c.wait(max(0.0, deadline - time.time())) is None:
+            c.kill()
+            c.wait(10)
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last line of defence: no child outlives the parent."""
+    leftovers = [c for c in list(_LIVE) if c.proc.poll() is None]
+    if leftovers:
+        stop_all(leftovers, timeout=10.0)
+
+
+# ---- stale children of a dead parent --------------------------------------------------------
+
+
+def pid_alive(pid: int, must_contain: str | None = None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if must_contain is not None:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            return True  # no /proc: trust the pid
+        return must_contain in cmdline
+    return True
+
+
+def reap_stale(run_dir: Path, timeout: float = 60.0) -> bool:
+    """If a previous parent's child still runs in `run_dir`, stop it and wait. True if one did."""
+    pidfile = Path(run_dir) / PIDFILE
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return False
+    if not pid_alive(pid, must_contain=str(run_dir)):
+        with contextlib.suppress(OSError):
+            pidfile.unlink()
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGINT)
+    deadline = time.time() + timeout
+    while time.time() < deadline and pid_alive(pid, must_contain=str(run_dir)):
+        time.sleep(0.2)
+    if pid_alive(pid, must_contain=str(run_dir)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.2)
+    with contextlib.suppress(OSError):
+        pidfile.unlink()
+    return True
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory of a live process (Linux /proc), in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+# ---- tailing metrics.csv ---------------------------------------------------------------------
+
+
+class MetricsTail:
+    """Rows of a growing metrics.csv: re-read when the file changes; a half-written last line is
+    left for the next read. A resumed run rewrites the file (rows after its checkpoint dropped),
+    which shows up as a different inode or a smaller size and is simply read again."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._sig: tuple | None = None
+        self.rows: list[dict[str, float | None]] = []
+
+    def read(self) -> list[dict[str, float | None]]:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return self.rows
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if sig == self._sig:
+            return self.rows
+        try:
+            text = self.path.read_text()
+        except OSError:
+            return self.rows
+        complete = text[: text.rfind("\n") + 1]
+        rows = []
+        for r in csv.DictReader(io.StringIO(complete)):
+            try:
+                rows.append(
+                    {k: (float(v) if v not in ("", None) else None) for k, v in r.items() if k}
+                )
+            except ValueError:
+                continue
+        self._sig = sig
+        self.rows = rows
+        return rows
+
+
+# ---- Ctrl-C as a flag ------------------------------------------------------------------------
+
+
+class StopFlag:
+    """SIGINT, SIGTERM and SIGHUP set a flag instead of raising at an arbitrary line, so the
+    parent stops its children in order and never leaves a half-written study record. The
+    count tells a second Ctrl-C (stop now) from the first (stop cleanly)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.signal: int | None = None
+        self._old: dict[int, object] = {}
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def _handler(self, signum, frame) -> None:
+        self.count += 1
+        self.signal = signum
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        sigs = [signal.SIGINT, signal.SIGTERM] + (
+            [signal.SIGHUP] if hasattr(signal, "SIGHUP") else []
+        )
+        for s in sigs:
+            with contextlib.suppress(ValueError):  # not the main thread
+                self._old[s] = signal.signal(s, self._handler)
+        try:
+            yield self
+        finally:
+            for s, old in self._old.items():
+                signal.signal(s, old)
+            self._old.clear()

@@ -1,0 +1,77 @@
+"""`smollab report RUN_DIR`: a run's plots (redrawn from metrics.csv) and `report.md`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from smollab.errors import UserError
+from smollab.runs import atomic_write_text, read_json, read_metrics
+
+# Summary fields worth a line, in this order (others are left to summary.json).
+KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
+        "best_val_loss", "base_reward", "final_reward", "base_eval_reward", "final_eval_reward",
+        "train_seconds", "wall_seconds", "tokens_per_s", "params_total", "params_non_embedding",
+        "params_trainable", "device"]  # fmt: skip
+
+
+def _f(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return "" if v is None else str(v)
+
+
+def write_run_report(run_dir: str | Path) -> Path:
+    from smollab.report.plots import plot_run
+
+    d = Path(run_dir)
+    if not (d / "summary.json").exists() and not (d / "metrics.csv").exists():
+        raise UserError(f"{d}: no summary.json or metrics.csv (not a run directory)")
+    summary = read_json(d / "summary.json") if (d / "summary.json").exists() else {}
+    rows = read_metrics(d / "metrics.csv")
+    images = plot_run(d)
+    config = read_json(d / "config.json") if (d / "config.json").exists() else {}
+
+    lines = [f"# Run `{d.name}`", "", f"_Written {time.strftime('%Y-%m-%d %H:%M:%S')}._", ""]
+    if summary.get("command"):
+        lines.append(f"- command: `smollab {summary['command']}`")
+    for k in KEYS:
+        if summary.get(k) is not None:
+            lines.append(f"- {k.replace('_', ' ')}: **{_f(summary[k])}**" if k == "status"
+                         else f"- {k.replace('_', ' ')}: {_f(summary[k])}")  # fmt: skip
+    for name, evidence in (summary.get("flags") or {}).items():
+        lines.append(f"- flag **{name}**: {evidence}")
+    lines.append("")
+    if config:
+        model = config.get("model", {})
+        optim = config.get("optim", {})
+        train = config.get("train", {})
+        lines += ["## Configuration (main keys; all in config.json)", ""]
+        lines.append(f"model {model.get('path') or model.get('preset')}"
+                     + (f" (LoRA r={model['lora']['r']})" if model.get("lora", {}).get("enabled") else "")
+                     + f"; lr {optim.get('lr')} ({optim.get('schedule')}); batch {train.get('batch_size')}"
+                     + f"; max steps {train.get('max_steps')}; seed {config.get('run', {}).get('seed')}")  # fmt: skip
+        if "grpo" in config:
+            g = config["grpo"]
+            lines.append(f"GRPO: beta {g.get('beta')}, {g.get('num_generations')} generations, "
+                         f"max completion {g.get('max_completion_length')}, loss {g.get('loss_type')}")  # fmt: skip
+        lines.append("")
+    if rows:
+        last = rows[-1]
+        lines += ["## Last logged step", ""]
+        keys = [k for k, v in last.items() if v is not None]
+        lines.append("| " + " | ".join(keys) + " |")
+        lines.append("|" + "---|" * len(keys))
+        lines.append("| " + " | ".join(_f(last[k]) for k in keys) + " |")
+        lines.append("")
+    if images:
+        lines += ["## Plots", ""]
+        for p in images:
+            lines.append(f"![{p.stem}]({p.relative_to(d)})")
+            lines.append("")
+    path = d / "report.md"
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,244 @@
+"""The probe with fake workloads: stopping rules, both optima, bisection, MPS, the cache and
+`concurrency: auto`; and once through real (fake-child) processes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from smollab.errors import UserError
+from smollab.lab.probe import (
+    Probe,
+    ProbeSpec,
+    RunMeasure,
+    auto_concurrency,
+    cache_lookup,
+    load_probe,
+    run_probe,
+    step_times,
+)
+from smollab.lab.spec import load_spec
+
+CPU = {"kind": "cpu", "name": "test-cpu", "memory_mb": 100_000.0, "threads": 8}
+
+
+def fake_measure(step_s, mem=100.0, fail_at=None, calls=None):
+    """A level of k runs, each with step time step_s(k); `fail_at` k fails (out of memory)."""
+
+    def measure(k, threads):
+        if calls is not None:
+            calls.append((k, threads))
+        if fail_at is not None and k >= fail_at:
+            return [RunMeasure(None, 0, None, "CUDA out of memory")] * k, None
+        return [RunMeasure(step_s(k), 20, mem) for _ in range(k)], k / step_s(k)
+
+    return measure
+
+
+@pytest.fixture
+def workload(micro_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
+    overrides = ["model.preset=micro", f"data.dir={micro_data}", "data.num_stories=400",
+                 "data.vocab_size=256", "train.batch_size=8", "train.seq_len=64", "perf.device=cpu"]  # fmt: skip
+    return overrides
+
+
+def probe(workload, tmp_path, measure, device=CPU, **spec):
+    spec.setdefault("split", False)
+    s = ProbeSpec(command="pretrain", dir=str(tmp_path / "probe"), threads=8, **spec)
+    said: list[str] = []
+    result = Probe(s, workload, out=said.append, measure=measure, device=device).run(
+        tmp_path / "probe"
+    )
+    return result, said
+
+
+def test_stops_when_aggregate_throughput_falls(workload, tmp_path):
+    calls = []
+    result, said = probe(workload, tmp_path,
+                         fake_measure(lambda k: 0.1 if k <= 4 else 0.1 * k / 4 * 1.5, calls=calls))  # fmt: skip
+    assert [k for k, _ in calls] == [1, 2, 4, 8]
+    assert [t for _, t in calls] == [8, 4, 2, 1]  # threads divided among the runs
+    assert "aggregate throughput at k=8 is 33% below the best (k=4)" in result["stop_reason"]
+    assert result["best_throughput"]["k"] == 4 and result["best_latency"]["k"] == 4
+    assert result["best_throughput"]["threads_per_run"] == 2
+    assert result["levels"][2]["units_per_s"] == pytest.approx(40 * 8 * 64)  # tokens/s
+    saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert saved["best_throughput"]["rule"].startswith("the k with the highest aggregate")
+    assert (tmp_path / "probe" / "probe.png").stat().st_size > 5000
+    assert any("best throughput: k=4 (4 processes x 2 threads)" in s for s in said)
+    assert any(
+        line.strip().startswith("4") and "best latency, best throughput" in line for line in said
+    )
+
+
+def test_best_latency_and_best_throughput_differ(workload, tmp_path):
+    result, _ = probe(
+        workload, tmp_path, fake_measure(lambda k: 0.1 * (1 + 0.05 * (k - 1))), max_k=16
+    )
+    assert result["stop_reason"] == "reached max_k=16"
+    assert result["best_latency"]["k"] == 2  # 0.105 s is within 10% of 0.1 s; 4 (0.115) is not
+    assert result["best_throughput"]["k"] == 16
+    assert result["best_throughput"]["speedup_vs_k1"] == pytest.approx(16 / 1.75)
+
+
+def test_cpu_thread_splits(workload, tmp_path):
+    """Two threads in one run can lose to one (contention); the probe tries k x 1 as well."""
+    calls = []
+
+    def step(k, threads):
+        return {
+            (1, 8): 0.3,
+            (1, 1): 0.1,
+            (2, 4): 0.2,
+            (2, 1): 0.105,
+            (4, 2): 0.2,
+            (4, 1): 0.15,
+        }.get((k, threads), 0.5 * k)
+
+    def measure(k, threads):
+        calls.append((k, threads))
+        return [RunMeasure(step(k, threads), 20, 100.0) for _ in range(k)], None
+
+    result, said = probe(workload, tmp_path, measure, split=True)
+    assert calls == [(1, 8), (1, 1), (2, 4), (2, 1), (4, 2), (4, 1), (8, 1)]
+    assert result["best_throughput"]["k"] == 4 and result["best_throughput"]["threads_per_run"] == 1
+    assert result["best_latency"]["k"] == 2 and result["best_latency"]["threads_per_run"] == 1
+    assert "fastest k=1 run (1 x 1 threads" in result["best_latency"]["rule"]
+    assert any("best throughput: k=4 (4 processes x 1 threads)" in s for s in said)
+
+
+def test_memory_and_failure_stop(workload, tmp_path):
+    small = dict(CPU, memory_mb=1000.0)
+    result, _ = probe(workload, tmp_path, fake_measure(lambda k: 0.1, mem=200.0), device=small)
+    assert [lv["k"] for lv in result["levels"]] == [1, 2, 4]
+    assert "k=8 would need about 1,600 MB" in result["stop_reason"]
+    result, _ = probe(workload, tmp_path, fake_measure(lambda k: 0.1, fail_at=4))
+    assert result["stop_reason"] == "k=4 failed: CUDA out of memory"
+    assert result["best_throughput"]["k"] == 2
+
+
+def test_bisection_between_the_last_two_k(workload, tmp_path):
+    calls = []
+    step = lambda k: 0.1 if k <= 6 else 0.1 * k / 4 * 1.5  # noqa: E731
+    result, _ = probe(workload, tmp_path, fake_measure(step, calls=calls), bisect=True)
+    assert [k for k, _ in calls] == [1, 2, 4, 8, 6, 7]
+    assert result["best_throughput"]["k"] == 6
+    assert "bisection tried k=6, 7" in result["stop_reason"]
+
+
+class StubMPS:
+    """What the probe asks of the MPS daemon, recorded."""
+
+    def __init__(self):
+        self.running, self.events = False, []
+
+    def available(self):
+        return True
+
+    def is_running(self):
+        return self.running
+
+    def start(self):
+        self.running = True
+        self.events.append("start")
+        return True
+
+    def stop(self):
+        self.running = False
+        self.events.append("stop")
+
+    def env(self):
+        return {}
+
+
+def test_cuda_mps_and_client_limit(workload, tmp_path):
+    control = StubMPS()
+    gpu = {"kind": "cuda", "name": "H100", "memory_mb": 80_000.0, "threads": 8}
+    s = ProbeSpec(command="pretrain", dir=str(tmp_path / "probe"), threads=8, max_k=256)
+    said: list[str] = []
+    result = Probe(s, workload, out=said.append, measure=fake_measure(lambda k: 0.01), device=gpu,
+                   mps=control).run(tmp_path / "probe")  # fmt: skip
+    assert result["stop_reason"] == "k=64 exceeds the MPS client limit of 48"
+    assert control.events == ["start", "stop"]  # started for the probe, stopped after
+    assert any("started the control daemon" in s for s in said)
+
+
+def test_the_cache_and_concurrency_auto(workload, tmp_path, micro_data):
+    result, said = probe(workload, tmp_path, fake_measure(lambda k: 0.1 if k <= 2 else 0.1 * k))
+    assert any("cached for `concurrency: auto`" in s for s in said)
+    assert cache_lookup(CPU, result["workload"])["best_throughput"]["k"] == 2
+
+    spec_file = tmp_path / "sweep.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "command": "pretrain", "overrides": dict(o.split("=", 1) for o in workload),
+        "space": {"optim.lr": [1e-3, 1e-2]}, "metric": {"name": "val_loss"},
+        "concurrency": "auto", "threads": 8, "dir": str(tmp_path / "sw")}))  # fmt: skip
+    spec = load_spec(spec_file)
+    said = []
+    k = auto_concurrency(
+        spec, tmp_path / "sw" / "probe", "cpu", out=said.append, probe_kw={"device": CPU}
+    )
+    assert k == 2 and "best throughput of the probe" in said[0]
+
+    # another workload (batch 16): not cached, so a quick probe runs first and says so
+    spec = load_spec(spec_file, ["overrides.train.batch_size=16"])
+    said = []
+    k = auto_concurrency(spec, tmp_path / "sw2", "cpu", out=said.append,
+                         probe_kw={"device": CPU, "measure": fake_measure(lambda k: 0.1 if k <= 4 else k)})  # fmt: skip
+    assert k == 4 and "running a quick probe first" in said[0]
+    assert json.loads((tmp_path / "sw2" / "probe.json").read_text())["spec"]["steps"] == 10
+    other = dict(result["workload"], batch_size=16)
+    assert cache_lookup(CPU, other)["best_throughput"]["k"] == 4
+
+
+def test_load_probe_routes_keys(tmp_path, micro_data):
+    recipe = tmp_path / "p.yaml"
+    recipe.write_text(
+        f"command: pretrain\noverrides: {{model.preset: micro, data: {{dir: {micro_data}}}}}\n"
+    )
+    spec, work = load_probe(str(recipe), ["steps=7", "max_k=4", "train.batch_size=3",
+                                          "overrides.train.seq_len=16"])  # fmt: skip
+    assert spec.steps == 7 and spec.max_k == 4 and spec.dir == "probes/p"
+    assert (
+        "train.batch_size=3" in work and "train.seq_len=16" in work and "model.preset=micro" in work
+    )
+    with pytest.raises(UserError, match="unknown probe key stepz"):
+        load_probe(str(recipe), ["stepz=3"])
+    with pytest.raises(UserError, match="unknown config key train.batch"):
+        load_probe(str(recipe), ["train.batch=3"])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("grpo: {beta: 0.0}\n")
+    spec, _ = load_probe(str(cfg), [])
+    assert spec.command == "grpo" and spec.base == str(cfg)
+
+
+def test_step_times_from_metrics():
+    rows = [{"step": 1.0, "train_s": 0.5}, {"step": 2.0, "train_s": 0.6}, {"step": 3.0, "train_s": 0.8},
+            {"step": 5.0, "train_s": 1.2}]  # fmt: skip
+    assert step_times(rows, "pretrain") == [(2, pytest.approx(0.1)), (3, pytest.approx(0.2))]
+    assert step_times([{"step": 1.0, "step_s": 0.3}], "grpo") == [(1, 0.3)]
+
+
+def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_path, monkeypatch):
+    """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1))."""
+    monkeypatch.setenv("FAKE_STEP_S", "0.02")
+    monkeypatch.setenv("FAKE_SLOWDOWN", "0.5")
+    spec = ProbeSpec(
+        command="grpo", dir=str(tmp_path / "probe"), threads=4, max_k=4, warmup=2, steps=8
+    )
+    overrides = [o for o in workload if not o.startswith(("train.seq_len", "train.batch_size"))]
+    overrides += ["train.batch_size=8", "grpo.num_generations=4", "model.path=unused"]
+    result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
+    steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}
+    assert set(steps) == {1, 2, 4}
+    assert steps[1] == pytest.approx(0.02, rel=0.3)
+    assert steps[2] == pytest.approx(0.03, rel=0.3)
+    assert steps[4] == pytest.approx(0.05, rel=0.3)
+    assert result["best_latency"]["k"] == 1 and result["best_throughput"]["k"] == 4
+    assert result["unit"] == "completions/s"
+    level = result["levels"][-1]
+    assert all(r["steps"] >= 8 for r in level["runs"]) and level["observed_steps_per_s"] > 0
+    assert not list((tmp_path / "probe").glob("k*/r*/.alive"))  # every child stopped

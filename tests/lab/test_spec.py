@@ -1,0 +1,130 @@
+"""The sweep spec: one-line errors, overrides, names and the metric lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from smollab.errors import UserError
+from smollab.lab.spec import (
+    METRIC_COLUMNS,
+    Distribution,
+    load_spec,
+    override_value,
+    trial_name,
+)
+
+SPEC = """\
+command: pretrain
+overrides: {model.preset: micro, train: {max_steps: 20}}
+space:
+  optim.lr: [1e-4, 1e-3, 1e-2]
+metric: {name: val_loss, goal: min}
+concurrency: 2
+"""
+
+
+@pytest.fixture
+def spec_file(tmp_path):
+    p = tmp_path / "lr.yaml"
+    p.write_text(SPEC)
+    return p
+
+
+def test_loads_with_numbers_flattened_keys_and_default_dir(spec_file):
+    spec = load_spec(spec_file)
+    assert spec.space == {"optim.lr": [1e-4, 1e-3, 1e-2]}  # 1e-4 without a dot is a number
+    assert spec.overrides == {"model.preset": "micro", "train.max_steps": 20}
+    assert spec.dir == "sweeps/lr" and spec.total_runs() == 3 and spec.sampler == "grid"
+
+
+def test_overrides_on_the_spec(spec_file):
+    spec = load_spec(spec_file, ["dir=/tmp/x", "concurrency=4", "space.optim.lr=[1e-3,3e-3]",
+                                 "overrides.train.max_steps=5", "seeds=[0,1]"])  # fmt: skip
+    assert spec.dir == "/tmp/x" and spec.concurrency == 4
+    assert spec.space["optim.lr"] == [1e-3, 3e-3] and spec.overrides["train.max_steps"] == 5
+    assert spec.total_runs() == 4
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["samplr=tpe"], "unknown sweep key samplr (did you mean sampler?)"),
+        (["sampler=bogus"], "sweep key sampler: Input should be 'grid', 'random', 'qmc' or 'tpe'"),
+        (["space.optim.lrr=[1,2]"], "space.optim.lrr: unknown pretrain config key (did you mean optim.lr?)"),
+        (["metric.name=val_los"], "pretrain logs no metric 'val_los' (did you mean val_loss?)"),
+        (["metric.goal=minimize"], "sweep key metric.goal: Input should be 'min' or 'max'"),
+        (["command=pretrian"], "unknown command 'pretrian' (did you mean pretrain?)"),
+        (["space.optim.lr={low: 1e-4, high: 1e-2, log: true}"], "sampler grid needs a list of values"),
+        (["sampler=tpe"], "sampler tpe needs n_trials"),
+        (["n_trials=3"], "the grid sampler runs every point (3 here)"),
+        (["space.optim.lr=[]"], "space.optim.lr: empty list of values"),
+        (["space.optim.lr=[-1, 1e-3]"], "sweep trial {optim.lr=-1}: config key optim.lr: Input should be greater than 0"),
+        (["space.run.seed=[1,2]"], "space.run.seed: set by the sweep"),
+        (["pruner.type=asha"], "asha needs an explicit min_resource"),
+        (["pruner.type=threshold"], "threshold needs lower or upper"),
+        (["pruner.metric=reward_mean"], "pretrain logs no metric 'reward_mean'"),
+        (["concurrency=0"], "concurrency: at least 1"),
+        (["seeds=[1,1]"], "repeated seeds"),
+        (["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-2, high: 1e-4}"], "low (0.01) must be below high"),
+        (["sampler=random", "n_trials=2", "space.optim.lr={low: 0, high: 1, log: true}"], "log: true needs low > 0"),
+        (["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-4, hgh: 1}"], "unknown sweep key space.optim.lr.hgh (did you mean space.optim.lr.high?)"),
+        (["sampler=random", "n_trials=2", "enqueue=[{optim.beta1: 0.9}]"], "enqueue.0.optim.beta1: not a key of space"),
+        (["overrides.optim.lr=1e-3"], "overrides.optim.lr: also swept in space"),
+        (["base=nope.yaml"], "sweep key base: file not found: nope.yaml"),
+    ],
+)  # fmt: skip
+def test_invalid_specs_fail_with_one_line(spec_file, overrides, message):
+    with pytest.raises(UserError) as e:
+        load_spec(spec_file, overrides)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_empty_space_and_missing_file(tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("command: pretrain\nspace: {}\nmetric: {name: val_loss}\n")
+    with pytest.raises(UserError, match="sweep key space: empty"):
+        load_spec(p)
+    with pytest.raises(UserError, match="sweep spec not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_grpo_metrics_and_distributions(tmp_path):
+    p = tmp_path / "g.yaml"
+    p.write_text("command: grpo\nspace:\n  grpo.beta: {low: 0.001, high: 0.1, log: true}\n"
+                 "sampler: tpe\nn_trials: 4\nseeds: [0, 1]\nmetric: {name: reward_mean, goal: max}\n"
+                 "enqueue: [{grpo.beta: 0.02}]\n")  # fmt: skip
+    spec = load_spec(p)
+    assert isinstance(spec.space["grpo.beta"], Distribution) and spec.total_runs() == 8
+    assert spec.space["grpo.beta"].optuna().log
+
+
+def test_metric_names_are_the_loops_columns():
+    from smollab.lab.spec import metric_names
+    from smollab.train import grpo, pretrain
+
+    assert metric_names("pretrain") == pretrain.COLUMNS
+    assert metric_names("grpo") == grpo.COLUMNS
+    assert set(METRIC_COLUMNS["pretrain"]) <= set(pretrain.COLUMNS)  # the fallback lists
+
+
+def test_names_and_override_values():
+    assert trial_name(3, {"optim.lr": 1e-3, "grpo.beta": 0.02}, 1) == "003-lr0.001-beta0.02-s1"
+    assert trial_name(0, {"optim.lr": 3e-5}, 0) == "000-lr3e-05-s0"
+    from smollab.config import parse_override
+
+    for v in (1e-4, 3e-2, 0.1, 7, True, None, "wsd", 1e-12):
+        assert parse_override(f"k={override_value(v)}")[1] == v
+
+
+def test_cli_sweep_errors_and_dry_run(spec_file, capsys):
+    from smollab.cli import main
+
+    assert main(["sweep", str(spec_file), "samplr=tpe"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did you mean sampler?" in err
+    assert main(["sweep", str(spec_file), "seeds=[0,1]", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "grid: 3 points x 2 seed(s) = 6 trials" in out and "optim.lr=0.001" in out
+    assert main(["probe", str(spec_file.parent / "nope.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err

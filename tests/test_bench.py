@@ -1,0 +1,171 @@
+"""`smollab bench`: knob plumbing, skip rules, the report writer, and one real tiny bench."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from smollab import bench
+from smollab.config import load_config
+from smollab.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAIN = ROOT / "configs/pretrain/simplestories-1.25m.yaml"
+GRPO = ROOT / "configs/grpo/happy.yaml"
+
+
+def _pretrain_cfg():
+    return load_config("pretrain", PRETRAIN, [])
+
+
+def test_baseline_switches_every_benched_knob_off():
+    cfg = _pretrain_cfg()
+    names = bench.select(None, "pretrain")
+    assert "completion_len" not in names and "reward_workers" not in names
+    base = bench.baseline_values(names, "pretrain", cfg)
+    assert base["perf.precision"] == "fp32" and base["perf.optimizer_impl"] == "plain"
+    assert base["perf.tf32"] is False and base["perf.compile"] is False
+    assert base["perf.attn_implementation"] == "eager" and base["perf.grad_checkpointing"] is False
+    assert bench.as_overrides({"perf.tf32": False, "train.max_time": None}) == [
+        "perf.tf32=false", "train.max_time=null"]  # fmt: skip
+    # only the knobs asked for are forced off
+    assert bench.baseline_values(["bf16"], "pretrain", cfg) == {"perf.precision": "fp32"}
+
+
+def test_pretrain_plan_on_cpu():
+    cfg = _pretrain_cfg()
+    runs, skipped = bench.plan(bench.select(None, "pretrain"), "pretrain", cfg, "cpu")
+    runs, skipped = dict(runs), dict(skipped)
+    assert runs["bf16"] == {"perf.precision": "bf16"} and runs["fp16"] == {"perf.precision": "fp16"}
+    assert runs["fused"] == {"perf.optimizer_impl": "fused"}
+    assert runs["foreach"] == {"perf.optimizer_impl": "foreach"}
+    assert runs["compile"] == {"perf.compile": True}  # the pretrain loop compiles
+    assert runs["grad_ckpt"] == {"perf.grad_checkpointing": True}
+    assert runs["sdpa"] == {"perf.attn_implementation": "sdpa"}
+    # the same tokens per optimizer step: half batches, twice the accumulation
+    assert runs["grad_accum"] == {"train.batch_size": 16, "train.grad_accum": 2}
+    assert set(skipped) == {"tf32", "pin_memory", "workers"}
+    assert "CUDA" in skipped["tf32"] and "device is cpu" in skipped["tf32"]
+    assert "CUDA" in skipped["pin_memory"]
+    assert "does not use it" in skipped["workers"] and "memmap" in skipped["workers"]
+
+
+def test_cuda_and_the_loop_source_decide_the_rest():
+    cfg = _pretrain_cfg()
+    runs, skipped = bench.plan(["tf32", "pin_memory", "workers"], "pretrain", cfg, "cuda")
+    assert dict(runs) == {"tf32": {"perf.tf32": True}}
+    assert "does not use it" in dict(skipped)["pin_memory"]  # no DataLoader to pin for
+    # a loop that reads perf.num_workers gets the knob measured (the rule follows the code)
+    runs, _ = bench.plan(["workers"], "pretrain", cfg, "cpu", source="cfg.perf.num_workers")
+    assert dict(runs) == {"workers": {"perf.num_workers": 2}}
+    runs, skipped = bench.plan(["compile", "fused"], "pretrain", cfg, "mps")
+    assert not runs and set(dict(skipped)) == {"compile", "fused"}
+
+
+def test_grpo_plan():
+    cfg = load_config("grpo", GRPO, [])
+    assert bench.guess_kind(GRPO, []) == "grpo" and bench.guess_kind(PRETRAIN, []) == "pretrain"
+    runs, skipped = bench.plan(bench.select(None, "grpo"), "grpo", cfg, "cpu")
+    runs, skipped = dict(runs), dict(skipped)
+    assert runs["completion_len"] == {"grpo.max_completion_length": 32}
+    assert runs["reward_workers"] == {"grpo.reward_workers": 2}
+    assert "does not use it" in skipped["compile"] and "does not use it" in skipped["grad_accum"]
+    assert "bf16" in runs and "sdpa" in runs and "grad_ckpt" in runs
+    _, skipped = bench.plan(["completion_len"], "pretrain", _pretrain_cfg(), "cpu")
+    assert "grpo workloads only" in dict(skipped)["completion_len"]
+    with pytest.raises(UserError, match="unknown nope"):
+        bench.select(["bf16", "nope"], "grpo")
+
+
+def test_runtime_skips_and_step_times(tmp_path):
+    (tmp_path / "training.log").write_text(
+        "2025-01-01 00:00:00 runtime: device cpu, 2 threads, precision fp32, AdamW fused; "
+        "skipped: tf32 (CUDA only; cpu has no TF32); pin_memory (CUDA only)\n"
+    )
+    assert bench.runtime_skipped(tmp_path) == ["tf32 (CUDA only; cpu has no TF32)",
+                                               "pin_memory (CUDA only)"]  # fmt: skip
+    rows = [{"step": 1.0, "train_s": 2.0}, {"step": 2.0, "train_s": 2.5},
+            {"step": 4.0, "train_s": 3.5}]  # fmt: skip
+    assert bench.step_times(rows, "pretrain") == [(1, 2.0), (2, 0.5), (4, 0.5)]
+    assert bench.step_times([{"step": 1.0, "step_s": 0.7}], "grpo") == [(1, 0.7)]
+
+
+def test_combination_takes_the_best_of_each_group():
+    rows = [
+        {"variant": "bf16", "knob": "bf16", "status": "ok", "speedup": 1.3, "within_tolerance": True},
+        {"variant": "fp16", "knob": "fp16", "status": "ok", "speedup": 1.5, "within_tolerance": False},
+        {"variant": "fused", "knob": "fused", "status": "ok", "speedup": 1.1, "within_tolerance": True},
+        {"variant": "foreach", "knob": "foreach", "status": "ok", "speedup": 1.2, "within_tolerance": True},
+        {"variant": "sdpa", "knob": "sdpa", "status": "ok", "speedup": 1.01, "within_tolerance": True},
+        {"variant": "compile", "knob": "compile", "status": "failed"},
+    ]  # fmt: skip
+    assert bench.combination(rows, 1.03) == ["bf16", "foreach"]
+
+
+def _fake_result() -> dict:
+    def ok(name, knob, step_s, q, mem, **kw):
+        return {"variant": name, "knob": knob, "status": "ok", "step_s": step_s,
+                "first_step_s": step_s * 3, "throughput": 4096 / step_s, "unit": "tok/s",
+                "peak_mem_mb": mem, "quality": q, "quality_name": "val loss", "wall_s": 12.0,
+                "values": kw.pop("values", {}), **kw}  # fmt: skip
+
+    results = [
+        ok("baseline", None, 0.50, 4.00, 600),
+        ok("bf16", "bf16", 0.40, 4.01, 650, values={"perf.precision": "bf16"}),
+        ok("grad_ckpt", "grad_ckpt", 0.70, 4.00, 500, values={"perf.grad_checkpointing": True}),
+        ok("fp16", "fp16", 0.45, 4.50, 640, values={"perf.precision": "fp16"}),
+        {"variant": "compile", "knob": "compile", "status": "failed", "wall_s": 3.0,
+         "reason": "exit 1: RuntimeError | boom", "values": {"perf.compile": True}},
+        ok("baseline (repeat)", None, 0.52, 4.00, 600),
+    ]  # fmt: skip
+    bench.rescore(results, "pretrain", 0.02)
+    return {"workload": "configs/pretrain/x.yaml", "kind": "pretrain", "device": "cpu",
+            "steps": 30, "warmup_steps": 5, "tolerance": 0.02, "min_speedup": 1.03,
+            "overrides": ["train.batch_size=8"], "baseline_values": {"perf.precision": "fp32"},
+            "results": results, "combined_knobs": ["bf16"], "load_start": [1.0, 1.0, 1.0],
+            "skipped": [{"knob": "tf32", "reason": "TF32 is a CUDA matmul mode; device is cpu"}]}  # fmt: skip
+
+
+def test_report_writer_on_a_fake_result(tmp_path):
+    result = _fake_result()
+    by = {r["variant"]: r for r in result["results"]}
+    assert by["bf16"]["speedup"] == pytest.approx(0.51 / 0.40)  # mean of the two baselines
+    assert by["bf16"]["within_tolerance"] and not by["fp16"]["within_tolerance"]
+    md = bench.render_markdown(result)
+    assert "| bf16 | perf.precision=bf16 | 0.400 |" in md
+    assert "**no**" in md  # fp16 left the tolerance
+    assert "failed: exit 1: RuntimeError \\| boom" in md  # a pipe in a reason stays one cell
+    assert "**tf32**: TF32 is a CUDA matmul mode" in md
+    assert "Noise:" in md and "Only bf16 helped" in md and "![speedup" in md
+    table = bench.table_markdown(result)
+    assert table.count("\n") == len(result["results"]) + 1
+    widths = {len(re.split(r"(?<!\\)\|", line)) for line in table.splitlines()}
+    assert len(widths) == 1  # every row has the header's number of cells
+    png = bench.write_plot(result, tmp_path / "bench.png")
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_real_tiny_bench(micro_pretrain, tmp_path):
+    out = tmp_path / "bench"
+    lines = []
+    result = bench.run_bench(str(PRETRAIN), [*micro_pretrain, "perf.threads=1"],
+                             knobs=["fused", "grad_accum", "tf32"], steps=4, out=out,
+                             recheck=False, min_speedup=100.0, echo=lines.append)  # fmt: skip
+    assert [r["variant"] for r in result["results"]] == ["baseline", "fused", "grad_accum"]
+    assert all(r["status"] == "ok" for r in result["results"]), result["results"]
+    by = {r["variant"]: r for r in result["results"]}
+    assert by["baseline"]["tokens_per_step"] == by["grad_accum"]["tokens_per_step"] == 4 * 32
+    cfg = json.loads((out / "grad_accum" / "config.json").read_text())
+    assert (cfg["train"]["batch_size"], cfg["train"]["grad_accum"]) == (2, 2)
+    base_cfg = json.loads((out / "baseline" / "config.json").read_text())
+    assert base_cfg["perf"]["optimizer_impl"] == "plain" and base_cfg["train"]["max_steps"] == 4
+    assert [s["knob"] for s in result["skipped"]] == ["tf32"]  # no CUDA in the test machine
+    for name in ("bench.md", "bench.json", "bench.png"):
+        assert (out / name).stat().st_size > 0
+    assert "| grad_accum |" in (out / "bench.md").read_text() and any(
+        "| fused |" in x for x in lines
+    )
+    assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "fused"
