@@ -3,7 +3,7 @@
 The speed guides promise speedups; this measures them. A workload (a pretrain or grpo recipe plus
 overrides) runs briefly at a baseline with every benched knob off, then once per knob with that
 knob on, then at the baseline again (the repeat shows the noise of the machine; speedups are
-against the mean of the two), then with all the knobs that helped together. Each variant is a separate `smollab` child process with
+against the faster of the two), then with all the knobs that helped together. Each variant is a separate `smollab` child process with
 its own run directory under the bench directory, so compile caches, thread settings and allocator
 state never leak from one variant into the next.
 
@@ -308,6 +308,7 @@ def run_variant(name: str, cmd: list[str], run_dir: Path, kind: str, warmup: int
     run_dir.mkdir(parents=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     res: dict[str, Any] = {"variant": name, "values": values or {}, "run_dir": str(run_dir),
+                           "load": (_load() or [None])[0],
                            "command": cmd[2:]}  # fmt: skip
     t0 = time.perf_counter()
     with open(run_dir / "stdout.log", "w") as f:
@@ -339,9 +340,11 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     """Run the bench; write bench.json, bench.md and bench.png into `out`; return the result.
 
     Order: baseline, each knob alone, the baseline again (`recheck`), then the knobs that helped
-    together. Speedups are against the mean step time of the baseline runs, so a machine that
-    got busier or quieter during the bench shows as the two baselines' disagreement, not as a
-    knob's effect. `repeat` runs every variant that many times (median of their step times).
+    together. Speedups are against the faster baseline run, and `repeat` runs every variant that
+    many times and keeps the fastest: on a shared machine other work only ever adds time, so the
+    fastest run is the best estimate of a variant's own cost, and the two baselines'
+    disagreement shows how much noise there was. Each result records the load average at its
+    start.
     """
     from smollab.config import load_config
 
@@ -438,25 +441,23 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
 
 
 def _merge_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One result from repeated runs of a variant: the first's figures, the median step time."""
+    """One result from repeated runs of a variant: the fastest run's figures."""
     ok = [r for r in runs if r.get("status") == "ok"]
     if not ok:
         return runs[0]
-    r = dict(ok[0])
+    r = dict(min(ok, key=lambda x: x["step_s"]))
     if len(runs) > 1:
         r["step_s_runs"] = [x["step_s"] for x in ok]
-        r["step_s"] = statistics.median(r["step_s_runs"])
-        r["throughput"] = ok[0]["throughput"] * ok[0]["step_s"] / r["step_s"]
         r["wall_s"] = sum(x.get("wall_s") or 0 for x in runs)
     return r
 
 
 def rescore(results: list[dict[str, Any]], kind: str, tol: float) -> None:
-    """Speedups against the mean step time of the baseline runs; quality against the first."""
+    """Speedups against the faster baseline run; quality against the first baseline."""
     bases = [r for r in results if r["variant"].startswith("baseline") and r.get("status") == "ok"]
     if not bases:
         return
-    ref = statistics.mean(b["step_s"] for b in bases)
+    ref = min(b["step_s"] for b in bases)
     q0 = bases[0].get("quality")
     for r in results:
         if r.get("status") != "ok":
@@ -508,7 +509,7 @@ def table_markdown(result: dict[str, Any]) -> str:
         qname = r.get("quality_name") or qname
     head = ["variant", "changes", "step s", "1st step s", "compl/s" if grpo else "tok/s"]
     head += ["gen tok/s"] if grpo else []
-    head += ["speedup", "peak MB", qname, "delta", "within tol", "wall s"]
+    head += ["speedup", "peak MB", qname, "delta", "within tol", "wall s", "load"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(
         "---" if h in ("variant", "changes") else "---:" for h in head) + "|"]  # fmt: skip
     for r in result.get("results", []):
@@ -530,14 +531,14 @@ def table_markdown(result: dict[str, Any]) -> str:
             cells += [_n(r.get("speedup"), ".2f") + "x", _n(r.get("peak_mem_mb"), ",.0f"),
                       _n(r.get("quality"), ".4f"), _n(r.get("quality_delta"), "+.4f"),
                       "" if tol is None else ("yes" if tol else "**no**"),
-                      _n(r.get("wall_s"), ".0f")]  # fmt: skip
+                      _n(r.get("wall_s"), ".0f"), _n(r.get("load"), ".1f")]  # fmt: skip
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 
 def _rep(result: dict[str, Any]) -> str:
     n = result.get("repeat") or 1
-    return f", median of {n} runs per variant" if n > 1 else ""
+    return f", the fastest of {n} runs per variant" if n > 1 else ""
 
 
 def render_markdown(result: dict[str, Any], image: bool = True) -> str:
@@ -565,8 +566,8 @@ def render_markdown(result: dict[str, Any], image: bool = True) -> str:
         diff = abs(base["step_s"] - rep["step_s"]) / min(base["step_s"], rep["step_s"])
         lines += [f"Noise: the baseline, run again after the knobs, took {rep['step_s']:.3f} s "
                   f"per step against {base['step_s']:.3f} s the first time ({100 * diff:.0f}% "
-                  "apart). Speedups are against the mean of the two; an effect smaller than "
-                  "their gap is not distinguishable from the machine's noise.", ""]  # fmt: skip
+                  "apart). Speedups are against the faster of the two; the load column shows "
+                  "what else the machine was doing when each run started.", ""]  # fmt: skip
     combo = result.get("combined_knobs")
     if combo is not None:
         if len(combo) >= 2:
