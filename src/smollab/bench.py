@@ -89,9 +89,9 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
 
 
 def guess_kind(path: str | Path, overrides: list[str]) -> str:
-    from smollab.config import _read_yaml
+    from smollab.config import read_yaml
 
-    if "grpo" in _read_yaml(path) or any(o.startswith(("grpo.", "reward")) for o in overrides):
+    if "grpo" in read_yaml(path) or any(o.startswith(("grpo.", "reward")) for o in overrides):
         return "grpo"
     return "pretrain"
 

@@ -55,38 +55,29 @@ def _data(p: argparse.ArgumentParser) -> None:
     prep.set_defaults(run=run)
 
 
-@command("pretrain", "pretrain a causal LM; writes a run directory")
-def _pretrain(p: argparse.ArgumentParser) -> None:
-    _config_args(p)
+def _training_command(name: str, help_text: str) -> None:
+    """`smollab NAME [CONFIG] [key=value ...]` for a loop in `smollab.train.NAME`."""
 
-    def run(a: argparse.Namespace) -> int:
-        from smollab.config import load_config
+    def configure(p: argparse.ArgumentParser) -> None:
+        _config_args(p)
 
-        path, overrides = split_config(a.args)
-        cfg = load_config("pretrain", path, overrides)
-        from smollab.train.pretrain import train
+        def run(a: argparse.Namespace) -> int:
+            import importlib
 
-        summary = train(cfg)
-        return 0 if summary.get("status") != "failed" else 1  # a diverged run is a result
+            from smollab.config import load_config
 
-    p.set_defaults(run=run)
+            path, overrides = split_config(a.args)
+            cfg = load_config(name, path, overrides)
+            summary = importlib.import_module(f"smollab.train.{name}").train(cfg)
+            return 0 if summary.get("status") != "failed" else 1  # a diverged run is a result
+
+        p.set_defaults(run=run)
+
+    command(name, help_text)(configure)
 
 
-@command("grpo", "GRPO fine-tuning (full or LoRA) against reward functions; writes a run directory")
-def _grpo(p: argparse.ArgumentParser) -> None:
-    _config_args(p)
-
-    def run(a: argparse.Namespace) -> int:
-        from smollab.config import load_config
-
-        path, overrides = split_config(a.args)
-        cfg = load_config("grpo", path, overrides)
-        from smollab.train.grpo import train
-
-        summary = train(cfg)
-        return 0 if summary.get("status") != "failed" else 1
-
-    p.set_defaults(run=run)
+_training_command("pretrain", "pretrain a causal LM; writes a run directory")
+_training_command("grpo", "GRPO fine-tuning (full or LoRA) against reward functions; writes a run directory")
 
 
 @command("sample", "generate text from a run directory or checkpoint")
@@ -161,9 +152,9 @@ def _config(p: argparse.ArgumentParser) -> None:
 
 def _guess_command(path: str | None) -> str:
     if path:
-        from smollab.config import _read_yaml
+        from smollab.config import read_yaml
 
-        if "grpo" in _read_yaml(path):
+        if "grpo" in read_yaml(path):
             return "grpo"
     return "pretrain"
 

@@ -227,20 +227,21 @@ def register(command: str, schema: type[Section]) -> None:
 # Loading
 
 
-def _read_yaml(path: str | Path) -> dict[str, Any]:
+def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """A YAML mapping from `path`; every problem is one UserError naming `what` and the file."""
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"config file not found: {p}")
+        raise UserError(f"{what} not found: {p}")
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"config file {p}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
+        raise UserError(f"{what} {p}{where}: invalid YAML ({getattr(e, 'problem', e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise UserError(f"config file {p}: expected a mapping of sections, got {type(data).__name__}")
+        raise UserError(f"{what} {p}: expected a mapping, got {type(data).__name__}")
     return data
 
 
@@ -323,7 +324,7 @@ def load_config(
 ) -> Section:
     """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema."""
     schema = SCHEMAS[command]
-    tree = _read_yaml(path) if path else {}
+    tree = read_yaml(path) if path else {}
     for item in overrides:
         key, value = parse_override(item)
         set_dotted(tree, key, value)

@@ -647,9 +647,9 @@ def report_probe(probe_dir: str | Path) -> Path:
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
-    from smollab.config import _read_yaml
+    from smollab.config import read_yaml
 
-    tree = _read_yaml(workload)
+    tree = read_yaml(workload)
     if "command" in tree:
         spec_tree = dict(tree)
     else:

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from smollab.config import read_yaml
 from smollab.errors import UserError
 
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
@@ -210,23 +211,6 @@ def _flatten(tree: Any, prefix: str = "", stop=lambda v: False) -> dict[str, Any
     return out
 
 
-def read_spec_file(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"sweep spec not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(
-            f"sweep spec {p}{where}: invalid YAML ({getattr(e, 'problem', e)})"
-        ) from None
-    if not isinstance(data, dict):
-        raise UserError(f"sweep spec {p}: expected a mapping, got {type(data).__name__}")
-    return data
-
-
 def _normalize(tree: dict[str, Any]) -> dict[str, Any]:
     tree = copy.deepcopy(tree)
     if isinstance(tree.get("space"), dict):
@@ -367,9 +351,9 @@ def _check_metric(command: str, name: str, where: str) -> None:
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:
     """The base recipe with the spec's overrides applied (a config tree, not yet validated)."""
-    from smollab.config import _read_yaml, set_dotted
+    from smollab.config import set_dotted
 
-    tree = _read_yaml(spec.base) if spec.base else {}
+    tree = read_yaml(spec.base) if spec.base else {}
     for key, value in spec.overrides.items():
         set_dotted(tree, key, value)
     return tree
@@ -388,7 +372,7 @@ def resolve_config(spec: SweepSpec, point: dict[str, Any], seed: int | None = No
 
 
 def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
-    tree = _normalize(read_spec_file(path)) if path else {}
+    tree = _normalize(read_yaml(path, "sweep spec")) if path else {}
     tree = _normalize(apply_overrides(tree, overrides))
     spec = validate_spec(tree)
     if spec.dir is None:
