@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab import bench
+from smollab import bench, bench_knobs, bench_measure, bench_report
 from smollab.config import load_config
 from smollab.errors import UserError
 
@@ -23,21 +23,21 @@ def _pretrain_cfg():
 
 def test_baseline_switches_every_benched_knob_off():
     cfg = _pretrain_cfg()
-    names = bench.select(None, "pretrain")
+    names = bench_knobs.select(None, "pretrain")
     assert "completion_len" not in names and "reward_workers" not in names
-    base = bench.baseline_values(names, "pretrain", cfg)
+    base = bench_knobs.baseline_values(names, "pretrain", cfg)
     assert base["perf.precision"] == "fp32" and base["perf.optimizer_impl"] == "plain"
     assert base["perf.tf32"] is False and base["perf.compile"] is False
     assert base["perf.attn_implementation"] == "eager" and base["perf.grad_checkpointing"] is False
-    assert bench.as_overrides({"perf.tf32": False, "train.max_time": None}) == [
+    assert bench_knobs.as_overrides({"perf.tf32": False, "train.max_time": None}) == [
         "perf.tf32=false", "train.max_time=null"]  # fmt: skip
     # only the knobs asked for are forced off
-    assert bench.baseline_values(["bf16"], "pretrain", cfg) == {"perf.precision": "fp32"}
+    assert bench_knobs.baseline_values(["bf16"], "pretrain", cfg) == {"perf.precision": "fp32"}
 
 
 def test_pretrain_plan_on_cpu():
     cfg = _pretrain_cfg()
-    runs, skipped = bench.plan(bench.select(None, "pretrain"), "pretrain", cfg, "cpu")
+    runs, skipped = bench_knobs.plan(bench_knobs.select(None, "pretrain"), "pretrain", cfg, "cpu")
     runs, skipped = dict(runs), dict(skipped)
     assert runs["bf16"] == {"perf.precision": "bf16"} and runs["fp16"] == {"perf.precision": "fp16"}
     assert runs["fused"] == {"perf.optimizer_impl": "fused"}
@@ -55,29 +55,32 @@ def test_pretrain_plan_on_cpu():
 
 def test_cuda_and_the_loop_source_decide_the_rest():
     cfg = _pretrain_cfg()
-    runs, skipped = bench.plan(["tf32", "pin_memory", "workers"], "pretrain", cfg, "cuda")
+    runs, skipped = bench_knobs.plan(["tf32", "pin_memory", "workers"], "pretrain", cfg, "cuda")
     assert dict(runs) == {"tf32": {"perf.tf32": True}}
     assert "does not use it" in dict(skipped)["pin_memory"]  # no DataLoader to pin for
     # a loop that reads perf.num_workers gets the knob measured (the rule follows the code)
-    runs, _ = bench.plan(["workers"], "pretrain", cfg, "cpu", source="cfg.perf.num_workers")
+    runs, _ = bench_knobs.plan(["workers"], "pretrain", cfg, "cpu", source="cfg.perf.num_workers")
     assert dict(runs) == {"workers": {"perf.num_workers": 2}}
-    runs, skipped = bench.plan(["compile", "fused"], "pretrain", cfg, "mps")
+    runs, skipped = bench_knobs.plan(["compile", "fused"], "pretrain", cfg, "mps")
     assert not runs and set(dict(skipped)) == {"compile", "fused"}
 
 
 def test_grpo_plan():
     cfg = load_config("grpo", GRPO, [])
-    assert bench.guess_kind(GRPO, []) == "grpo" and bench.guess_kind(PRETRAIN, []) == "pretrain"
-    runs, skipped = bench.plan(bench.select(None, "grpo"), "grpo", cfg, "cpu")
+    assert (
+        bench_knobs.guess_kind(GRPO, []) == "grpo"
+        and bench_knobs.guess_kind(PRETRAIN, []) == "pretrain"
+    )
+    runs, skipped = bench_knobs.plan(bench_knobs.select(None, "grpo"), "grpo", cfg, "cpu")
     runs, skipped = dict(runs), dict(skipped)
     assert runs["completion_len"] == {"grpo.max_completion_length": 32}
     assert runs["reward_workers"] == {"grpo.reward_workers": 2}
     assert "does not use it" in skipped["compile"] and "does not use it" in skipped["grad_accum"]
     assert "bf16" in runs and "sdpa" in runs and "grad_ckpt" in runs
-    _, skipped = bench.plan(["completion_len"], "pretrain", _pretrain_cfg(), "cpu")
+    _, skipped = bench_knobs.plan(["completion_len"], "pretrain", _pretrain_cfg(), "cpu")
     assert "grpo workloads only" in dict(skipped)["completion_len"]
     with pytest.raises(UserError, match="unknown nope"):
-        bench.select(["bf16", "nope"], "grpo")
+        bench_knobs.select(["bf16", "nope"], "grpo")
 
 
 def test_runtime_skips_and_step_times(tmp_path):
@@ -85,12 +88,12 @@ def test_runtime_skips_and_step_times(tmp_path):
         "2025-01-01 00:00:00 runtime: device cpu, 2 threads, precision fp32, AdamW fused; "
         "skipped: tf32 (CUDA only; cpu has no TF32); pin_memory (CUDA only)\n"
     )
-    assert bench.runtime_skipped(tmp_path) == ["tf32 (CUDA only; cpu has no TF32)",
+    assert bench_measure.runtime_skipped(tmp_path) == ["tf32 (CUDA only; cpu has no TF32)",
                                                "pin_memory (CUDA only)"]  # fmt: skip
     rows = [{"step": 1.0, "train_s": 2.0}, {"step": 2.0, "train_s": 2.5},
             {"step": 4.0, "train_s": 3.5}]  # fmt: skip
-    assert bench.step_times(rows, "pretrain") == [(1, 2.0), (2, 0.5), (4, 0.5)]
-    assert bench.step_times([{"step": 1.0, "step_s": 0.7}], "grpo") == [(1, 0.7)]
+    assert bench_measure.step_times(rows, "pretrain") == [(1, 2.0), (2, 0.5), (4, 0.5)]
+    assert bench_measure.step_times([{"step": 1.0, "step_s": 0.7}], "grpo") == [(1, 0.7)]
 
 
 def test_combination_takes_the_best_of_each_group():
@@ -102,7 +105,7 @@ def test_combination_takes_the_best_of_each_group():
         {"variant": "sdpa", "knob": "sdpa", "status": "ok", "speedup": 1.01, "within_tolerance": True},
         {"variant": "compile", "knob": "compile", "status": "failed"},
     ]  # fmt: skip
-    assert bench.combination(rows, 1.03) == ["bf16", "foreach"]
+    assert bench_knobs.combination(rows, 1.03) == ["bf16", "foreach"]
 
 
 def _fake_result() -> dict:
@@ -134,17 +137,17 @@ def test_report_writer_on_a_fake_result(tmp_path):
     by = {r["variant"]: r for r in result["results"]}
     assert by["bf16"]["speedup"] == pytest.approx(0.50 / 0.40)  # against the faster baseline
     assert by["bf16"]["within_tolerance"] and not by["fp16"]["within_tolerance"]
-    md = bench.render_markdown(result)
+    md = bench_report.render_markdown(result)
     assert "| bf16 | perf.precision=bf16 | 0.400 |" in md
     assert "**no**" in md  # fp16 left the tolerance
     assert "failed: exit 1: RuntimeError \\| boom" in md  # a pipe in a reason stays one cell
     assert "**tf32**: TF32 is a CUDA matmul mode" in md
     assert "Noise:" in md and "Only bf16 helped" in md and "![speedup" in md
-    table = bench.table_markdown(result)
+    table = bench_report.table_markdown(result)
     assert table.count("\n") == len(result["results"]) + 1
     widths = {len(re.split(r"(?<!\\)\|", line)) for line in table.splitlines()}
     assert len(widths) == 1  # every row has the header's number of cells
-    png = bench.write_plot(result, tmp_path / "bench.png")
+    png = bench_report.write_plot(result, tmp_path / "bench.png")
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -182,7 +182,7 @@ def _demo(p: argparse.ArgumentParser) -> None:
 
 @command("bench", "measure each performance knob alone on a workload: step time, throughput, memory")
 def _bench(p: argparse.ArgumentParser) -> None:
-    from smollab.bench import KNOBS
+    from smollab.bench_knobs import KNOBS
 
     p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload")
@@ -223,7 +223,7 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.spec import load_spec
+        from smollab.lab.spec_load import load_spec
 
         path, overrides = split_config(a.args)
         spec = load_spec(path, overrides)
@@ -255,7 +255,7 @@ def _report(p: argparse.ArgumentParser) -> None:
 
             out = write_sweep_report(d, plots=True, target_loss=a.target_loss)
         elif (d / "probe.json").exists():
-            from smollab.lab.probe import report_probe
+            from smollab.lab.probe_report import report_probe
 
             out = report_probe(d)
         else:
@@ -275,7 +275,8 @@ def _probe(p: argparse.ArgumentParser) -> None:
                         "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.probe import load_probe, run_probe
+        from smollab.lab.probe import run_probe
+        from smollab.lab.probe_spec import load_probe
 
         workload, overrides = split_config(a.args)
         if workload is None:

@@ -5,13 +5,9 @@ from __future__ import annotations
 import pytest
 
 from smollab.errors import UserError
-from smollab.lab.spec import (
-    METRIC_COLUMNS,
-    Distribution,
-    load_spec,
-    override_value,
-    trial_name,
-)
+from smollab.lab.spec import Distribution, override_value
+from smollab.lab.spec_load import METRIC_COLUMNS, load_spec
+from smollab.lab.sweep_trials import trial_name
 
 SPEC = """\
 command: pretrain
@@ -100,7 +96,7 @@ def test_grpo_metrics_and_distributions(tmp_path):
 
 
 def test_metric_names_are_the_loops_columns():
-    from smollab.lab.spec import metric_names
+    from smollab.lab.spec_load import metric_names
     from smollab.train import grpo, pretrain
 
     assert metric_names("pretrain") == pretrain.COLUMNS

@@ -17,8 +17,9 @@ import yaml
 
 from smollab.errors import UserError
 from smollab.lab.children import pid_alive, split_threads
-from smollab.lab.spec import load_spec
-from smollab.lab.sweep import open_study, run_sweep
+from smollab.lab.spec_load import load_spec
+from smollab.lab.sweep import run_sweep
+from smollab.lab.sweep_study import open_study
 
 
 def write_spec(path: Path, **fields) -> Path:
@@ -283,7 +284,7 @@ def test_ctrl_c_stops_children_cleanly_and_leaves_no_orphans(fake_child, micro_d
 
 
 def test_concurrency_auto_uses_the_cached_probe(fake_child, micro_data, tmp_path, monkeypatch):
-    from smollab.lab.probe import cache_store, device_info, workload_signature
+    from smollab.lab.probe_cache import cache_store, device_info, workload_signature
     from smollab.lab.spec import resolve_config
 
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))

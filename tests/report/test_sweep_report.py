@@ -9,7 +9,8 @@ from pathlib import Path
 
 from smollab.cli import main
 from smollab.report.run_report import write_run_report
-from smollab.report.sweep_report import load_sweep, write_sweep_report
+from smollab.report.sweep_data import load_sweep
+from smollab.report.sweep_report import write_sweep_report
 
 COLS = ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "grad_norm",
         "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip

@@ -1,0 +1,167 @@
+"""The knobs `smollab bench` switches on one at a time, and the plan for a workload: which knobs run
+with which values, which are skipped and why, and which join the combination.
+
+A knob that cannot apply is listed as skipped with the reason, never run and reported as if it
+worked: CUDA-only knobs off CUDA, a knob the loop does not read (checked against the loop's own
+source, so the rule follows the code), and anything the runtime itself reported as skipped in
+the variant's training.log.
+
+The loop's source is read, not imported: the parent never imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+from smollab.errors import UserError
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    what: str
+    off: dict[str, Any] = field(default_factory=dict)  # forced on the baseline when benched
+    on: dict[str, Any] = field(default_factory=dict)
+    kinds: tuple[str, ...] = ("pretrain", "grpo")
+    group: str | None = None  # alternatives: only the best of a group joins the combination
+    reads: str | None = None  # the loop source must contain this for the knob to do anything
+    cuda_only: str | None = None  # reason, when the knob only means something on CUDA
+    runtime_word: str | None = None  # how the runtime names it in its `skipped` list
+
+
+KNOBS: dict[str, Knob] = {k.name: k for k in [
+    Knob("bf16", "bf16 autocast", {"perf.precision": "fp32"}, {"perf.precision": "bf16"},
+         group="precision"),
+    Knob("fp16", "fp16 autocast + GradScaler", {"perf.precision": "fp32"},
+         {"perf.precision": "fp16"}, group="precision"),
+    Knob("tf32", "TF32 matmuls", {"perf.tf32": False}, {"perf.tf32": True},
+         cuda_only="TF32 is a CUDA (Ampere+) matmul mode", runtime_word="tf32"),
+    Knob("compile", "torch.compile", {"perf.compile": False}, {"perf.compile": True},
+         reads="maybe_compile(", runtime_word="compile"),
+    Knob("fused", "fused AdamW (vs plain)", {"perf.optimizer_impl": "plain"},
+         {"perf.optimizer_impl": "fused"}, group="optimizer", runtime_word="fused"),
+    Knob("foreach", "foreach AdamW (vs plain)", {"perf.optimizer_impl": "plain"},
+         {"perf.optimizer_impl": "foreach"}, group="optimizer"),
+    Knob("grad_ckpt", "gradient checkpointing", {"perf.grad_checkpointing": False},
+         {"perf.grad_checkpointing": True}),
+    Knob("grad_accum", "2x accumulation of half batches (same tokens/step)", reads="grad_accum"),
+    Knob("workers", "data loader workers (2)", {"perf.num_workers": 0}, {"perf.num_workers": 2},
+         reads="num_workers"),
+    Knob("pin_memory", "pinned host memory", {"perf.pin_memory": False}, {"perf.pin_memory": True},
+         reads="pin_memory", cuda_only="pinned memory only speeds up host-to-CUDA copies",
+         runtime_word="pin_memory"),
+    Knob("sdpa", "SDPA attention (vs eager)", {"perf.attn_implementation": "eager"},
+         {"perf.attn_implementation": "sdpa"}),
+    Knob("completion_len", "grpo.max_completion_length halved", kinds=("grpo",)),
+    Knob("reward_workers", "reward worker processes (2)", {"grpo.reward_workers": 0},
+         {"grpo.reward_workers": 2}, kinds=("grpo",)),
+]}  # fmt: skip
+
+
+def guess_kind(path: str | Path, overrides: list[str]) -> str:
+    from smollab.config import read_yaml
+
+    if "grpo" in read_yaml(path) or any(o.startswith(("grpo.", "reward")) for o in overrides):
+        return "grpo"
+    return "pretrain"
+
+
+def loop_source(kind: str) -> str:
+    """The training loop's source text (read, not imported: no torch in the parent)."""
+    spec = find_spec(f"smollab.train.{kind}")
+    return Path(spec.origin).read_text() if spec and spec.origin else ""
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "null" if v is None else str(v)
+
+
+def as_overrides(d: dict[str, Any]) -> list[str]:
+    return [f"{k}={_fmt(v)}" for k, v in d.items()]
+
+
+def knob_values(knob: Knob, cfg) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(baseline values, switched-on values) for one knob on this config; ValueError = skip."""
+    if knob.name == "grad_accum":
+        b, a = cfg.train.batch_size, cfg.train.grad_accum
+        if b < 2 or b % 2:
+            raise ValueError(f"train.batch_size={b} cannot be halved")
+        return {}, {"train.batch_size": b // 2, "train.grad_accum": 2 * a}
+    if knob.name == "completion_len":
+        n = cfg.grpo.max_completion_length
+        if n < 2:
+            raise ValueError(f"grpo.max_completion_length={n} cannot be halved")
+        return {}, {"grpo.max_completion_length": n // 2}
+    return dict(knob.off), dict(knob.on)
+
+
+def select(names: list[str] | None, kind: str) -> list[str]:
+    if names is None:
+        return [n for n, k in KNOBS.items() if kind in k.kinds]
+    unknown = [n for n in names if n not in KNOBS]
+    if unknown:
+        raise UserError(f"--knobs: unknown {', '.join(unknown)} (known: {', '.join(KNOBS)})")
+    return list(dict.fromkeys(names))
+
+
+def baseline_values(names: list[str], kind: str, cfg) -> dict[str, Any]:
+    """Every benched knob off (values of knobs that later turn out skipped are harmless)."""
+    out: dict[str, Any] = {}
+    for n in names:
+        k = KNOBS[n]
+        if kind in k.kinds:
+            with contextlib.suppress(ValueError):
+                out.update(knob_values(k, cfg)[0])
+    return out
+
+
+def plan(names: list[str], kind: str, cfg, device: str, source: str | None = None
+         ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:  # fmt: skip
+    """([(knob, switched-on values)], [(knob, reason skipped)]) on `device` (cpu, cuda, mps)."""
+    source = loop_source(kind) if source is None else source
+    runs, skipped = [], []
+    for n in names:
+        k = KNOBS[n]
+        if kind not in k.kinds:
+            skipped.append((n, f"applies to {' and '.join(k.kinds)} workloads only"))
+        elif k.cuda_only and device != "cuda":
+            skipped.append((n, f"{k.cuda_only}; device is {device}"))
+        elif k.reads and k.reads not in source:
+            skipped.append((n, f"the {kind} loop (smollab.train.{kind}) does not use it"
+                            f"{_NOT_READ.get((n, kind), '')}"))  # fmt: skip
+        elif n in ("compile", "fused") and device == "mps":
+            skipped.append((n, "not supported on MPS"))
+        else:
+            try:
+                runs.append((n, knob_values(k, cfg)[1]))
+            except ValueError as e:
+                skipped.append((n, str(e)))
+    return runs, skipped
+
+
+_NOT_READ = {
+    ("workers", "pretrain"): ": it slices batches from a memmap in-process, no DataLoader",
+    ("pin_memory", "pretrain"): ": it slices batches from a memmap in-process, no DataLoader",
+    ("compile", "grpo"): ": perf.compile is ignored there",
+    ("grad_accum", "grpo"): ": one optimizer step per generated batch",
+    ("workers", "grpo"): ": prompts are token lists in memory, no DataLoader",
+    ("pin_memory", "grpo"): ": no DataLoader",
+}
+
+
+def combination(results: list[dict[str, Any]], min_speedup: float) -> list[str]:
+    """The knobs that helped (fast enough and within tolerance), best of each group only."""
+    helped = [r for r in results if r.get("status") == "ok" and r.get("knob")
+              and (r.get("speedup") or 0) >= min_speedup and r.get("within_tolerance")]  # fmt: skip
+    best: dict[str, dict[str, Any]] = {}
+    for r in helped:
+        g = KNOBS[r["knob"]].group or r["knob"]
+        if g not in best or r["speedup"] > best[g]["speedup"]:
+            best[g] = r
+    return [r["knob"] for r in sorted(best.values(), key=lambda r: -r["speedup"])]

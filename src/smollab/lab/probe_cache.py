@@ -1,0 +1,96 @@
+"""The probe's cache: results keyed by device and workload signature (model, LoRA rank, batch,
+sequence or completion length, precision), which is what `concurrency: auto` in a sweep reads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from smollab.runs import atomic_write_json
+
+
+def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
+    """Name and memory of the device the workload runs on (nvidia-smi for CUDA: mockable)."""
+    if kind == "cuda":
+        from smollab.lab.mps import _run
+
+        r = (runner or _run)(["nvidia-smi", "--query-gpu=name,memory.total,memory.used",
+                              "--format=csv,noheader,nounits"])  # fmt: skip
+        line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3:
+            return {"kind": "cuda", "name": parts[0], "memory_mb": float(parts[1]) - float(parts[2]),
+                    "threads": threads}  # fmt: skip
+        return {"kind": "cuda", "name": "cuda", "memory_mb": None, "threads": threads}
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                mem = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return {"kind": kind, "name": name, "memory_mb": mem, "threads": threads}
+
+
+def device_key(info: dict[str, Any]) -> str:
+    if info["kind"] == "cuda":
+        return f"cuda:{info['name']}"
+    return f"{info['kind']}:{info['name']}:{info['threads']}threads"
+
+
+def workload_signature(command: str, cfg) -> dict[str, Any]:
+    """What decides how many copies fit: model, LoRA rank, batch, lengths, precision."""
+    sig = {
+        "command": command,
+        "model": cfg.model.path or cfg.model.preset,
+        "lora_r": cfg.model.lora.r if cfg.model.lora.enabled else 0,
+        "batch_size": cfg.train.batch_size,
+        "precision": cfg.perf.precision,
+        "compile": cfg.perf.compile,
+        "grad_checkpointing": cfg.perf.grad_checkpointing,
+    }
+    if command == "grpo":
+        sig.update(max_completion_length=cfg.grpo.max_completion_length,
+                   num_generations=cfg.grpo.num_generations, beta=cfg.grpo.beta > 0)  # fmt: skip
+    else:
+        sig.update(seq_len=cfg.train.seq_len, grad_accum=cfg.train.grad_accum)
+    return sig
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SMOLLAB_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "smollab"
+    )
+    return Path(root) / "probe"
+
+
+def cache_path(device: dict[str, Any], signature: dict[str, Any]) -> Path:
+    blob = json.dumps({"device": device_key(device), "workload": signature}, sort_keys=True)
+    return cache_dir() / f"{hashlib.sha1(blob.encode()).hexdigest()[:16]}.json"
+
+
+def cache_lookup(device: dict[str, Any], signature: dict[str, Any]) -> dict[str, Any] | None:
+    p = cache_path(device, signature)
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def cache_store(result: dict[str, Any]) -> Path:
+    p = cache_path(result["device"], result["workload"])
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(p, result)
+    return p

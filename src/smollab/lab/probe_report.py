@@ -1,0 +1,85 @@
+"""The probe's table and plot (probe.png), and `smollab report PROBE_DIR`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def table(result: dict[str, Any]) -> list[str]:
+    unit = result.get("unit") or "units/s"
+    head = f"{'k':>4} {'threads':>7} {'step ms':>9} {'steps/s':>9} {unit:>14} {'MB/run':>9}  note"
+    lines = [head, "-" * len(head)]
+
+    def key(o):
+        return (o.get("k"), o.get("threads_per_run")) if o else None
+
+    bl, bt = key(result.get("best_latency")), key(result.get("best_throughput"))
+    for lv in result["levels"]:
+        note = lv.get("error") or ""
+        marks = [
+            m
+            for m, o in (("best latency", bl), ("best throughput", bt))
+            if o == (lv["k"], lv["threads"])
+        ]
+        note = ", ".join(marks) + (f"; {note}" if note and marks else note)
+        f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
+        lines.append(f"{lv['k']:>4} {f(lv['threads'], '>7')} "
+                     f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
+                     f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
+                     f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}")  # fmt: skip
+    return lines
+
+
+def plot_probe(result: dict[str, Any], path: Path) -> None:
+    from smollab.report.plots import _plt, _save
+
+    per_k: dict[int, dict] = {}
+    for lv in result["levels"]:
+        if lv.get("steps_per_s") and (
+            lv["k"] not in per_k or lv["steps_per_s"] > per_k[lv["k"]]["steps_per_s"]
+        ):
+            per_k[lv["k"]] = lv
+    levels = [per_k[k] for k in sorted(per_k)]
+    if not levels:
+        return
+    plt = _plt()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    ks = [lv["k"] for lv in levels]
+    a1.plot(ks, [lv["step_s"] * 1000 for lv in levels], "-o")
+    a1.set_ylabel("median step time per run (ms)")
+    a2.plot(ks, [lv["steps_per_s"] for lv in levels], "-o", color="C1")
+    a2.set_ylabel("aggregate steps/s")
+    if result.get("unit") and all(lv.get("units_per_s") for lv in levels):
+        a3 = a2.twinx()
+        a3.plot(ks, [lv["units_per_s"] for lv in levels], alpha=0)
+        a3.set_ylabel(f"aggregate {result['unit']}")
+    for ax in (a1, a2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("concurrent runs k")
+        ax.grid(alpha=0.3)
+    for key, color, label in (("best_latency", "green", "best latency"),
+                              ("best_throughput", "red", "best throughput")):  # fmt: skip
+        o = result.get(key)
+        if o:
+            for ax in (a1, a2):
+                ax.axvline(o["k"], color=color, ls=":", label=f"{label}: k={o['k']}")
+    a2.legend(fontsize=8)
+    dev = result["device"]
+    fig.suptitle(f"probe: {result['command']} {Path(result.get('base') or '').name} on "
+                 f"{dev['kind']} ({dev['name']})", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+
+
+def report_probe(probe_dir: str | Path) -> Path:
+    d = Path(probe_dir)
+    result = json.loads((d / "probe.json").read_text())
+    plot_probe(result, d / "probe.png")
+    for line in table(result):
+        print(line)
+    print(f"stopped: {result.get('stop_reason')}")
+    return d / "probe.png"

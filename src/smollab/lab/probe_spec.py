@@ -1,0 +1,87 @@
+"""A probe recipe (`ProbeSpec`) and how `smollab probe WORKLOAD key=value ...` is read into one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from smollab.errors import UserError
+from smollab.lab.spec import SpecSection, override_value
+from smollab.lab.spec_load import _coerce, _flatten
+
+
+class ProbeSpec(SpecSection):
+    command: str = "pretrain"
+    base: str | None = None
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
+    max_k: int = Field(32, ge=1)
+    warmup: int = Field(5, ge=0, description="logged steps each run takes before measuring")
+    steps: int = Field(20, ge=3, description="steps measured per run while all k run")
+    drop: float = Field(0.1, gt=0, lt=1, description="stop when aggregate throughput falls this "
+                                                     "fraction below the best")  # fmt: skip
+    latency_tolerance: float = Field(
+        0.1, ge=0, description="best_latency: step time within this of k=1"
+    )
+    mem_fraction: float = Field(0.9, gt=0, le=1)
+    bisect: bool = False
+    split: bool = Field(True, description="CPU: for k below the thread count, also try 1 thread "
+                                          "per run (k x 1 next to k x threads/k)")  # fmt: skip
+    threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
+    mps: bool | Literal["auto"] = "auto"
+    timeout_s: float = Field(300.0, gt=0, description="per level")
+    dir: str | None = None
+    cache: bool = True
+
+
+def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
+    """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
+    a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
+    from smollab.config import read_yaml
+
+    tree = read_yaml(workload)
+    if "command" in tree:
+        spec_tree = dict(tree)
+    else:
+        command = "grpo" if "grpo" in tree or "reward" in tree else "pretrain"
+        spec_tree = {"command": command, "base": workload}
+    if isinstance(spec_tree.get("overrides"), dict):
+        spec_tree["overrides"] = _coerce(_flatten(spec_tree["overrides"]))
+    work: list[str] = []
+    from smollab.config import parse_override
+
+    for item in overrides:
+        key, value = parse_override(item)
+        if key.startswith("overrides."):
+            spec_tree.setdefault("overrides", {})[key.removeprefix("overrides.")] = _coerce(value)
+        elif key in ProbeSpec.model_fields or "." not in key:
+            spec_tree[key] = _coerce(value)  # an unknown plain key is reported as a probe key
+        else:
+            work.append(item)
+    for key in spec_tree:
+        if key not in ProbeSpec.model_fields:
+            import difflib
+
+            close = difflib.get_close_matches(key, list(ProbeSpec.model_fields), n=1)
+            raise UserError(
+                f"unknown probe key {key}" + (f" (did you mean {close[0]}?)" if close else "")
+            )
+    try:
+        spec = ProbeSpec.model_validate(spec_tree)
+    except ValidationError as err:
+        e = err.errors()[0]
+        loc = ".".join(str(p) for p in e["loc"])
+        raise UserError(f"probe key {loc}: {e['msg'].removeprefix('Value error, ')}") from None
+    if spec.base and not Path(spec.base).is_file():
+        raise UserError(f"probe key base: file not found: {spec.base}")
+    from smollab.config import SCHEMAS, load_config
+
+    if spec.command not in SCHEMAS or spec.command == "data":
+        raise UserError(f"probe key command: {spec.command!r} is not a training command")
+    base_overrides = [f"{k}={override_value(v)}" for k, v in spec.overrides.items()] + work
+    load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
+    if spec.dir is None:
+        spec.dir = str(Path("probes") / Path(workload).stem)
+    return spec, base_overrides

@@ -1,0 +1,342 @@
+"""Loading a sweep spec: a YAML file plus `key=value` overrides, validated into `SweepSpec`.
+
+Like the training configs, every mistake stops before any work with one line naming the key:
+an unknown key (with a did-you-mean), a bad sampler, an empty space, a distribution under the
+grid sampler, a metric the command never logs, or a swept value the command's schema rejects.
+
+`space`, `overrides` and `enqueue` points are keyed by dotted config keys (`optim.lr`); nested
+YAML mappings are flattened, except a mapping with `low`/`high`, which is a distribution.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from smollab.config import read_yaml
+from smollab.errors import UserError
+from smollab.lab.spec import Distribution, SpecSection, SweepSpec, resolve_config
+
+# The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
+# COLUMNS from their source, since importing a loop pulls in torch.
+METRIC_COLUMNS: dict[str, list[str]] = {
+    "pretrain": ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
+                 "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
+    "grpo": ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
+             "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
+             "jaccard", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
+             "train_s", "step_s", "peak_mem_mb"],
+}  # fmt: skip
+# Keys the sweep sets itself for every trial.
+RESERVED = {"run.dir": "each trial gets its own run dir under <dir>/trials/",
+            "run.seed": "list seeds under `seeds:`",
+            "run.resume": "trials always resume (run.resume=auto)"}  # fmt: skip
+DIST_KEYS = {"low", "high", "log", "type", "step"}
+
+
+def _schema_of(command: str):
+    from smollab.config import SCHEMAS
+
+    commands = sorted(c for c in SCHEMAS if c != "data")
+    if command not in commands:
+        close = difflib.get_close_matches(command, commands, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"sweep key command: unknown command {command!r}{hint}; "
+                        f"one of {', '.join(commands)}")  # fmt: skip
+    return SCHEMAS[command]
+
+
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
+
+
+def _coerce(value: Any) -> Any:
+    """YAML reads `1e-4` (no dot) as a string; in a sweep a number is what users mean."""
+    if isinstance(value, str) and _NUMBER.match(value.strip()):
+        v = float(value)
+        return int(v) if v.is_integer() and not any(c in value for c in ".eE") else v
+    if isinstance(value, list):
+        return [_coerce(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _coerce(v) for k, v in value.items()}
+    return value
+
+
+def _is_dist(value: Any) -> bool:
+    return isinstance(value, dict) and bool(set(value) & {"low", "high"})
+
+
+def _flatten(tree: Any, prefix: str = "", stop=lambda v: False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not isinstance(tree, dict):
+        return tree
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v and not stop(v):
+            out.update(_flatten(v, key + ".", stop))
+        else:
+            out[key] = v
+    return out
+
+
+def _normalize(tree: dict[str, Any]) -> dict[str, Any]:
+    tree = copy.deepcopy(tree)
+    if isinstance(tree.get("space"), dict):
+        tree["space"] = _coerce(_flatten(tree["space"], stop=_is_dist))
+    if isinstance(tree.get("overrides"), dict):
+        tree["overrides"] = _coerce(_flatten(tree["overrides"]))
+    if isinstance(tree.get("enqueue"), list):
+        tree["enqueue"] = [
+            _coerce(_flatten(p)) if isinstance(p, dict) else p for p in tree["enqueue"]
+        ]
+    if isinstance(tree.get("seeds"), int):
+        tree["seeds"] = [tree["seeds"]]
+    if isinstance(tree.get("metric"), str):
+        tree["metric"] = {"name": tree["metric"]}
+    if isinstance(tree.get("pruner"), str):
+        tree["pruner"] = {"type": tree["pruner"]}
+    return tree
+
+
+def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """`dir=x concurrency=4 space.optim.lr=[1e-3,1e-2] overrides.train.max_steps=50`."""
+    from smollab.config import parse_override, set_dotted
+
+    for item in overrides:
+        key, value = parse_override(item)
+        value = _coerce(value)
+        head, _, rest = key.partition(".")
+        if head in ("space", "overrides") and rest:
+            section = tree.setdefault(head, {})
+            if not isinstance(section, dict):
+                raise UserError(f"override {key}: {head} is not a mapping")
+            section[rest] = value
+        else:
+            set_dotted(tree, key, value)
+    return tree
+
+
+def _spec_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in schema.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, SpecSection):
+            keys += _spec_keys(ann, f"{prefix}{name}.")
+    return keys
+
+
+def _check_spec_keys(tree: dict[str, Any]) -> None:
+    known = _spec_keys(SweepSpec)
+    for key, value in tree.items():
+        if key not in SweepSpec.model_fields:
+            _unknown("sweep key", key, known)
+        ann = SweepSpec.model_fields[key].annotation
+        if isinstance(ann, type) and issubclass(ann, SpecSection) and isinstance(value, dict):
+            for sub in value:
+                if sub not in ann.model_fields:
+                    _unknown("sweep key", f"{key}.{sub}", known)
+
+
+def _unknown(what: str, key: str, candidates: list[str]) -> None:
+    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UserError(f"unknown {what} {key}{hint}")
+
+
+def _format(err: ValidationError) -> str:
+    e = err.errors()[0]
+    loc = ".".join(
+        str(p) for p in e["loc"] if not str(p).startswith(("function-", "list[", "Distribution"))
+    )
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+    return f"sweep key {loc}: {msg}{shown}" if loc else f"sweep spec: {msg}"
+
+
+def config_leaf_keys(command: str) -> list[str]:
+    """Every dotted key of the command's config that holds a value (not a section)."""
+    from smollab.config import Section
+
+    def walk(schema, prefix=""):
+        out = []
+        for name, field in schema.model_fields.items():
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, Section):
+                out += walk(ann, f"{prefix}{name}.")
+            else:
+                out.append(prefix + name)
+        return out
+
+    return walk(_schema_of(command))
+
+
+def _check_config_key(command: str, key: str, where: str) -> None:
+    leaves = config_leaf_keys(command)
+    if key in RESERVED:
+        raise UserError(f"{where}{key}: set by the sweep ({RESERVED[key]})")
+    if key not in leaves:
+        close = difflib.get_close_matches(key, leaves, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise UserError(f"{where}{key}: unknown {command} config key{hint}")
+
+
+_LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo"}
+
+
+def metric_names(command: str) -> list[str] | None:
+    """The loop's own COLUMNS, read from its source (importing it would pull in torch);
+    the list above when the source cannot be read."""
+    import ast
+    import importlib.util
+
+    module = _LOOPS.get(command)
+    if module is None:
+        return METRIC_COLUMNS.get(command)
+    try:
+        origin = importlib.util.find_spec(module).origin
+        tree = ast.parse(Path(origin).read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "COLUMNS" for t in node.targets
+            ):
+                return list(ast.literal_eval(node.value))
+    except (AttributeError, OSError, SyntaxError, ValueError):
+        pass
+    return METRIC_COLUMNS.get(command)
+
+
+def _check_metric(command: str, name: str, where: str) -> None:
+    names = metric_names(command)
+    if names is None or name in names or (command == "grpo" and name.startswith("reward/")):
+        return
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    raise UserError(f"sweep key {where}: {command} logs no metric {name!r}{hint}; "
+                    f"one of {', '.join(n for n in names if n != 'step')}")  # fmt: skip
+
+
+def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
+    tree = _normalize(read_yaml(path, "sweep spec")) if path else {}
+    tree = _normalize(apply_overrides(tree, overrides))
+    spec = validate_spec(tree)
+    if spec.dir is None:
+        stem = Path(path).stem if path else "sweep"
+        spec.dir = str(Path("sweeps") / stem)
+    return spec
+
+
+def validate_spec(tree: dict[str, Any]) -> SweepSpec:
+    _check_spec_keys(tree)
+    command = tree.get("command")
+    if command is None:
+        raise UserError("sweep key command: missing (pretrain, grpo, ...)")
+    _schema_of(str(command))  # raises on an unknown command
+    space = tree.get("space")
+    if not space:
+        raise UserError(
+            "sweep key space: empty; give at least one key, e.g. optim.lr: [1e-3, 1e-2]"
+        )
+    if not isinstance(space, dict):
+        raise UserError(
+            f"sweep key space: expected a mapping of config keys, got {type(space).__name__}"
+        )
+    sampler = tree.get("sampler", "grid")
+    for key, value in space.items():
+        _check_config_key(command, key, "sweep key space.")
+        if isinstance(value, dict):
+            if sampler == "grid":
+                raise UserError(f"sweep key space.{key}: sampler grid needs a list of values, "
+                                f"got a distribution (use sampler: random, qmc or tpe)")  # fmt: skip
+            for sub in value:
+                if sub not in DIST_KEYS:
+                    _unknown("sweep key", f"space.{key}.{sub}",
+                             [f"space.{key}.{d}" for d in DIST_KEYS])  # fmt: skip
+            try:
+                Distribution.model_validate(value)
+            except ValidationError as err:
+                e = err.errors()[0]
+                sub = ".".join(str(p) for p in e["loc"])
+                raise UserError(f"sweep key space.{key}{'.' + sub if sub else ''}: "
+                                f"{e['msg'].removeprefix('Value error, ')}") from None  # fmt: skip
+        elif isinstance(value, list):
+            if not value:
+                raise UserError(f"sweep key space.{key}: empty list of values")
+            if len({repr(v) for v in value}) != len(value):
+                raise UserError(f"sweep key space.{key}: repeated values {value}")
+            for v in value:
+                if not (v is None or isinstance(v, str | int | float | bool)):
+                    raise UserError(f"sweep key space.{key}: values must be scalars, got {v!r}")
+        else:
+            raise UserError(f"sweep key space.{key}: expected a list of values or "
+                            f"{{low, high, log}}, got {value!r}")  # fmt: skip
+    for key in tree.get("overrides") or {}:
+        _check_config_key(command, key, "sweep key overrides.")
+        if key in space:
+            raise UserError(f"sweep key overrides.{key}: also swept in space; keep one")
+    try:
+        spec = SweepSpec.model_validate(tree)
+    except ValidationError as err:
+        raise UserError(_format(err)) from None
+
+    _check_metric(spec.command, spec.metric.name, "metric.name")
+    if spec.pruner.metric:
+        _check_metric(spec.command, spec.pruner.metric, "pruner.metric")
+    if len(set(spec.seeds)) != len(spec.seeds):
+        raise UserError(f"sweep key seeds: repeated seeds {spec.seeds}")
+    if spec.sampler == "grid":
+        if spec.n_trials is not None:
+            raise UserError(f"sweep key n_trials: the grid sampler runs every point "
+                            f"({len(spec.grid_points())} here); n_trials is for random, qmc and tpe")  # fmt: skip
+        if spec.enqueue:
+            raise UserError(
+                "sweep key enqueue: the grid sampler runs every point already; "
+                "enqueue is for random, qmc and tpe"
+            )
+    elif spec.n_trials is None:
+        raise UserError(f"sweep key n_trials: sampler {spec.sampler} needs n_trials "
+                        f"(configurations to run, each once per seed)")  # fmt: skip
+    if spec.concurrency != "auto" and spec.concurrency < 1:
+        raise UserError(f"sweep key concurrency: at least 1 (got {spec.concurrency})")
+    for i, point in enumerate(spec.enqueue):
+        for key, value in point.items():
+            if key not in spec.space:
+                raise UserError(f"sweep key enqueue.{i}.{key}: not a key of space "
+                                f"({', '.join(spec.space)})")  # fmt: skip
+            dist = spec.space[key]
+            if isinstance(dist, Distribution) and isinstance(value, int | float) and \
+                    not dist.low <= value <= dist.high:  # fmt: skip
+                raise UserError(
+                    f"sweep key enqueue.{i}.{key}: {value} outside [{dist.low:g}, {dist.high:g}]"
+                )
+            if isinstance(dist, list) and value not in dist:
+                raise UserError(f"sweep key enqueue.{i}.{key}: {value!r} is not one of {dist}")
+    if spec.base and not Path(spec.base).is_file():
+        raise UserError(f"sweep key base: file not found: {spec.base}")
+    _check_points(spec)
+    return spec
+
+
+def _check_points(spec: SweepSpec) -> None:
+    """Every trial's config must validate: check the grid, or each distribution's ends."""
+    if spec.sampler == "grid":
+        points = spec.grid_points()
+    else:
+        points = []
+        for key, dist in spec.space.items():
+            ends = [dist.low, dist.high] if isinstance(dist, Distribution) else dist
+            if isinstance(dist, Distribution) and dist.type == "int":
+                ends = [int(e) for e in ends]
+            points += [{key: v} for v in ends]
+        points += list(spec.enqueue) or [{}]
+    for point in points:
+        try:
+            resolve_config(spec, point, spec.seeds[0])
+        except UserError as e:
+            shown = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise UserError(f"sweep trial {{{shown}}}: {e}") from None

@@ -1,0 +1,152 @@
+"""A sweep as its report sees it, read from the sweep dir alone (sweep.json, results.csv and each
+trial's run dir), so the report can be redrawn at any time, live or afterwards."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smollab.errors import UserError
+from smollab.runs import read_json, read_metrics
+
+FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")
+
+
+@dataclass
+class Trial:
+    row: dict[str, Any]
+    params: dict[str, Any]
+    run_dir: Path
+    metrics: list[dict[str, float | None]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return self.row.get("status") or "?"
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    @property
+    def seed(self) -> int | None:
+        s = self.row.get("seed")
+        return int(float(s)) if s not in (None, "") else None
+
+
+@dataclass
+class SweepData:
+    dir: Path
+    spec: dict[str, Any]
+    metric_label: str
+    trials: list[Trial]
+
+    @property
+    def space(self) -> list[str]:
+        return list(self.spec.get("space", {}))
+
+    @property
+    def goal(self) -> str:
+        return self.spec.get("metric", {}).get("goal", "min")
+
+    @property
+    def command(self) -> str:
+        return self.spec.get("command", "?")
+
+
+def _num(v: str | None) -> Any:
+    if v is None or v == "":
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        return {"True": True, "False": False, "true": True, "false": False}.get(v, v)
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def load_sweep(sweep_dir: str | Path) -> SweepData:
+    d = Path(sweep_dir)
+    meta = read_json(d / "sweep.json") if (d / "sweep.json").exists() else {}
+    spec = meta.get("spec", {})
+    if not (d / "results.csv").exists():
+        raise UserError(f"{d} has no results.csv: not a sweep directory (yet)")
+    from smollab.lab.spec import Metric
+
+    label = Metric(**spec["metric"]).label if spec.get("metric") else "metric"
+    space = list(spec.get("space", {}))
+    trials = []
+    with open(d / "results.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            row = {
+                k: _num(v) if k not in ("trial", "status", "reason", "run_dir") else v
+                for k, v in r.items()
+            }
+            if not space:  # no sweep.json: columns between trial and seed are parameters
+                keys = list(r)
+                space = keys[1 : keys.index("seed")] if "seed" in keys else []
+            params = {k: row.get(k) for k in space}
+            run_dir = d / (r.get("run_dir") or "")
+            t = Trial(row=row, params=params, run_dir=run_dir)
+            t.metrics = read_metrics(run_dir / "metrics.csv")
+            try:
+                t.summary = (
+                    read_json(run_dir / "summary.json")
+                    if (run_dir / "summary.json").exists()
+                    else {}
+                )
+            except UserError:
+                t.summary = {}
+            trials.append(t)
+    if not spec:
+        spec = {"space": {k: None for k in space}}
+    return SweepData(dir=d, spec=spec, metric_label=label, trials=trials)
+
+
+# ---- values as shown ---------------------------------------------------------------------------
+
+
+def _f(v: Any) -> str:
+    if v is None or v == "":
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _short(key: str) -> str:
+    return key.split(".")[-1]
+
+
+# ---- the LR analysis over a sweep ------------------------------------------------------------
+
+
+def is_lr_sweep(data: SweepData) -> bool:
+    label = data.spec.get("metric", {}).get("name", "")
+    return "optim.lr" in data.space and "loss" in label and data.goal == "min"
+
+
+def lr_curves(data: SweepData):
+    from smollab.lab.lr_analysis import RunCurve
+
+    loss_key = "train_loss" if data.command == "pretrain" else "loss"
+    name = data.spec.get("metric", {}).get("name", "val_loss")
+    curves = []
+    for t in data.trials:
+        if (
+            t.status in ("running", "interrupted", "failed", "pruned")
+            or t.params.get("optim.lr") is None
+        ):
+            continue
+        pts = [(r["step"], r[loss_key]) for r in t.metrics
+               if r.get(loss_key) is not None and r.get("step") is not None]  # fmt: skip
+        final = t.row.get(data.metric_label)
+        if final is None and t.status != "completed":
+            vals = [r[name] for r in t.metrics if r.get(name) is not None]
+            final = vals[-1] if vals else None
+        curves.append(RunCurve(name=t.name, lr=float(t.params["optim.lr"]), seed=t.seed,
+                               status=t.status, steps=[p[0] for p in pts], loss=[p[1] for p in pts],
+                               final=final if isinstance(final, int | float) else None,
+                               evidence=t.row.get("reason") or t.summary.get("evidence")))  # fmt: skip
+    return curves
