@@ -7,26 +7,28 @@ train.max_steps=300) and use the same settings: prompts are the first 8 tokens o
 them as plain-text prompts ("[EOS]" + decoded text, which tokenizes back to the same ids; the match
 rate is printed), not conversations, so no chat template is involved. Reward `happy_binary`
 (smollab's function for both), 32 completions per step = 2 prompts x 16 generations, at most 64
-new tokens, temperature 1.0, beta 0.02, fp32 on the CPU, the same loss type, reward scaling,
+new tokens, temperature 1.0, beta 0.02, the same precision (`--precision`, default fp32) on the CPU, the same loss type, reward scaling,
 clipping epsilon, AdamW betas/eps/weight decay, grad clip and a constant LR: 1e-5 full fine-tuning,
 1e-4 LoRA r8 (alpha 16, on q, k, v, o, gate, up, down). Completions end at the tokenizer's EOS
 only (TRL would also stop at any other EOS id the model's config declares). TRL runs without
 bf16 and without gradient checkpointing, its CPU defaults, which are slower at this size
 (DESIGN section 9).
 
-Per mode (full, LoRA) the two train `--steps` steps each in one process, interleaved step by step
-(smollab step k, TRL step k, ...: each in its own thread, handing the CPU on after every step, so
-only one ever computes and both see the same machine load). Printed per mode: the median seconds
-per optimizer step after `--warmup` steps (smollab: its own `step_s` of metrics.csv, generation
-through the optimizer step; TRL: a TrainerCallback from on_step_begin to on_step_end) and their
-ratio; an outer clock per step (everything between hand-overs: smollab's metrics and logging,
-TRL's logging and data loading); the mean training-batch reward over the first and the last 5
-steps and the mean completion length; and where each spends its step (TRL's split comes from
-timing its methods: `_generate`, `_calculate_rewards`, the no-grad reference forward,
+Per mode (full, LoRA) each implementation trains `--steps` steps from the base in a process of its
+own, alternating A B (A B A B with `--repeats 2`), so neither shares a process, an OpenMP pool or
+an allocator with the other, and both see the machine in turn. (An earlier version ran both in one
+process, handing the CPU between two threads after every step: that slowed smollab's decoding
+about 2.5x and TRL's about 1.4x against their standalone speeds, so it measured neither.)
+Printed per mode: the median seconds per optimizer step after `--warmup` steps (smollab: its
+own `step_s` of metrics.csv, generation through the optimizer step; TRL: a TrainerCallback from
+on_step_begin to on_step_end) and their ratio; the mean training-batch reward over the first and
+the last 5 steps and the mean completion length; and where each spends its step (TRL's split
+comes from timing its methods: `_generate`, `_calculate_rewards`, the no-grad reference forward,
 `compute_loss`, and the rest: backward and AdamW).
 
     python benchmarks/grpo_vs_trl.py [--model /tmp/runs/ss1] [--data-dir /tmp/stories]
-                                     [--steps 50] [--warmup 3] [--modes full,lora] [--quick]
+                                     [--steps 50] [--warmup 3] [--modes full,lora]
+                                     [--repeats 1] [--precision fp32|bf16] [--quick]
 
 Needs TRL: pip install -e ".[bench]".
 """
@@ -36,13 +38,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
-import traceback
 from collections import defaultdict
 from pathlib import Path
 
@@ -53,55 +55,6 @@ RECIPES = {"full": REPO / "configs" / "grpo" / "happy.yaml",
 LR = {"full": 1e-5, "lora": 1e-4}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
-
-
-class Baton:
-    """Round-robin hand-over between threads: only the holder computes; a finished one drops out."""
-
-    def __init__(self, names: list[str]):
-        self.names, self.turn, self.done = list(names), names[0], set()
-        self.cv = threading.Condition()
-
-    def _next(self, me: str) -> str:
-        i = self.names.index(me)
-        for k in range(1, len(self.names) + 1):
-            cand = self.names[(i + k) % len(self.names)]
-            if cand not in self.done:
-                return cand
-        return me
-
-    def wait(self, me: str) -> None:
-        with self.cv:
-            while self.turn != me:
-                self.cv.wait()
-
-    def hand_on(self, me: str) -> None:
-        with self.cv:
-            self.turn = self._next(me)
-            self.cv.notify_all()
-        self.wait(me)
-
-    def finish(self, me: str) -> None:
-        with self.cv:
-            self.done.add(me)
-            if self.turn == me:
-                self.turn = self._next(me)
-            self.cv.notify_all()
-
-
-class Clock:
-    """Outer per-step times: from taking the baton to handing it on."""
-
-    def __init__(self):
-        self.outer: list[float] = []
-        self._t = None
-
-    def resumed(self) -> None:
-        self._t = time.perf_counter()
-
-    def handing_on(self) -> None:
-        if self._t is not None:
-            self.outer.append(time.perf_counter() - self._t)
 
 
 def ensure_model(args) -> Path:
@@ -128,7 +81,7 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
         "grpo.max_completion_length=64", "grpo.temperature=1.0", "grpo.top_p=1.0", "grpo.top_k=0",
         "grpo.beta=0.02", "grpo.num_iterations=1", f"optim.lr={LR[mode]}",
         "optim.schedule=constant", "optim.warmup_steps=0", "perf.device=cpu",
-        "perf.precision=fp32", "failure.action=flag", f"run.dir={run_dir}", "run.resume=never",
+        f"perf.precision={args.precision}", "failure.action=flag", f"run.dir={run_dir}", "run.resume=never",
     ]  # fmt: skip
     if mode == "lora":
         over += ["model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=16",
@@ -140,27 +93,17 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
     return cfg
 
 
-def run_smollab(cfg, baton: Baton, clock: Clock) -> dict:
+def run_smollab(cfg) -> dict:
     import smollab.train.grpo as grpo
     from smollab.runs import read_metrics
 
-    base = grpo.Progress
-
-    class HandOn(base):  # called once per logged step (every step here), after the step's clock
-        def update(self, step, **info):
-            super().update(step, **info)
-            clock.handing_on()
-            baton.hand_on("smollab")
-            clock.resumed()
-
-    grpo.Progress = HandOn
-    try:
-        grpo.train(cfg)
-    finally:
-        grpo.Progress = base
+    grpo.train(cfg)
     rows = read_metrics(Path(cfg.run.dir) / "metrics.csv")
     keys = ("step_s", "gen_s", "reward_s", "ref_s", "train_s", "reward_mean", "completion_len")
-    return {k: [r[k] for r in rows] for k in keys}
+    out = {k: [r[k] for r in rows] for k in keys}
+    # wall clock between logged steps: step_s plus what smollab does outside it (metrics, logs)
+    out["wall_s"] = [b["wall_s"] - a["wall_s"] for a, b in zip(rows, rows[1:], strict=False)]
+    return out
 
 
 def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
@@ -174,7 +117,7 @@ def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
     return texts, same
 
 
-def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, baton: Baton, clock: Clock) -> dict:
+def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -217,7 +160,7 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, baton: Baton, clock:
         adam_beta1=oc.beta1, adam_beta2=oc.beta2, adam_epsilon=oc.eps,
         weight_decay=oc.weight_decay, max_grad_norm=oc.grad_clip or 1e9,
         max_steps=cfg.train.max_steps, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        use_cpu=True, bf16=cfg.perf.precision == "bf16", fp16=False, gradient_checkpointing=False,
         dataloader_num_workers=0, seed=cfg.run.seed, disable_tqdm=True, log_completions=False,
     )  # fmt: skip
 
@@ -238,9 +181,6 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, baton: Baton, clock:
             inner.append(time.perf_counter() - self.t0)
             for k in ("gen", "reward", "ref", "score", "loss"):
                 split[k].append(cur.get(k, 0.0))
-            clock.handing_on()
-            baton.hand_on("trl")
-            clock.resumed()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
@@ -278,33 +218,39 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, baton: Baton, clock:
             "n_prompts": len(texts)}  # fmt: skip
 
 
-def interleave(jobs: dict, clocks: dict) -> dict:
-    """Run the jobs in threads that hand the CPU on after every step; return their results."""
-    baton = Baton(list(jobs))
-    out, errors = {}, {}
+def run_child(args, mode: str, impl: str, model_dir: Path, tmp: Path, rep: int) -> dict:
+    """One implementation's run in a fresh process; its per-step figures come back as JSON."""
+    out = tmp / f"{impl}-{mode}-{rep}.json"
+    cmd = [sys.executable, __file__, "--child", impl, "--modes", mode, "--model", str(model_dir),
+           "--data-dir", args.data_dir, "--steps", str(args.steps), "--precision", args.precision,
+           "--threads", str(args.threads), "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        raise SystemExit(f"{impl} ({mode}) failed with exit code {proc.returncode}")
+    return json.loads(out.read_text())
 
-    def worker(name: str) -> None:
-        try:
-            baton.wait(name)
-            clocks[name].resumed()
-            out[name] = jobs[name](baton)
-        except BaseException:
-            errors[name] = traceback.format_exc()
-        finally:
-            baton.finish(name)
 
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        threads = [threading.Thread(target=worker, args=(n,), name=n) for n in jobs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    if errors:
-        sys.stderr.write(log.getvalue()[-6000:])
-        for name, tb in errors.items():
-            sys.stderr.write(f"--- {name} failed:\n{tb}")
-        sys.exit(1)
+def child(args) -> None:
+    mode, tmp = args.modes, Path(args.out).parent
+    cfg = smollab_cfg(args, mode, Path(args.model), tmp / f"smollab-{mode}-{Path(args.out).stem}")
+    with contextlib.redirect_stdout(io.StringIO()):
+        if args.child == "smollab":
+            res = run_smollab(cfg)
+        else:
+            res = run_trl(cfg, mode, Path(args.model), tmp / f"trl-{Path(args.out).stem}")
+    Path(args.out).write_text(json.dumps(res))
+
+
+def merge(runs: list[dict], w: int) -> dict:
+    """Repeats of one implementation -> their post-warm-up steps pooled (rewards from the first)."""
+    out = {k: v for k, v in runs[0].items()}
+    out["step_s"] = [x for r in runs for x in r["step_s"][w:]]
+    for key in ("gen_s", "reward_s", "ref_s", "train_s", "wall_s"):
+        if key in out:
+            out[key] = [x for r in runs for x in r[key][w:]]
+    if "split" in out:
+        out["split"] = {k: [x for r in runs for x in r["split"][k][w:]] for k in out["split"]}
     return out
 
 
@@ -316,37 +262,39 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def report(mode: str, res: dict, clocks: dict, w: int, wall: float, loads) -> None:
-    s, t = res["smollab"], res["trl"]
-    n = min(len(s["step_s"]), len(t["step_s"]))
-    s_step, t_step = s["step_s"][w:n], t["step_s"][w:n]
-    s_out, t_out = clocks["smollab"].outer[w:n], clocks["trl"].outer[w:n]
-    pairs = [b / a for a, b in zip(s_step, t_step, strict=True)]
+def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads) -> None:
+    n = len(runs["smollab"][0]["reward_mean"])
     k = 5
     title = (
         "full fine-tuning, lr 1e-5"
         if mode == "full"
         else "LoRA r8 alpha 16 (q,k,v,o,gate,up,down), lr 1e-4"
     )
-    print(f"== {title}: {n} steps each, interleaved ({wall:.0f} s); load average 1/5/15 min "
-          f"before {'/'.join(f'{x:.2f}' for x in loads[0])}, after "
+    print(f"== {title}: {n} steps each x {len(runs['smollab'])}, alternating processes "
+          f"({wall:.0f} s); load average 1/5/15 min before "
+          f"{'/'.join(f'{x:.2f}' for x in loads[0])}, after "
           f"{'/'.join(f'{x:.2f}' for x in loads[1])}")  # fmt: skip
-    print(f"{'':10s}{'s/step':>8s}{'p25':>7s}{'p75':>7s}{'outer':>8s}"
+    print(f"{'':10s}{'s/step':>8s}{'p25':>7s}{'p75':>7s}"
           f"{f'reward 1-{k}':>13s}{f'reward {n - k + 1}-{n}':>14s}{'mean len':>10s}")  # fmt: skip
-    for name, steps, outer, r in (("smollab", s_step, s_out, s), ("TRL", t_step, t_out, t)):
-        rw = r["reward_mean"]
+    for name, r, reps in (("smollab", s, runs["smollab"]), ("TRL", t, runs["trl"])):
+        steps = r["step_s"]
         q = statistics.quantiles(steps, n=4) if len(steps) > 1 else [med(steps)] * 3
-        print(f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{med(outer):8.3f}"
-              f"{mean(rw[:k]):13.3f}{mean(rw[n - k : n]):14.3f}"
-              f"{mean(r['completion_len'][:n]):10.1f}")  # fmt: skip
-    print(f"TRL / smollab seconds per step: {med(t_step) / med(s_step):.2f}x (ratio of medians), "
-          f"{med(pairs):.2f}x (median of {len(pairs)} adjacent-step pairs), outer clock "
-          f"{med(t_out) / med(s_out):.2f}x")  # fmt: skip
-    sm = {key: mean(s[key][w:n]) for key in ("gen_s", "reward_s", "ref_s", "train_s", "step_s")}
+        first = mean([mean(x["reward_mean"][:k]) for x in reps])
+        last = mean([mean(x["reward_mean"][n - k : n]) for x in reps])
+        length = mean([mean(x["completion_len"][:n]) for x in reps])
+        print(f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
+              f"{length:10.1f}")  # fmt: skip
+    print(
+        f"TRL / smollab seconds per step: {med(t['step_s']) / med(s['step_s']):.2f}x "
+        f"(ratio of medians); against smollab's wall clock per step "
+        f"({med(s['wall_s']):.3f} s, metrics and logging included): "
+        f"{med(t['step_s']) / med(s['wall_s']):.2f}x"
+    )
+    sm = {key: mean(s[key]) for key in ("gen_s", "reward_s", "ref_s", "train_s", "step_s")}
     print(f"smollab split (mean s): gen {sm['gen_s']:.3f}, reward {sm['reward_s']:.3f}, "
           f"ref {sm['ref_s']:.3f}, train {sm['train_s']:.3f} of {sm['step_s']:.3f}")  # fmt: skip
-    sp = {key: mean(v[w:n]) for key, v in t["split"].items()}
-    total = mean(t_step)
+    sp = {key: mean(v) for key, v in t["split"].items()}
+    total = mean(t["step_s"])
     if sp:
         other_score = sp["score"] - sp["gen"] - sp["reward"] - sp["ref"]
         rest = total - sp["score"] - sp["loss"]
@@ -367,8 +315,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50, help="optimizer steps per implementation")
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
     ap.add_argument("--modes", default="full,lora", help="comma list of full, lora")
+    ap.add_argument("--repeats", type=int, default=1, help="A B runs per mode (2: A B A B)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="for both")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="8 steps per implementation")
+    ap.add_argument("--child", choices=["smollab", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.quick:
         args.steps = min(args.steps, 8)
@@ -389,30 +341,29 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if args.child:
+        child(args)
+        return
     model_dir = ensure_model(args)
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-grpo-"))
     print(f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
-          f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, fp32")  # fmt: skip
+          f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, {args.precision}")  # fmt: skip
     print("s/step: smollab = metrics.csv step_s; TRL = on_step_begin..on_step_end. "
           f"Medians after {args.warmup} warm-up steps; rewards = training-batch means\n")  # fmt: skip
     for mode in modes:
-        cfg = smollab_cfg(args, mode, model_dir, tmp / f"smollab-{mode}")
-        clocks = {"smollab": Clock(), "trl": Clock()}
-        jobs = {
-            "smollab": lambda b, cfg=cfg, c=clocks: run_smollab(cfg, b, c["smollab"]),
-            "trl": lambda b, cfg=cfg, c=clocks, m=mode: run_trl(cfg, m, model_dir, tmp / f"trl-{m}", b,
-                                                               c["trl"]),
-        }  # fmt: skip
+        runs: dict[str, list[dict]] = {"smollab": [], "trl": []}
         load0, t0 = os.getloadavg(), time.perf_counter()
-        res = interleave(jobs, clocks)
-        report(mode, res, clocks, args.warmup, time.perf_counter() - t0, (load0, os.getloadavg()))
+        for rep in range(args.repeats):
+            for impl in ("smollab", "trl"):
+                runs[impl].append(run_child(args, mode, impl, model_dir, tmp, rep))
+        s, t = merge(runs["smollab"], args.warmup), merge(runs["trl"], args.warmup)
+        report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()))
         if mode == modes[-1]:
-            r = res["trl"]
-            print(f"TRL prompts: {r['n_prompts']:,} texts, {100 * r['prompt_match']:.1f}% tokenize "
+            print(f"TRL prompts: {t['n_prompts']:,} texts, {100 * t['prompt_match']:.1f}% tokenize "
                   f"back to smollab's ids; run directories under {tmp}")  # fmt: skip
-            if r["eos_note"]:
-                print(f"note: {r['eos_note']}")
+            if t["eos_note"]:
+                print(f"note: {t['eos_note']}")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from smollab.models.lean_llama import LeanLlama
-    from smollab.train.rollout import Sampler, logprobs
+    from smollab.train.rollout import Sampler
+    from smollab.train.token_logprobs import logprobs
 
     torch.manual_seed(0)
     cfg = LlamaConfig(

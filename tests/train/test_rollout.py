@@ -8,7 +8,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from smollab.models.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
-from smollab.train.rollout import Rollout, Sampler, left_pad, logprobs  # noqa: E402
+from smollab.train.rollout import Rollout, Sampler, left_pad  # noqa: E402
+from smollab.train.token_logprobs import logprobs  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9], [1, 10, 11], [1, 12, 13, 14]]
 

@@ -19,6 +19,7 @@ from smollab.config import GRPOConfig, to_dict
 from smollab.device import make_adamw, peak_memory_mb, setup_runtime, synchronize
 from smollab.errors import UserError
 from smollab.failures import degenerate, diverged_rl, stuck
+from smollab.models.attention import fit_attention
 from smollab.models.loading import (
     align_special_tokens,
     apply_lora,
@@ -34,8 +35,9 @@ from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fr
 from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.progress import Progress
 from smollab.train.prompts import file_prompts, story_prompts
-from smollab.train.rollout import Rollout, Sampler, logprobs
+from smollab.train.rollout import Rollout, Sampler
 from smollab.train.schedule import lr_at
+from smollab.train.token_logprobs import logprobs, policy_logprobs
 
 COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
            "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
@@ -54,23 +56,6 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
 
 def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF)
-
-
-def policy_logprobs(model, r: Rollout, temperature: float) -> torch.Tensor:
-    """Per-token log-probs (with grad) of the completions under `model`.
-
-    Only the completion positions reach the LM head (`logits_to_keep` as indices), so neither
-    the forward nor the backward touches logits of prompt positions.
-    """
-    ids, mask = r.input_ids, r.attention_mask
-    P, L = r.prompt_ids.shape[1], ids.shape[1]
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    keep = torch.arange(P - 1, L - 1, device=ids.device)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                   logits_to_keep=keep).logits.float()  # fmt: skip
-    if temperature != 1.0:
-        logits = logits / temperature
-    return logits.gather(-1, r.completion_ids[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
 def make_reference(policy, lora: bool, on_cpu: bool):
@@ -100,7 +85,9 @@ def make_reference(policy, lora: bool, on_cpu: bool):
                     out = logprobs(policy, r.input_ids, r.attention_mask, P, temperature)
             else:
                 dev = next(frozen.parameters()).device
-                out = logprobs(frozen, r.input_ids.to(dev), r.attention_mask.to(dev), P, temperature)
+                out = logprobs(
+                    frozen, r.input_ids.to(dev), r.attention_mask.to(dev), P, temperature
+                )
         return out.to(r.completion_ids.device).clone()
 
     return ref_logprobs
@@ -124,13 +111,18 @@ def train(cfg: GRPOConfig) -> dict:
     else:
         from smollab.data.prepare import load_meta, prepare
 
-        prepare(cfg.data) if not (Path(cfg.data.dir) / "meta.json").exists() else load_meta(cfg.data.dir)
+        if (Path(cfg.data.dir) / "meta.json").exists():
+            load_meta(cfg.data.dir)  # checks the prepared directory
+        else:
+            prepare(cfg.data)
         tokenizer = load_tokenizer_near(Path(cfg.data.dir) / "tokenizer")
     if g.prompts_file:
         train_prompts = eval_prompts = file_prompts(g.prompts_file, tokenizer)
     else:
         train_prompts = story_prompts(cfg.data.dir, "train", tokenizer, g.prompt_tokens, 20_000)
-        eval_prompts = story_prompts(cfg.data.dir, "test", tokenizer, g.prompt_tokens, g.eval_prompts)
+        eval_prompts = story_prompts(
+            cfg.data.dir, "test", tokenizer, g.prompt_tokens, g.eval_prompts
+        )
     eval_prompts = eval_prompts[: g.eval_prompts]
 
     # ---- policy, reference, sampler, optimizer --------------------------------------------
@@ -138,8 +130,12 @@ def train(cfg: GRPOConfig) -> dict:
     policy = build_model(cfg.model, vocab_size=len(tokenizer),
                          attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
     if len(tokenizer) > policy.config.vocab_size:
-        raise UserError(f"tokenizer has {len(tokenizer)} entries, the model only {policy.config.vocab_size}")
+        raise UserError(
+            f"tokenizer has {len(tokenizer)} entries, the model only {policy.config.vocab_size}"
+        )
     align_special_tokens(policy, tokenizer)
+    if note := fit_attention(policy, rt.device, rt.autocast_dtype):
+        rt.chosen.append(note)
     if cfg.model.lora.enabled:
         policy = apply_lora(policy, cfg.model.lora)
     policy.to(rt.device)
@@ -199,7 +195,9 @@ def train(cfg: GRPOConfig) -> dict:
                 group["lr"] = lr
 
             # 1. rollouts
-            pick = torch.randint(len(train_prompts), (prompts_per_step,), generator=_seeded(cfg.run.seed, step, 0))
+            pick = torch.randint(
+                len(train_prompts), (prompts_per_step,), generator=_seeded(cfg.run.seed, step, 0)
+            )
             prompt_ids = [train_prompts[i] for i in pick.tolist() for _ in range(g.num_generations)]
             policy.eval()
             sampler.load_weights(policy)
@@ -211,7 +209,10 @@ def train(cfg: GRPOConfig) -> dict:
             # 2. rewards and advantages
             completions = _texts(tokenizer, r.completion_ids, r.completion_mask)
             prompts_txt = _texts(tokenizer, r.prompt_ids, r.prompt_mask)
-            comp_ids = [row[: int(m.sum())].tolist() for row, m in zip(r.completion_ids, r.completion_mask, strict=True)]
+            comp_ids = [
+                row[: int(m.sum())].tolist()
+                for row, m in zip(r.completion_ids, r.completion_mask, strict=True)
+            ]
             total, per_fn = pool(prompts_txt, completions, comp_ids)
             advantages = group_advantages(total, g.num_generations, g.scale_rewards).to(rt.device)
             mask = r.completion_mask.clone()
@@ -286,7 +287,9 @@ def train(cfg: GRPOConfig) -> dict:
             streak = streak + 1 if deg else 0
             if failure is None and deg and streak >= fc.patience:
                 failure = deg
-            failure = failure or stuck(history, fc.baseline_steps, fc.stuck_grace_steps, fc.stuck_margin, step)
+            failure = failure or stuck(
+                history, fc.baseline_steps, fc.stuck_grace_steps, fc.stuck_margin, step
+            )
             if failure and failure.status not in flags:
                 flags[failure.status] = failure.evidence
                 run.log(f"{failure.status}: {failure.evidence}", echo=True)
@@ -310,7 +313,7 @@ def train(cfg: GRPOConfig) -> dict:
         run.save_checkpoint("final", policy, tokenizer)
         if cfg.model.lora.enabled and g.export_merged:
             run.save_checkpoint("final_merged", policy.merge_and_unload(), tokenizer)
-    tail = history[-fc.baseline_steps:]
+    tail = history[-fc.baseline_steps :]
     summary = run.update_summary(
         status=status, evidence=evidence, flags=flags, steps=step,
         base_reward=history[0] if history else None,
@@ -339,7 +342,10 @@ def _evaluate(sampler, policy, prompts, g, pool, tokenizer, seed) -> dict:
     r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
                          top_p=g.top_p, top_k=g.top_k, generator=_seeded(seed, -1, 2))  # fmt: skip
     texts = _texts(tokenizer, r.completion_ids, r.completion_mask)
-    ids = [row[: int(m.sum())].tolist() for row, m in zip(r.completion_ids, r.completion_mask, strict=True)]
+    ids = [
+        row[: int(m.sum())].tolist()
+        for row, m in zip(r.completion_ids, r.completion_mask, strict=True)
+    ]
     total, _ = pool(_texts(tokenizer, r.prompt_ids, r.prompt_mask), texts, ids)
     return {"reward_mean": float(total.mean()), "unique_fraction": unique_fraction(texts),
             "samples": texts}  # fmt: skip

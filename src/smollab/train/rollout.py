@@ -26,7 +26,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import torch
-import torch.nn.functional as F
 
 from smollab.models.lean_llama import (
     LeanLlama,
@@ -35,7 +34,7 @@ from smollab.models.lean_llama import (
     positions_from_mask,
 )
 
-__all__ = ["Rollout", "Sampler", "left_pad", "logprobs"]
+__all__ = ["Rollout", "Sampler", "left_pad"]
 
 
 @dataclass
@@ -392,50 +391,3 @@ class Sampler:
             logits = logits / temperature
         lps = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
         return _finish(ids, mask, comp, lps, self.eos_ids, self.pad_token_id, stop)
-
-
-def logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    completion_start: int,
-    temperature: float = 1.0,
-) -> torch.Tensor:
-    """Log-probs [B, L - completion_start] of input_ids[:, completion_start:] under `model`.
-
-    model: a `LeanLlama` (no grad; fastest for reference / old log-probs) or any HF causal LM
-    (keeps autograd, for the policy). Positions come from the mask (cumsum - 1), as the sampler
-    and HF `generate` assign them, so left-padded prompts score as they were sampled.
-    Logits are divided by `temperature` (TRL's convention); temperature 0 counts as 1.
-    """
-    if not 0 < completion_start < input_ids.shape[1]:
-        raise ValueError(f"completion_start {completion_start} outside (0, {input_ids.shape[1]})")
-    targets = input_ids[:, completion_start:]
-    inv_t = 1.0 / temperature if temperature > 0 and temperature != 1 else None
-    if isinstance(model, LeanLlama):
-        h = model.hidden(input_ids, attention_mask)[:, completion_start - 1 : -1]
-        return _head_logprobs(h, model.lm_head, targets, inv_t)
-    keep = input_ids.shape[1] - completion_start + 1
-    pos = positions_from_mask(attention_mask)
-    out = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, logits_to_keep=keep
-    )
-    logits = out.logits[:, -keep:-1].float()
-    if inv_t is not None:
-        logits = logits * inv_t
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
-
-
-def _head_logprobs(h, weight, targets, inv_t, chunk_elems: int = 1 << 20) -> torch.Tensor:
-    """log_softmax(h @ weight.T * inv_t) at `targets`, a few rows at a time so each chunk of
-    logits (about 4 MB) is consumed while still in cache instead of materializing [B, T, V]."""
-    B, T, _ = h.shape
-    rows = max(1, chunk_elems // (T * weight.shape[0]))
-    out = torch.empty(B, T, dtype=torch.float32, device=h.device)
-    for i in range(0, B, rows):
-        logits = F.linear(h[i : i + rows], weight).float()
-        if inv_t is not None:
-            logits.mul_(inv_t)
-        tgt = logits.gather(-1, targets[i : i + rows, :, None]).squeeze(-1)
-        out[i : i + rows] = tgt - logits.logsumexp(-1)
-    return out

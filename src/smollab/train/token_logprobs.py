@@ -1,0 +1,159 @@
+"""Per-token log-probs of completions: the policy (with grad), the reference and old policy (without).
+
+GRPO needs log p(token) of each completion token, never the [tokens, vocab] logits themselves.
+Through HF's head that costs a logits tensor plus a chain of full-size temporaries in the forward
+(logsumexp's max, subtract and exp; the gather) and the backward (softmax, a zero-filled gather
+gradient, their sum): at the SimpleStories-1.25M shape (2,048 completion tokens x 4,096 entries)
+those passes measured about a third of a GRPO training step on the dev CPU. `selected_logprobs`
+does the head in row chunks that stay in cache: the forward keeps one logits buffer and each
+row's logsumexp, the backward turns that buffer into the gradient in place (softmax, times the
+incoming gradient, minus it at the target) and feeds it straight to the two matmuls. Beyond a
+memory budget the logits are recomputed in the backward instead of kept.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smollab.models.lean_llama import LeanLlama, positions_from_mask
+
+__all__ = ["logprobs", "policy_logprobs", "selected_logprobs"]
+
+CHUNK_ELEMS = 1 << 20  # logits per chunk: 4 MB in fp32, cache-sized
+KEEP_LOGITS_ELEMS = 1 << 26  # keep logits for the backward up to 256 MB, else recompute them
+
+
+class _SelectedLogprobs(torch.autograd.Function):
+    """log_softmax(h @ weight.T * inv_t)[n, targets[n]] for h [N, H], weight [V, H], targets [N]."""
+
+    @staticmethod
+    def forward(ctx, h, weight, targets, inv_t: float, keep_logits: bool):
+        N, V = h.shape[0], weight.shape[0]
+        rows = max(1, CHUNK_ELEMS // V)
+        w = weight.to(h.dtype)
+        out = torch.empty(N, dtype=torch.float32, device=h.device)
+        lse = torch.empty(N, dtype=torch.float32, device=h.device)
+        kept = []
+        for i in range(0, N, rows):
+            logits = F.linear(h[i : i + rows], w).float()
+            if inv_t != 1.0:
+                logits.mul_(inv_t)
+            lse[i : i + rows] = logits.logsumexp(-1)
+            out[i : i + rows] = logits.gather(1, targets[i : i + rows, None]).squeeze(1)
+            if keep_logits:
+                kept.append(logits)
+        out.sub_(lse)
+        ctx.save_for_backward(h, weight, targets, lse)
+        ctx.kept, ctx.inv_t, ctx.rows = kept, inv_t, rows
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        h, weight, targets, lse = ctx.saved_tensors
+        if ctx.kept is None:
+            raise RuntimeError("selected_logprobs: backward through the same graph twice")
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        w = weight.to(h.dtype)
+        grad_h = torch.empty_like(h) if need_h else None
+        grad_w = (
+            torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        )
+        g = grad_out.float() * ctx.inv_t  # d out / d logits = inv_t * (onehot(target) - softmax)
+        for k, i in enumerate(range(0, h.shape[0], ctx.rows)):
+            hc, gc = h[i : i + ctx.rows], g[i : i + ctx.rows, None]
+            if ctx.kept:
+                logits = ctx.kept[k]
+            else:
+                logits = F.linear(hc, w).float()
+                if ctx.inv_t != 1.0:
+                    logits.mul_(ctx.inv_t)
+            grad = logits.sub_(lse[i : i + ctx.rows, None]).exp_().mul_(gc.neg())
+            grad.scatter_add_(1, targets[i : i + ctx.rows, None], gc)
+            if need_h:
+                grad_h[i : i + ctx.rows] = grad.to(h.dtype) @ w
+            if need_w:
+                grad_w.addmm_(grad.t(), hc.float())
+        ctx.kept = None
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
+
+
+def selected_logprobs(
+    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """log_softmax(h @ weight.T / temperature) at `targets`, without materializing [..., V] temporaries.
+
+    h: [..., H] final hidden states; weight: [V, H] output embedding; targets: [...] token ids.
+    Returns float32 [...]. Differentiable in h and weight; temperature 0 counts as 1.
+    """
+    inv_t = 1.0 / temperature if temperature > 0 else 1.0
+    shape = targets.shape
+    h2, t2 = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
+    keep = h2.shape[0] * weight.shape[0] <= KEEP_LOGITS_ELEMS
+    if not torch.is_grad_enabled() or not (h.requires_grad or weight.requires_grad):
+        keep = False  # nothing will call the backward
+    return _SelectedLogprobs.apply(h2, weight, t2, inv_t, keep).view(shape)
+
+
+def _plain_head(model: nn.Module) -> nn.Linear | None:
+    """The output embedding when logits are exactly `hidden @ weight.T` (no bias, no soft-capping or scaling)."""
+    base = (
+        model.get_base_model()
+        if hasattr(model, "get_base_model") and hasattr(model, "peft_config")
+        else model
+    )
+    get_head = getattr(base, "get_output_embeddings", None)
+    head = get_head() if get_head else None
+    cfg = getattr(base, "config", None)
+    if type(head) is not nn.Linear or head.bias is not None or cfg is None:
+        return None
+    if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        return None
+    if getattr(cfg, "model_type", None) not in ("llama", "mistral", "qwen2", "qwen3"):
+        return None  # families whose decoder output is the head's input, checked in tests for llama
+    return head
+
+
+def logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_start: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Log-probs [B, L - completion_start] of input_ids[:, completion_start:] under `model`.
+
+    model: a `LeanLlama` (no grad; fastest for reference / old log-probs) or any HF causal LM or
+    PEFT model of one (keeps autograd: the policy). Positions come from the mask (cumsum - 1),
+    as the sampler and HF `generate` assign them, so left-padded prompts score as they were
+    sampled. Logits are divided by `temperature` (TRL's convention); temperature 0 counts as 1.
+    """
+    if not 0 < completion_start < input_ids.shape[1]:
+        raise ValueError(f"completion_start {completion_start} outside (0, {input_ids.shape[1]})")
+    targets = input_ids[:, completion_start:]
+    if isinstance(model, LeanLlama):
+        h = model.hidden(input_ids, attention_mask)[:, completion_start - 1 : -1]
+        return selected_logprobs(h, model.lm_head, targets, temperature)
+    pos = positions_from_mask(attention_mask)
+    head = _plain_head(model)
+    if head is not None:
+        base = model.get_base_model() if hasattr(model, "peft_config") else model
+        h = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
+                               position_ids=pos).last_hidden_state  # fmt: skip
+        return selected_logprobs(h[:, completion_start - 1 : -1], head.weight, targets, temperature)
+    keep = input_ids.shape[1] - completion_start + 1
+    out = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, logits_to_keep=keep
+    )
+    logits = out.logits[:, -keep:-1].float()
+    if temperature > 0 and temperature != 1:
+        logits = logits / temperature
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def policy_logprobs(model: nn.Module, rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs (with grad) of a rollout's completions under the policy `model`."""
+    return logprobs(
+        model, rollout.input_ids, rollout.attention_mask, rollout.prompt_ids.shape[1], temperature
+    )

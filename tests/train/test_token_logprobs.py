@@ -1,0 +1,110 @@
+"""Per-token log-probs: the chunked head against plain log_softmax, values and gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import smollab.train.token_logprobs as tl  # noqa: E402
+from smollab.train.rollout import Sampler  # noqa: E402
+from smollab.train.token_logprobs import logprobs, selected_logprobs  # noqa: E402
+from tests.train.test_rollout import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
+
+
+def naive(h, w, targets, temperature):
+    logits = (h @ w.t()).float() / temperature
+    return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("keep_logits", [True, False])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("train_weight", [True, False])
+def test_selected_logprobs_matches_log_softmax(monkeypatch, keep_logits, temperature, train_weight):
+    monkeypatch.setattr(tl, "CHUNK_ELEMS", 3 * 50)  # 3 rows a chunk: 7 rows end in a ragged chunk
+    monkeypatch.setattr(tl, "KEEP_LOGITS_ELEMS", 10**9 if keep_logits else 0)
+    torch.manual_seed(0)
+    h = torch.randn(7, 16, requires_grad=True)
+    w = torch.randn(50, 16, requires_grad=train_weight)
+    targets = torch.randint(0, 50, (7,))
+    upstream = torch.randn(7)
+
+    got = selected_logprobs(h, w, targets, temperature)
+    (got * upstream).sum().backward()
+    gh, gw = h.grad.clone(), None if w.grad is None else w.grad.clone()
+    h.grad = w.grad = None
+    want = naive(h, w, targets, temperature)
+    (want * upstream).sum().backward()
+
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(gh, h.grad, atol=1e-5, rtol=1e-5)
+    if train_weight:
+        torch.testing.assert_close(gw, w.grad, atol=1e-5, rtol=1e-5)
+    else:
+        assert gw is None
+
+
+def test_selected_logprobs_keeps_batch_shape_and_refuses_a_second_backward():
+    h = torch.randn(2, 3, 8, requires_grad=True)
+    w = torch.randn(20, 8)
+    targets = torch.randint(0, 20, (2, 3))
+    out = selected_logprobs(h, w, targets)
+    assert out.shape == (2, 3) and out.dtype == torch.float32
+    assert (out <= 0).all()
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        out.sum().backward()
+
+
+def _policy_case(model):
+    r = Sampler(model).generate(PROMPTS, 6, seed=0, stop_at_eos=False)
+    P = r.prompt_ids.shape[1]
+    return r, P
+
+
+def _reference_logprobs(model, r, P, temperature):
+    """The plain path: full logits from the model's own forward, then log_softmax."""
+    pos = (r.attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=r.input_ids, attention_mask=r.attention_mask, position_ids=pos).logits
+    logits = logits[:, P - 1 : -1].float() / temperature
+    return logits.log_softmax(-1).gather(-1, r.completion_ids[..., None]).squeeze(-1)
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora):
+    model = micro_llama()
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                 init_lora_weights=False))  # fmt: skip
+    assert tl._plain_head(model) is not None
+    r, P = _policy_case(model)
+    model.train()
+    got = logprobs(model, r.input_ids, r.attention_mask, P, 0.8)
+    got.sum().backward()
+    g_got = _grads(model)
+    model.zero_grad(set_to_none=True)
+    want = _reference_logprobs(model, r, P, 0.8)
+    want.sum().backward()
+    g_want = _grads(model)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert g_got.keys() == g_want.keys() and g_got
+    for name in g_want:
+        scale = float(g_want[name].abs().max())  # fp32 sums in another order: relative to the largest
+        torch.testing.assert_close(g_got[name], g_want[name], atol=1e-6 * scale, rtol=1e-4, msg=name)
+
+
+def test_gpt2_uses_the_logits_path():
+    model = micro_gpt2()
+    assert tl._plain_head(model) is None
+    r, P = _policy_case(model)
+    with torch.no_grad():
+        got = logprobs(model, r.input_ids, r.attention_mask, P, 1.0)
+        want = _reference_logprobs(model, r, P, 1.0)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
