@@ -237,3 +237,13 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
     level = result["levels"][-1]
     assert all(r["steps"] >= 8 for r in level["runs"]) and level["observed_steps_per_s"] > 0
     assert not list((tmp_path / "probe").glob("k*/r*/.alive"))  # every child stopped
+
+
+def test_cpu_stops_after_an_oversubscribed_level_that_does_not_win(workload, tmp_path):
+    two_cores = dict(CPU, threads=2)
+    # k=2 fills both cores; k=4 shares them (5% less aggregate, inside `drop`): stop there
+    result, _ = probe(workload, tmp_path, fake_measure(lambda k: 0.1 * max(1, k / 2) * (1.1 if k > 2 else 1)),
+                      device=two_cores, max_k=32)  # fmt: skip
+    assert [lv["k"] for lv in result["levels"]] == [1, 2, 4]
+    assert result["stop_reason"] == "k=4 runs oversubscribe the 2 CPU threads and did not beat k=2"
+    assert result["best_throughput"]["k"] == 2

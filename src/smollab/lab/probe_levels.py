@@ -75,6 +75,13 @@ def next_k(
         fall = 1 - last.steps_per_s / best.steps_per_s
         return None, (f"aggregate throughput at k={last.k} is {100 * fall:.0f}% below the best "
                       f"(k={best.k}), more than the {100 * spec.drop:.0f}% allowed")  # fmt: skip
+    cores = device.get("threads") or 0
+    if device.get("kind") == "cpu" and cores and last.k > cores and best.k < last.k:
+        # k processes on fewer cores share the same compute: once an oversubscribed level does
+        # not beat the best, doubling again can only repeat that (it cost 2.5 min per level for
+        # the 1.25M GRPO workload on 2 cores).
+        return None, (f"k={last.k} runs oversubscribe the {cores} CPU threads and did not beat "
+                      f"k={best.k}")  # fmt: skip
     if spec.ks:
         later = [k for k in spec.ks if k > last.k]
         nxt = later[0] if later else None
