@@ -2,8 +2,9 @@
 
 Aggregate throughput = sum over runs of 1 / median step time (steps/s), times tokens per step
 (pretrain) or completions per step (grpo). The doubling stops when the aggregate falls `drop`
-below the best so far, when the next k would not fit in memory, when a run fails (out of
-memory), or at `max_k` (and the MPS client limit).
+below the best so far, when on a CPU a level with more runs than threads does not beat the
+best (more processes only share the same cores), when the next k would not fit in memory, when
+a run fails (out of memory), or at `max_k` (and the MPS client limit).
 
 Two optima, each with its rule in probe.json:
 - best_throughput: the k with the highest aggregate steps/s (within 2%, the smaller k);

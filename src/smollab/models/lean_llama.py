@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smollab.models.hf_weights import effective_weight, unwrap_hf
+
 __all__ = ["KVCache", "LeanLlama", "check_lean_compatible", "positions_from_mask"]
 
 
@@ -89,69 +91,6 @@ class KVCache:
         return self.k.dtype
 
 
-def _is_lora_layer(module) -> bool:
-    return hasattr(module, "base_layer") and hasattr(module, "get_delta_weight")
-
-
-def _lora_names(module) -> set[str]:
-    names = set(getattr(module, "lora_A", {}).keys())
-    return names | set(getattr(module, "lora_embedding_A", {}).keys())
-
-
-def effective_weight(module: nn.Module, adapters: bool = True) -> torch.Tensor:
-    """The weight a (possibly PEFT-wrapped) Linear, Embedding or norm computes with.
-
-    LoRA: base + sum(scaling * B @ A) over the active adapters that this layer has, or the bare
-    base weight when `adapters=False` or the adapters are disabled (`with model.disable_adapter()`).
-    Adapters already merged into the base weight are accounted for. `modules_to_save` copies are
-    followed to the active one (or to the original with adapters off).
-    """
-    if hasattr(module, "original_module") and hasattr(module, "modules_to_save"):
-        active = list(module.active_adapters)
-        use = adapters and not module.disable_adapters and active
-        if use and active[0] in module.modules_to_save:
-            return effective_weight(module.modules_to_save[active[0]], adapters)
-        return effective_weight(module.original_module, adapters)
-    if not _is_lora_layer(module):
-        if hasattr(module, "base_layer"):
-            raise NotImplementedError(
-                f"only LoRA adapters are supported, not {type(module).__name__}"
-            )
-        return module.weight
-    names = _lora_names(module)
-    merged = [a for a in getattr(module, "merged_adapters", []) if a in names]
-    active = []
-    if adapters and not module.disable_adapters:
-        active = [a for a in module.active_adapters if a in names]
-    weight = module.get_base_layer().weight
-    if merged == active:
-        return weight
-    for name in set(merged) | set(active):
-        if name in getattr(module, "lora_variant", {}):
-            raise NotImplementedError(
-                f"LoRA variant (e.g. DoRA) of adapter {name!r} is not supported"
-            )
-        if getattr(module, "lora_bias", {}).get(name, False):
-            raise NotImplementedError(f"lora_bias of adapter {name!r} is not supported")
-    weight = weight.detach().clone()
-    for name in merged:
-        weight -= module.get_delta_weight(name).to(weight.dtype)
-    for name in active:
-        weight += module.get_delta_weight(name).to(weight.dtype)
-    return weight
-
-
-def _unwrap_hf(model: nn.Module) -> nn.Module:
-    """A PEFT model -> its (LoRA-injected) `LlamaForCausalLM`; an HF model passes through."""
-    if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
-        model = model.get_base_model()
-    if not (hasattr(model, "model") and hasattr(model.model, "layers")):
-        raise TypeError(
-            f"expected an HF LlamaForCausalLM (or a PEFT model of one), got {type(model)}"
-        )
-    return model
-
-
 class LeanLlama(nn.Module):
     """Llama forward with fused weights. Build from an HF `LlamaConfig`, then `load_from_hf`."""
 
@@ -199,7 +138,7 @@ class LeanLlama(nn.Module):
         device: default the model's; dtype: default float32 whatever the model's dtype (the
         copy is small, and bf16 decoding measured no faster on CPU at these sizes).
         """
-        hf = _unwrap_hf(model)
+        hf = unwrap_hf(model)
         lean = cls(hf.config, device=device or next(hf.parameters()).device, dtype=dtype)
         return lean.load_from_hf(model, adapters=adapters)
 
@@ -210,7 +149,7 @@ class LeanLlama(nn.Module):
         With LoRA the copied weights are W + scaling * B @ A for each adapted module (active
         adapters only); `adapters=False` (or a model inside `disable_adapter()`) reads the base.
         """
-        hf = _unwrap_hf(model)
+        hf = unwrap_hf(model)
         core = hf.model
         if len(core.layers) != self.num_layers:
             raise ValueError(f"model has {len(core.layers)} layers, LeanLlama {self.num_layers}")

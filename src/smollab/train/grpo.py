@@ -67,10 +67,11 @@ def make_reference(policy, lora: bool, on_cpu: bool):
     """
     import copy
 
-    from smollab.models.lean_llama import LeanLlama, _unwrap_hf, check_lean_compatible
+    from smollab.models.hf_weights import unwrap_hf
+    from smollab.models.lean_llama import LeanLlama, check_lean_compatible
 
     try:
-        check_lean_compatible(_unwrap_hf(policy).config)
+        check_lean_compatible(unwrap_hf(policy).config)
         frozen = LeanLlama.from_hf(policy, adapters=False, device="cpu" if on_cpu else None)
     except (TypeError, NotImplementedError):
         frozen = None if lora else copy.deepcopy(policy).requires_grad_(False).eval()

@@ -27,9 +27,9 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from smollab.models.hf_weights import unwrap_hf
 from smollab.models.lean_llama import (
     LeanLlama,
-    _unwrap_hf,
     check_lean_compatible,
     positions_from_mask,
 )
@@ -207,7 +207,7 @@ class Sampler:
         else:
             if backend != "hf":
                 try:
-                    hf = _unwrap_hf(model)
+                    hf = unwrap_hf(model)
                     check_lean_compatible(hf.config)
                     cfg = hf.config
                 except (TypeError, NotImplementedError):

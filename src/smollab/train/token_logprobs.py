@@ -96,13 +96,13 @@ def selected_logprobs(
     return _SelectedLogprobs.apply(h2, weight, t2, inv_t, keep).view(shape)
 
 
-def _plain_head(model: nn.Module) -> nn.Linear | None:
-    """The output embedding when logits are exactly `hidden @ weight.T` (no bias, no soft-capping or scaling)."""
-    base = (
-        model.get_base_model()
-        if hasattr(model, "get_base_model") and hasattr(model, "peft_config")
-        else model
-    )
+def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
+    """(decoder, output embedding) when logits are exactly `decoder(...) @ head.weight.T`.
+
+    None for heads with a bias, soft-capping or scaling, and for families not checked here.
+    A PEFT model is unwrapped; its LoRA layers sit inside the decoder, so they still apply.
+    """
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
     get_head = getattr(base, "get_output_embeddings", None)
     head = get_head() if get_head else None
     cfg = getattr(base, "config", None)
@@ -112,7 +112,7 @@ def _plain_head(model: nn.Module) -> nn.Linear | None:
         return None
     if getattr(cfg, "model_type", None) not in ("llama", "mistral", "qwen2", "qwen3"):
         return None  # families whose decoder output is the head's input, checked in tests for llama
-    return head
+    return base.get_decoder(), head
 
 
 def logprobs(
@@ -136,11 +136,11 @@ def logprobs(
         h = model.hidden(input_ids, attention_mask)[:, completion_start - 1 : -1]
         return selected_logprobs(h, model.lm_head, targets, temperature)
     pos = positions_from_mask(attention_mask)
-    head = _plain_head(model)
-    if head is not None:
-        base = model.get_base_model() if hasattr(model, "peft_config") else model
-        h = base.get_decoder()(input_ids=input_ids, attention_mask=attention_mask,
-                               position_ids=pos).last_hidden_state  # fmt: skip
+    plain = _decoder_and_head(model)
+    if plain is not None:
+        decoder, head = plain
+        h = decoder(input_ids=input_ids, attention_mask=attention_mask,
+                    position_ids=pos).last_hidden_state  # fmt: skip
         return selected_logprobs(h[:, completion_start - 1 : -1], head.weight, targets, temperature)
     keep = input_ids.shape[1] - completion_start + 1
     out = model(
