@@ -15,16 +15,19 @@ bf16 and without gradient checkpointing, its CPU defaults, which are slower at t
 (DESIGN section 9).
 
 Per mode (full, LoRA) each implementation trains `--steps` steps from the base in a process of its
-own, alternating A B (A B A B with `--repeats 2`), so neither shares a process, an OpenMP pool or
-an allocator with the other, and both see the machine in turn. (An earlier version ran both in one
-process, handing the CPU between two threads after every step: that slowed smollab's decoding
-about 2.5x and TRL's about 1.4x against their standalone speeds, so it measured neither.)
+own (no shared OpenMP pool or allocator), and the two take turns step by step: after each step a
+process waits on a pipe until the other has done its step. So both see the same minutes of the
+machine, whose speed drifts by 10-25% over tens of seconds on a shared VM: alternating whole runs
+(A B A B) measured ratios from 2.5x to 2.9x for the same code. `--repeats 2` runs two such pairs.
+(Two threads of one process handing over after every step slowed smollab's decoding 2.5x and
+TRL's 1.4x against their standalone speeds: that measured neither.)
 Printed per mode: the median seconds per optimizer step after `--warmup` steps (smollab: its
 own `step_s` of metrics.csv, generation through the optimizer step; TRL: a TrainerCallback from
-on_step_begin to on_step_end) and their ratio; the mean training-batch reward over the first and
-the last 5 steps and the mean completion length; and where each spends its step (TRL's split
-comes from timing its methods: `_generate`, `_calculate_rewards`, the no-grad reference forward,
-`compute_loss`, and the rest: backward and AdamW).
+on_step_begin to on_step_end) and their ratio, and the same for each process's wall clock per turn
+(smollab's metrics, logging and samples file included); the mean training-batch reward over the
+first and the last 5 steps and the mean completion length; and where each spends its step (TRL's
+split comes from timing its methods: `_generate`, `_calculate_rewards`, the no-grad reference
+forward, `compute_loss`, and the rest: backward and AdamW).
 
     python benchmarks/grpo_vs_trl.py [--model /tmp/runs/ss1] [--data-dir /tmp/stories]
                                      [--steps 50] [--warmup 3] [--modes full,lora]
@@ -55,6 +58,7 @@ RECIPES = {"full": REPO / "configs" / "grpo" / "happy.yaml",
 LR = {"full": 1e-5, "lora": 1e-4}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
+IMPLS = ("smollab", "trl")
 
 
 def ensure_model(args) -> Path:
@@ -93,17 +97,40 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
     return cfg
 
 
-def run_smollab(cfg) -> dict:
+class Turns:
+    """The child's side of the turn-taking: after a step, say so and wait for the parent's go.
+
+    `wall_s` collects each turn's wall clock, from the go to the next step's end.
+    """
+
+    def __init__(self):
+        go, done = (int(x) for x in os.environ["GRPO_BENCH_FDS"].split(","))
+        self.go, self.done = os.fdopen(go, "rb", buffering=0), os.fdopen(done, "wb", buffering=0)
+        self.wall_s: list[float] = []
+        self.t = None
+
+    def step_done(self) -> None:
+        if self.t is not None:
+            self.wall_s.append(time.perf_counter() - self.t)
+        self.done.write(b".")
+        self.go.read(1)  # b"" if the parent is gone: go on alone
+        self.t = time.perf_counter()
+
+
+def run_smollab(cfg, turns: Turns) -> dict:
     import smollab.train.grpo as grpo
     from smollab.runs import read_metrics
 
+    class TurnTakingProgress(grpo.Progress):
+        def update(self, step, **info):  # called after every step, outside its step_s
+            super().update(step, **info)
+            turns.step_done()
+
+    grpo.Progress = TurnTakingProgress
     grpo.train(cfg)
     rows = read_metrics(Path(cfg.run.dir) / "metrics.csv")
     keys = ("step_s", "gen_s", "reward_s", "ref_s", "train_s", "reward_mean", "completion_len")
-    out = {k: [r[k] for r in rows] for k in keys}
-    # wall clock between logged steps: step_s plus what smollab does outside it (metrics, logs)
-    out["wall_s"] = [b["wall_s"] - a["wall_s"] for a, b in zip(rows, rows[1:], strict=False)]
-    return out
+    return {k: [r[k] for r in rows] for k in keys} | {"wall_s": turns.wall_s}
 
 
 def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
@@ -117,7 +144,7 @@ def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
     return texts, same
 
 
-def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path) -> dict:
+def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -181,6 +208,7 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path) -> dict:
             inner.append(time.perf_counter() - self.t0)
             for k in ("gen", "reward", "ref", "score", "loss"):
                 split[k].append(cur.get(k, 0.0))
+            turns.step_done()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "reward" in logs:
@@ -213,32 +241,59 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path) -> dict:
     timed("_generate_and_score_completions", lambda: "score")
     timed("compute_loss", lambda: "loss")
     trainer.train()
-    return {"step_s": inner, "split": dict(split), "reward_mean": rewards, "completion_len": lengths,
-            "prompt_match": same, "eos_note": eos_note,
+    return {"step_s": inner, "wall_s": turns.wall_s, "split": dict(split), "reward_mean": rewards,
+            "completion_len": lengths, "prompt_match": same, "eos_note": eos_note,
             "n_prompts": len(texts)}  # fmt: skip
 
 
-def run_child(args, mode: str, impl: str, model_dir: Path, tmp: Path, rep: int) -> dict:
-    """One implementation's run in a fresh process; its per-step figures come back as JSON."""
-    out = tmp / f"{impl}-{mode}-{rep}.json"
-    cmd = [sys.executable, __file__, "--child", impl, "--modes", mode, "--model", str(model_dir),
-           "--data-dir", args.data_dir, "--steps", str(args.steps), "--precision", args.precision,
-           "--threads", str(args.threads), "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
-        raise SystemExit(f"{impl} ({mode}) failed with exit code {proc.returncode}")
-    return json.loads(out.read_text())
+def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str, dict]:
+    """Both implementations in processes of their own, one step each in turn; figures as JSON.
+
+    Their first steps overlap (each starts on its own), then smollab and TRL alternate, the one
+    to go first swapping every round.
+    """
+    procs, pipes, outs = {}, {}, {}
+    for impl in IMPLS:
+        outs[impl] = tmp / f"{impl}-{mode}-{rep}.json"
+        go_r, go_w = os.pipe()
+        done_r, done_w = os.pipe()
+        cmd = [sys.executable, __file__, "--child", impl, "--modes", mode, "--model",
+               str(model_dir), "--data-dir", args.data_dir, "--steps", str(args.steps),
+               "--precision", args.precision, "--threads", str(args.threads),
+               "--out", str(outs[impl])]  # fmt: skip
+        env = dict(os.environ, GRPO_BENCH_FDS=f"{go_r},{done_w}")
+        log = open(tmp / f"{impl}-{mode}-{rep}.log", "w")  # a file, not a pipe nobody reads mid-run
+        procs[impl] = subprocess.Popen(cmd, env=env, pass_fds=(go_r, done_w), stdout=log,
+                                       stderr=subprocess.STDOUT)  # fmt: skip
+        log.close()
+        os.close(go_r)
+        os.close(done_w)
+        pipes[impl] = (os.fdopen(go_w, "wb", buffering=0), os.fdopen(done_r, "rb", buffering=0))
+    running = [impl for impl in IMPLS if pipes[impl][1].read(1)]  # first steps done
+    turn = 0
+    while running:
+        for impl in running if turn % 2 == 0 else running[::-1]:
+            go, done = pipes[impl]
+            go.write(b".")
+            if not done.read(1):  # the process ended instead of finishing another step
+                running = [x for x in running if x != impl]
+        turn += 1
+    for impl in IMPLS:
+        if procs[impl].wait():
+            sys.stderr.write((tmp / f"{impl}-{mode}-{rep}.log").read_text()[-6000:])
+            raise SystemExit(f"{impl} ({mode}) failed with exit code {procs[impl].returncode}")
+    return {impl: json.loads(outs[impl].read_text()) for impl in IMPLS}
 
 
 def child(args) -> None:
     mode, tmp = args.modes, Path(args.out).parent
     cfg = smollab_cfg(args, mode, Path(args.model), tmp / f"smollab-{mode}-{Path(args.out).stem}")
+    turns = Turns()
     with contextlib.redirect_stdout(io.StringIO()):
         if args.child == "smollab":
-            res = run_smollab(cfg)
+            res = run_smollab(cfg, turns)
         else:
-            res = run_trl(cfg, mode, Path(args.model), tmp / f"trl-{Path(args.out).stem}")
+            res = run_trl(cfg, mode, Path(args.model), tmp / f"trl-{Path(args.out).stem}", turns)
     Path(args.out).write_text(json.dumps(res))
 
 
@@ -246,7 +301,8 @@ def merge(runs: list[dict], w: int) -> dict:
     """Repeats of one implementation -> their post-warm-up steps pooled (rewards from the first)."""
     out = {k: v for k, v in runs[0].items()}
     out["step_s"] = [x for r in runs for x in r["step_s"][w:]]
-    for key in ("gen_s", "reward_s", "ref_s", "train_s", "wall_s"):
+    out["wall_s"] = [x for r in runs for x in r["wall_s"][max(w - 1, 0) :]]  # turns start at step 2
+    for key in ("gen_s", "reward_s", "ref_s", "train_s"):
         if key in out:
             out[key] = [x for r in runs for x in r[key][w:]]
     if "split" in out:
@@ -270,7 +326,7 @@ def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads) -> None:
         if mode == "full"
         else "LoRA r8 alpha 16 (q,k,v,o,gate,up,down), lr 1e-4"
     )
-    print(f"== {title}: {n} steps each x {len(runs['smollab'])}, alternating processes "
+    print(f"== {title}: {n} steps each x {len(runs['smollab'])}, taking turns step by step "
           f"({wall:.0f} s); load average 1/5/15 min before "
           f"{'/'.join(f'{x:.2f}' for x in loads[0])}, after "
           f"{'/'.join(f'{x:.2f}' for x in loads[1])}")  # fmt: skip
@@ -286,9 +342,8 @@ def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads) -> None:
               f"{length:10.1f}")  # fmt: skip
     print(
         f"TRL / smollab seconds per step: {med(t['step_s']) / med(s['step_s']):.2f}x "
-        f"(ratio of medians); against smollab's wall clock per step "
-        f"({med(s['wall_s']):.3f} s, metrics and logging included): "
-        f"{med(t['step_s']) / med(s['wall_s']):.2f}x"
+        f"(ratio of medians); wall clock per turn, everything included: TRL {med(t['wall_s']):.3f} s, "
+        f"smollab {med(s['wall_s']):.3f} s, {med(t['wall_s']) / med(s['wall_s']):.2f}x"
     )
     sm = {key: mean(s[key]) for key in ("gen_s", "reward_s", "ref_s", "train_s", "step_s")}
     print(f"smollab split (mean s): gen {sm['gen_s']:.3f}, reward {sm['reward_s']:.3f}, "
@@ -315,7 +370,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50, help="optimizer steps per implementation")
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
     ap.add_argument("--modes", default="full,lora", help="comma list of full, lora")
-    ap.add_argument("--repeats", type=int, default=1, help="A B runs per mode (2: A B A B)")
+    ap.add_argument("--repeats", type=int, default=1, help="turn-taking pairs of runs per mode")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="for both")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="8 steps per implementation")
@@ -355,8 +410,9 @@ def main() -> None:
         runs: dict[str, list[dict]] = {"smollab": [], "trl": []}
         load0, t0 = os.getloadavg(), time.perf_counter()
         for rep in range(args.repeats):
-            for impl in ("smollab", "trl"):
-                runs[impl].append(run_child(args, mode, impl, model_dir, tmp, rep))
+            pair = run_pair(args, mode, model_dir, tmp, rep)
+            for impl in IMPLS:
+                runs[impl].append(pair[impl])
         s, t = merge(runs["smollab"], args.warmup), merge(runs["trl"], args.warmup)
         report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()))
         if mode == modes[-1]:

@@ -100,6 +100,9 @@ class PerfConfig(Section):
     optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = "auto"
     grad_checkpointing: bool = False
     attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    retain_freed_memory: bool = Field(
+        True, description="CPU on Linux: glibc malloc keeps freed memory (no page faults per step)"
+    )
     num_workers: int = Field(0, ge=0)
     pin_memory: bool = False
 

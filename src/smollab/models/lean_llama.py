@@ -2,10 +2,18 @@
 
 Why it exists: at the small shapes smollab trains (SimpleStories 1.25M: hidden 128, 4 layers) an
 HF Llama decode step is ~900 tensor ops, nearly all framework overhead. This module does the same
-arithmetic in ~15 ops per layer: fused qkv and gate-up weights, `F.rms_norm`, RoPE from
-precomputed cos/sin tables applied in place, a preallocated KV cache, SDPA, and residual adds
-fused into `addmm`. Tests assert logit parity with HF (1e-5) for full forwards, left padding,
-incremental decode and PEFT LoRA merges.
+arithmetic in ~15 ops per layer: fused qkv and gate-up weights, RMSNorm weights folded into the
+matmul after them, RoPE from precomputed cos/sin tables applied in place, a preallocated KV cache,
+SDPA, and residual adds fused into `addmm`. Tests assert logit parity with HF (1e-5) for full
+forwards, left padding, incremental decode and PEFT LoRA merges.
+
+Two exact rewrites make it faster than the same arithmetic done as written:
+- RMSNorm(x) @ W.T = (x * rsqrt(mean(x^2) + eps)) @ (W * norm_weight).T, so the norm weights live
+  in the next matmul and a norm is 4 ops (PyTorch's CPU `rms_norm` is 7): decoding measured
+  1.16x faster for it.
+- The MLP width is padded to a multiple of 8 with zero weights (silu(0) * 0 = 0 adds nothing):
+  at the SimpleStories-1.25M width 341 the fused gate-up matmul [2336, 128] @ [128, 682] took
+  5.1 ms on the dev CPU and the padded 688-wide one 3.2 ms.
 
 Conventions
 - Left padding. Positions default to `cumsum(attention_mask) - 1` (what HF `generate` uses), so a
@@ -107,7 +115,8 @@ class LeanLlama(nn.Module):
             raise ValueError(f"num_attention_heads {Hq} is not a multiple of kv heads {Hkv}")
         if D % 2:
             raise ValueError(f"head_dim {D} must be even for RoPE")
-        self.intermediate_size = Im = config.intermediate_size
+        self.intermediate_size = config.intermediate_size
+        self.mlp_width = Im = -(-config.intermediate_size // 8) * 8  # padded with zero weights
         self.vocab_size = V = config.vocab_size
         self.eps = float(config.rms_norm_eps)
         self.rope_theta = _rope_params(config)[1]
@@ -117,14 +126,13 @@ class LeanLlama(nn.Module):
             return nn.Parameter(torch.zeros(*shape, **kw), requires_grad=False)
 
         self.embed = p(V, H)
+        # Matmul weights after a norm carry that norm's weight in their columns.
         self.wqkv = p(L, (Hq + 2 * Hkv) * D, H)  # rows: q heads, k heads, v heads
         self.wo = p(L, H, Hq * D)
-        self.wgu = p(L, 2 * Im, H)  # rows: gate, up
+        self.wgu = p(L, 2 * Im, H)  # rows: gate, zero padding, up, zero padding
         self.wd = p(L, H, Im)
-        self.ln1 = p(L, H)
-        self.ln2 = p(L, H)
-        self.norm = p(H)
         self.lm_head = p(V, H)
+        self.register_buffer("eps_t", torch.tensor(self.eps, **kw), persistent=False)
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
         self.ensure_rope(getattr(config, "max_position_embeddings", 2048) or 2048)
@@ -153,7 +161,8 @@ class LeanLlama(nn.Module):
         core = hf.model
         if len(core.layers) != self.num_layers:
             raise ValueError(f"model has {len(core.layers)} layers, LeanLlama {self.num_layers}")
-        Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.intermediate_size
+        Hq, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        Im, Imp = self.intermediate_size, self.mlp_width
         q_end, k_end = Hq * D, (Hq + Hkv) * D
 
         def w(module):
@@ -162,23 +171,21 @@ class LeanLlama(nn.Module):
         self.embed.copy_(w(core.embed_tokens))
         for i, layer in enumerate(core.layers):
             att, mlp = layer.self_attn, layer.mlp
-            self.wqkv[i, :q_end].copy_(w(att.q_proj))
-            self.wqkv[i, q_end:k_end].copy_(w(att.k_proj))
-            self.wqkv[i, k_end:].copy_(w(att.v_proj))
+            ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
+            self.wqkv[i, :q_end].copy_(w(att.q_proj) * ln1)
+            self.wqkv[i, q_end:k_end].copy_(w(att.k_proj) * ln1)
+            self.wqkv[i, k_end:].copy_(w(att.v_proj) * ln1)
             self.wo[i].copy_(w(att.o_proj))
-            self.wgu[i, :Im].copy_(w(mlp.gate_proj))
-            self.wgu[i, Im:].copy_(w(mlp.up_proj))
-            self.wd[i].copy_(w(mlp.down_proj))
-            self.ln1[i].copy_(w(layer.input_layernorm))
-            self.ln2[i].copy_(w(layer.post_attention_layernorm))
-        self.norm.copy_(w(core.norm))
-        self.lm_head.copy_(w(hf.lm_head))
+            self.wgu[i, :Im].copy_(w(mlp.gate_proj) * ln2)
+            self.wgu[i, Imp : Imp + Im].copy_(w(mlp.up_proj) * ln2)
+            self.wd[i, :, :Im].copy_(w(mlp.down_proj))
+        self.lm_head.copy_(w(hf.lm_head) * w(core.norm))
         return self
 
     def _build_views(self) -> None:
         """Per-layer views, so the hot loop does no indexing (rebuilt after .to())."""
         self._layers = [
-            (self.ln1[i], self.wqkv[i], self.wo[i].t(), self.ln2[i], self.wgu[i], self.wd[i].t())
+            (self.wqkv[i], self.wo[i].t(), self.wgu[i], self.wd[i].t())
             for i in range(self.num_layers)
         ]
 
@@ -186,6 +193,11 @@ class LeanLlama(nn.Module):
         out = super()._apply(fn, recurse)
         self._build_views()
         return out
+
+    def normalized(self, x: torch.Tensor) -> torch.Tensor:
+        """x * rsqrt(mean(x^2) + eps): RMSNorm without its weight (folded into the next matmul)."""
+        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        return x * torch.addcmul(self.eps_t, n, n, value=1.0 / self.hidden_size).rsqrt_()
 
     @torch.no_grad()
     def ensure_rope(self, max_positions: int) -> None:
@@ -248,7 +260,10 @@ class LeanLlama(nn.Module):
         cache: KVCache | None = None,
         cache_pos: int = 0,
     ) -> torch.Tensor:
-        """Final (normed) hidden states [B, T, hidden] for `input_ids` [B, T].
+        """Final normalized hidden states [B, T, hidden] for `input_ids` [B, T].
+
+        The final norm's weight is folded into `lm_head`, so logits are `hidden(...) @ lm_head.T`
+        (HF's hidden states times that weight).
 
         attention_mask: 1 for tokens, 0 for (left) padding; [B, T] without a cache, or
         [B, cache_pos + T] with one (covering the cached slots too). None: no padding at all.
@@ -290,7 +305,7 @@ class LeanLlama(nn.Module):
             self.num_heads,
             self.num_kv_heads,
             self.head_dim,
-            self.intermediate_size,
+            self.mlp_width,
             self.hidden_size,
         )
         nqk = Hq + Hkv
@@ -304,9 +319,8 @@ class LeanLlama(nn.Module):
         fused = not torch.is_autocast_enabled(dev.type)
         x = F.embedding(input_ids, self.embed)  # [B, T, H]
         attn_mask = None
-        for i, (ln1, wqkv, wo_t, ln2, wgu, wd_t) in enumerate(self._layers):
-            h = F.rms_norm(x, (H,), ln1, self.eps)
-            qkv = F.linear(h, wqkv).view(B, T, Hq + 2 * Hkv, D)
+        for i, (wqkv, wo_t, wgu, wd_t) in enumerate(self._layers):
+            qkv = F.linear(self.normalized(x), wqkv).view(B, T, Hq + 2 * Hkv, D)
             qk = qkv[:, :, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos.to(qk.dtype)).addcmul_(rot, sin.to(qk.dtype))
@@ -329,12 +343,11 @@ class LeanLlama(nn.Module):
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             x2 = x.view(B * T, H)
             x = torch.addmm(x2, a, wo_t) if fused else x2 + F.linear(a, wo_t.t())
-            h = F.rms_norm(x, (H,), ln2, self.eps)
-            gu = F.linear(h, wgu)
+            gu = F.linear(self.normalized(x), wgu)
             a = F.silu(gu[:, :Im]) * gu[:, Im:]
             x = torch.addmm(x, a, wd_t) if fused else x + F.linear(a, wd_t.t())
             x = x.view(B, T, H)
-        return F.rms_norm(x, (H,), self.norm, self.eps)
+        return self.normalized(x)
 
     def decode(
         self,
@@ -356,23 +369,14 @@ class LeanLlama(nn.Module):
         kernel at these sizes (~60 vs ~80-110 us per layer at batch 32).
         """
         B = tokens.shape[0]
-        Hq, Hkv, D, Im, H = (
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            self.intermediate_size,
-            self.hidden_size,
-        )
+        Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width
         nqk, G, half, cur = Hq + Hkv, Hq // Hkv, D // 2, slot + 1
         scale = D**-0.5
         mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
         fused = not torch.is_autocast_enabled(tokens.device.type)
         x = F.embedding(tokens, self.embed)  # [B, H]
-        for (ln1, wqkv, wo_t, ln2, wgu, wd_t), (k, v) in zip(
-            self._layers, cache.layers, strict=True
-        ):
-            h = F.rms_norm(x, (H,), ln1, self.eps)
-            qkv = F.linear(h, wqkv).view(B, Hq + 2 * Hkv, D)
+        for (wqkv, wo_t, wgu, wd_t), (k, v) in zip(self._layers, cache.layers, strict=True):
+            qkv = F.linear(self.normalized(x), wqkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos).addcmul_(rot, sin)
@@ -384,9 +388,7 @@ class LeanLlama(nn.Module):
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(B, Hq * D)
             x = torch.addmm(x, a, wo_t) if fused else x + F.linear(a, wo_t.t())
-            h = F.rms_norm(x, (H,), ln2, self.eps)
-            gu = F.linear(h, wgu)
+            gu = F.linear(self.normalized(x), wgu)
             a = F.silu(gu[:, :Im]).mul_(gu[:, Im:])
             x = torch.addmm(x, a, wd_t) if fused else x + F.linear(a, wd_t.t())
-        x = F.rms_norm(x, (H,), self.norm, self.eps)
-        return F.linear(x, self.lm_head)
+        return F.linear(self.normalized(x), self.lm_head)
