@@ -3,6 +3,7 @@ import sys
 
 import pytest
 
+from smollab import device
 from smollab.config import PerfConfig
 from smollab.device import setup_runtime
 
@@ -34,3 +35,15 @@ def test_setup_runtime_reports_the_malloc_choice():
     if sys.platform.startswith("linux"):
         rt = setup_runtime(PerfConfig(device="cpu"))
         assert "malloc keeps freed memory" in rt.describe()
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_cpu_without_native_half_matmuls_runs_fp32_and_says_so(monkeypatch, precision):
+    monkeypatch.setattr(device, "cpu_has_native_matmul", lambda p: False)
+    rt = setup_runtime(PerfConfig(device="cpu", precision=precision))
+    assert rt.precision == "fp32" and rt.autocast_dtype is None and rt.scaler is None
+    assert any(s.startswith(f"{precision} (this CPU has no native") for s in rt.skipped)
+    monkeypatch.setattr(device, "cpu_has_native_matmul", lambda p: True)
+    rt = setup_runtime(PerfConfig(device="cpu", precision=precision))
+    assert rt.precision == precision and rt.autocast_dtype is not None
+    assert (rt.scaler is not None) == (precision == "fp16")

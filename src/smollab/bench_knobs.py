@@ -35,9 +35,9 @@ class Knob:
 
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("bf16", "bf16 autocast", {"perf.precision": "fp32"}, {"perf.precision": "bf16"},
-         group="precision"),
+         group="precision", runtime_word="bf16"),
     Knob("fp16", "fp16 autocast + GradScaler", {"perf.precision": "fp32"},
-         {"perf.precision": "fp16"}, group="precision"),
+         {"perf.precision": "fp16"}, group="precision", runtime_word="fp16"),
     Knob("tf32", "TF32 matmuls", {"perf.tf32": False}, {"perf.tf32": True},
          cuda_only="TF32 is a CUDA (Ampere+) matmul mode", runtime_word="tf32"),
     Knob("compile", "torch.compile", {"perf.compile": False}, {"perf.compile": True},

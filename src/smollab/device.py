@@ -72,13 +72,18 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
         else:
             skipped.append("retain_freed_memory (needs Linux glibc)")
 
-    autocast_dtype = _DTYPES.get(perf.precision)
-    scaler = None
-    if perf.precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+    precision = perf.precision
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("perf.precision=bf16: this GPU has no bf16 support (use fp16 or fp32)")
-    if perf.precision == "fp16":
+    if device.type == "cpu" and precision != "fp32" and not cpu_has_native_matmul(precision):
+        skipped.append(f"{precision} (this CPU has no native {precision} matmul, and PyTorch's "
+                       "fallback is ~50x slower than fp32: running fp32)")  # fmt: skip
+        precision = "fp32"
+    autocast_dtype = _DTYPES.get(precision)
+    scaler = None
+    if precision == "fp16":
         scaler = torch.amp.GradScaler(device.type) if device.type in ("cuda", "cpu") else None
-    chosen.append(f"precision {perf.precision}" + (" autocast" if autocast_dtype else ""))
+    chosen.append(f"precision {precision}" + (" autocast" if autocast_dtype else ""))
 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = perf.tf32
@@ -108,10 +113,24 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
         skipped.append("pin_memory (CUDA only)")
 
     return Runtime(
-        device=device, precision=perf.precision, autocast_dtype=autocast_dtype, scaler=scaler,
+        device=device, precision=precision, autocast_dtype=autocast_dtype, scaler=scaler,
         compile=use_compile, compile_mode=perf.compile_mode, optimizer_impl=impl,
         chosen=chosen, skipped=skipped,
     )  # fmt: skip
+
+
+def cpu_has_native_matmul(precision: str) -> bool:
+    """Whether oneDNN runs bf16 / fp16 matmuls natively here (AVX512-BF16, AVX512-FP16 or AMX).
+
+    Without it PyTorch falls back to a scalar kernel: on an AVX2-only EPYC a bf16
+    [2336, 341] @ [341, 128] matmul took 106 ms against 1.9 ms in fp32, and a GRPO policy step
+    2.4 s against 0.22 s. Unknown (an older PyTorch without the check): assume native.
+    """
+    check = getattr(torch.ops.mkldnn, f"_is_mkldnn_{precision}_supported", None)
+    try:
+        return bool(check()) if check is not None else True
+    except RuntimeError:
+        return True
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
