@@ -18,7 +18,8 @@ Per mode (full, LoRA) each implementation trains `--steps` steps from the base i
 own (no shared OpenMP pool or allocator), and the two take turns step by step: after each step a
 process waits on a pipe until the other has done its step. So both see the same minutes of the
 machine, whose speed drifts by 10-25% over tens of seconds on a shared VM: alternating whole runs
-(A B A B) measured ratios from 2.5x to 2.9x for the same code. `--repeats 2` runs two such pairs.
+(A B) measured 2.52x in one run and 2.86x in another, a spread larger than the change between
+them. `--repeats 2` runs two such pairs.
 (Two threads of one process handing over after every step slowed smollab's decoding 2.5x and
 TRL's 1.4x against their standalone speeds: that measured neither.)
 Printed per mode: the median seconds per optimizer step after `--warmup` steps (smollab: its

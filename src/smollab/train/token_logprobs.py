@@ -23,7 +23,7 @@ from smollab.models.lean_llama import LeanLlama, positions_from_mask
 __all__ = ["logprobs", "policy_logprobs", "selected_logprobs"]
 
 CHUNK_ELEMS = 1 << 20  # logits per chunk: 4 MB in fp32, cache-sized
-KEEP_LOGITS_ELEMS = 1 << 26  # keep logits for the backward up to 256 MB, else recompute them
+KEEP_LOGITS_ELEMS = 1 << 26  # keep the log-probs for the backward up to 256 MB, else recompute
 
 
 def _chunk_logprobs(h: torch.Tensor, w: torch.Tensor, inv_t: float) -> torch.Tensor:
