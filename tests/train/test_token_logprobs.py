@@ -8,8 +8,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import smollab.train.token_logprobs as tl  # noqa: E402
+from smollab.models.lean_llama import LeanLlama  # noqa: E402
 from smollab.train.rollout import Sampler  # noqa: E402
-from smollab.train.token_logprobs import logprobs, selected_logprobs  # noqa: E402
+from smollab.train.token_logprobs import logprobs, selected_logprobs, shared_prompts  # noqa: E402
 from tests.train.test_rollout import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
 
 
@@ -57,10 +58,28 @@ def test_selected_logprobs_keeps_batch_shape_and_refuses_a_second_backward():
         out.sum().backward()
 
 
-def _policy_case(model):
-    r = Sampler(model).generate(PROMPTS, 6, seed=0, stop_at_eos=False)
+def _policy_case(model, repeats: int = 1):
+    """Left-padded prompts; with repeats, rows 0 and 1 also end early (right padding)."""
+    r = Sampler(model).generate([p for p in PROMPTS for _ in range(repeats)], 6, seed=0,
+                                stop_at_eos=False)  # fmt: skip
+    if repeats > 1:
+        r.completion_mask[0, 2:] = 0
+        r.completion_mask[1, 4:] = 0
     P = r.prompt_ids.shape[1]
     return r, P
+
+
+def test_lean_reference_shares_prompts_to_float_rounding():
+    model = micro_llama()
+    r, P = _policy_case(model, repeats=4)
+    lean = LeanLlama.from_hf(model)
+    with torch.inference_mode():
+        shared = logprobs(lean, r.input_ids, r.attention_mask, P, 0.9)
+        alone = logprobs(lean, r.input_ids, r.attention_mask, P, 0.9, share_prompts=False)
+    m = r.completion_mask.bool()
+    torch.testing.assert_close(shared[m], alone[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(shared[m], _reference_logprobs(model, r, P, 0.9)[m].detach(),
+                               atol=1e-5, rtol=0)  # fmt: skip
 
 
 def _reference_logprobs(model, r, P, temperature):
@@ -75,8 +94,9 @@ def _grads(model):
     return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("repeats", [1, 4])  # 4: each prompt runs once for its 4 completions
 @pytest.mark.parametrize("lora", [False, True])
-def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora):
+def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora, repeats):
     model = micro_llama()
     if lora:
         from peft import LoraConfig, get_peft_model
@@ -84,16 +104,18 @@ def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora):
         model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
                                                  init_lora_weights=False))  # fmt: skip
     assert tl._decoder_and_head(model) is not None
-    r, P = _policy_case(model)
+    r, P = _policy_case(model, repeats)
+    assert (shared_prompts(r.input_ids, r.attention_mask, P) is not None) == (repeats > 1)
     model.train()
     got = logprobs(model, r.input_ids, r.attention_mask, P, 0.8)
-    got.sum().backward()
+    (got * r.completion_mask).sum().backward()
     g_got = _grads(model)
     model.zero_grad(set_to_none=True)
     want = _reference_logprobs(model, r, P, 0.8)
-    want.sum().backward()
+    (want * r.completion_mask).sum().backward()
     g_want = _grads(model)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    m = r.completion_mask.bool()
+    torch.testing.assert_close(got[m], want[m], atol=1e-5, rtol=1e-5)
     assert g_got.keys() == g_want.keys() and g_got
     for name in g_want:
         # fp32 sums in another order: tolerance relative to the largest gradient entry

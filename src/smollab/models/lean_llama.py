@@ -98,6 +98,17 @@ class KVCache:
     def dtype(self) -> torch.dtype:
         return self.k.dtype
 
+    def fill_from(self, src: KVCache, rows: torch.Tensor, slots: int) -> None:
+        """Slots [0, slots) of row i from `src` row `rows[i]`; the padding mask cleared after.
+
+        How a batch that repeats prompts shares their prefill: run each distinct prompt once
+        into `src`, then give every row the keys and values of its prompt.
+        """
+        self.k[:, :, :, :slots] = src.k[:, :, :, :slots].index_select(1, rows)
+        self.v[:, :, :, :slots] = src.v[:, :, :, :slots].index_select(1, rows)
+        self.mask.zero_()
+        self.mask[..., :slots] = src.mask[..., :slots].index_select(0, rows)
+
 
 class LeanLlama(nn.Module):
     """Llama forward with fused weights. Build from an HF `LlamaConfig`, then `load_from_hf`."""

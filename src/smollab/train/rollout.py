@@ -34,7 +34,7 @@ from smollab.models.lean_llama import (
     positions_from_mask,
 )
 
-__all__ = ["Rollout", "Sampler", "left_pad"]
+__all__ = ["Rollout", "Sampler", "distinct_prompts", "left_pad"]
 
 
 @dataclass
@@ -77,6 +77,20 @@ def left_pad(
         ids[i, P - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
         mask[i, P - len(p) :] = 1
     return ids.to(device), mask.to(device)
+
+
+def distinct_prompts(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(distinct prompt rows [U, P], their masks [U, P], row -> distinct index [B]).
+
+    A GRPO batch holds `num_generations` completions of each prompt: the sampler's prefill and
+    the log-prob forwards run each distinct prompt once and share its keys and values.
+    """
+    key = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)
+    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+    P = prompt_ids.shape[1]
+    return uniq[:, :P], uniq[:, P:].to(prompt_mask.dtype), inverse
 
 
 def _finish(
@@ -347,7 +361,13 @@ class Sampler:
         finished = torch.zeros(B, 1, dtype=torch.bool, device=dev)
         check_every = 1 if dev.type == "cpu" else 8  # .all() syncs an accelerator
 
-        logits = lean(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
+        u_ids, u_mask, rows = distinct_prompts(ids, mask)
+        if u_ids.shape[0] < B:  # prefill each distinct prompt once
+            prompt_cache = lean.new_cache(u_ids.shape[0], P, dtype=cache.dtype)
+            logits = lean(u_ids, u_mask, cache=prompt_cache, logits_to_keep=1)[rows, -1]
+            cache.fill_from(prompt_cache, rows, P)
+        else:
+            logits = lean(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
         steps = T
         for t in range(T):
             tok, lp = draw(logits)

@@ -10,6 +10,11 @@ log-probs in place (`log_softmax` is one fused pass; `logsumexp` is four, 1.4x s
 pass) and keeps them, the backward turns them into the gradient in place (softmax, times the
 incoming gradient, minus it at the target) and feeds it straight to the two matmuls. Beyond a
 memory budget the log-probs are recomputed in the backward instead of kept.
+
+A GRPO batch repeats each prompt `num_generations` times. `logprobs` runs each distinct prompt
+once and feeds the completions against its cached keys and values (autograd sums the prompt's
+gradients over its completions): at 2 prompts x 16 completions of 64 tokens on SimpleStories-1.25M
+the policy forward and backward took 1.035x less time with 9-token prompts, 1.49x with 64.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from smollab.models.lean_llama import LeanLlama, positions_from_mask
+from smollab.train.rollout import distinct_prompts
 
-__all__ = ["logprobs", "policy_logprobs", "selected_logprobs"]
+__all__ = ["logprobs", "policy_logprobs", "selected_logprobs", "shared_prompts"]
 
 CHUNK_ELEMS = 1 << 20  # logits per chunk: 4 MB in fp32, cache-sized
 KEEP_LOGITS_ELEMS = 1 << 26  # keep the log-probs for the backward up to 256 MB, else recompute
@@ -114,12 +120,63 @@ def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
     return base.get_decoder(), head
 
 
+def shared_prompts(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_start: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """`distinct_prompts` of the first `completion_start` columns, when sharing pays.
+
+    None when rows repeat their prompts too little to save 5% of the tokens fed (the shared
+    path makes two calls instead of one) or when there is no completion token to feed.
+    """
+    P, B, L = completion_start, input_ids.shape[0], input_ids.shape[1] - 1
+    if L - P < 1:
+        return None
+    share = distinct_prompts(input_ids[:, :P], attention_mask[:, :P])
+    return share if (B - share[0].shape[0]) * P >= 0.05 * B * L else None
+
+
+def _lean_hidden(model: LeanLlama, ids, mask, P: int, share) -> torch.Tensor:
+    """Final hidden states [B, L - P + 1] predicting ids[:, P:] and the token after them."""
+    if share is None:
+        return model.hidden(ids, mask)[:, P - 1 :]
+    u_ids, u_mask, inverse = share
+    prompt_cache = model.new_cache(u_ids.shape[0], P)
+    h_prompt = model.hidden(u_ids, u_mask, cache=prompt_cache)
+    cache = model.new_cache(ids.shape[0], ids.shape[1])
+    cache.fill_from(prompt_cache, inverse, P)
+    h = model.hidden(ids[:, P:], mask, cache=cache, cache_pos=P)
+    return torch.cat([h_prompt[inverse, -1:], h], 1)
+
+
+def _hf_hidden(decoder: nn.Module, ids, mask, P: int, share) -> torch.Tensor:
+    """`_lean_hidden` for an HF decoder (keeps autograd: the prompt's keys get the summed grads)."""
+    pos = positions_from_mask(mask)
+    if share is None:
+        out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos)
+        return out.last_hidden_state[:, P - 1 :]
+    u_ids, u_mask, inverse = share
+    out = decoder(input_ids=u_ids, attention_mask=u_mask, position_ids=positions_from_mask(u_mask),
+                  use_cache=True)  # fmt: skip
+    cache = out.past_key_values
+    cache.batch_select_indices(inverse)
+    h = decoder(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:],
+                past_key_values=cache, use_cache=True).last_hidden_state  # fmt: skip
+    return torch.cat([out.last_hidden_state[inverse, -1:], h], 1)
+
+
+def _checkpointing(model: nn.Module) -> bool:
+    base = model.get_base_model() if hasattr(model, "peft_config") else model
+    flag = getattr(base, "is_activation_checkpointing", None)  # the name since transformers 5
+    return bool(getattr(base, "is_gradient_checkpointing", False) if flag is None else flag)
+
+
 def logprobs(
     model: nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     completion_start: int,
     temperature: float = 1.0,
+    share_prompts: bool = True,
 ) -> torch.Tensor:
     """Log-probs [B, L - completion_start] of input_ids[:, completion_start:] under `model`.
 
@@ -127,25 +184,29 @@ def logprobs(
     PEFT model of one (keeps autograd: the policy). Positions come from the mask (cumsum - 1),
     as the sampler and HF `generate` assign them, so left-padded prompts score as they were
     sampled. Logits are divided by `temperature` (TRL's convention); temperature 0 counts as 1.
+    share_prompts: run each distinct prompt once when rows repeat it (`shared_prompts`); the
+    result is the same to float rounding. The last token predicts nothing and is never fed.
     """
-    if not 0 < completion_start < input_ids.shape[1]:
-        raise ValueError(f"completion_start {completion_start} outside (0, {input_ids.shape[1]})")
-    targets = input_ids[:, completion_start:]
+    P = completion_start
+    if not 0 < P < input_ids.shape[1]:
+        raise ValueError(f"completion_start {P} outside (0, {input_ids.shape[1]})")
+    targets = input_ids[:, P:]
+    ids, mask = input_ids[:, :-1], attention_mask[:, :-1]
+    plain = None if isinstance(model, LeanLlama) else _decoder_and_head(model)
+    if share_prompts and _checkpointing(model):
+        share_prompts = False  # HF turns the cache off under activation checkpointing
+    share = shared_prompts(input_ids, attention_mask, P) if share_prompts else None
     if isinstance(model, LeanLlama):
-        h = model.hidden(input_ids, attention_mask)[:, completion_start - 1 : -1]
+        h = _lean_hidden(model, ids, mask, P, share)
         return selected_logprobs(h, model.lm_head, targets, temperature)
-    pos = positions_from_mask(attention_mask)
-    plain = _decoder_and_head(model)
     if plain is not None:
         decoder, head = plain
-        h = decoder(input_ids=input_ids, attention_mask=attention_mask,
-                    position_ids=pos).last_hidden_state  # fmt: skip
-        return selected_logprobs(h[:, completion_start - 1 : -1], head.weight, targets, temperature)
-    keep = input_ids.shape[1] - completion_start + 1
-    out = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, logits_to_keep=keep
-    )
-    logits = out.logits[:, -keep:-1].float()
+        h = _hf_hidden(decoder, ids, mask, P, share)
+        return selected_logprobs(h, head.weight, targets, temperature)
+    keep = input_ids.shape[1] - P
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
+                logits_to_keep=keep)  # fmt: skip
+    logits = out.logits[:, -keep:].float()
     if temperature > 0 and temperature != 1:
         logits = logits / temperature
     return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
