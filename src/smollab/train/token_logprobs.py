@@ -136,7 +136,7 @@ def shared_prompts(
 
 
 def _lean_hidden(model: LeanLlama, ids, mask, P: int, share) -> torch.Tensor:
-    """Final hidden states [B, L - P + 1] predicting ids[:, P:] and the token after them."""
+    """Final hidden states from position P - 1 on: the ones that predict the completion."""
     if share is None:
         return model.hidden(ids, mask)[:, P - 1 :]
     u_ids, u_mask, inverse = share
@@ -192,11 +192,12 @@ def logprobs(
         raise ValueError(f"completion_start {P} outside (0, {input_ids.shape[1]})")
     targets = input_ids[:, P:]
     ids, mask = input_ids[:, :-1], attention_mask[:, :-1]
-    plain = None if isinstance(model, LeanLlama) else _decoder_and_head(model)
-    if share_prompts and _checkpointing(model):
-        share_prompts = False  # HF turns the cache off under activation checkpointing
+    lean = isinstance(model, LeanLlama)
+    plain = None if lean else _decoder_and_head(model)
+    if not lean and (plain is None or _checkpointing(model)):
+        share_prompts = False  # the logits path, or HF's cache turned off by checkpointing
     share = shared_prompts(input_ids, attention_mask, P) if share_prompts else None
-    if isinstance(model, LeanLlama):
+    if lean:
         h = _lean_hidden(model, ids, mask, P, share)
         return selected_logprobs(h, model.lm_head, targets, temperature)
     if plain is not None:
