@@ -227,7 +227,7 @@ def test_gpt2_falls_back_to_hf_generate():
 @pytest.mark.parametrize("V", [512, 100])  # two-level CDF (V % 64 == 0) and the plain one
 @pytest.mark.parametrize("kw", [{}, {"top_k": 50}, {"top_p": 0.8}])
 def test_draw_frequencies_follow_the_distribution(V, kw):
-    from smollab.train.rollout import _Draw
+    from smollab.train.token_draw import TokenDraw
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(1, V, generator=g) * 2
@@ -243,7 +243,7 @@ def test_draw_frequencies_follow_the_distribution(V, kw):
         probs = torch.where(keep, probs, 0.0)
     probs = probs / probs.sum()
     B, n = 4000, 10
-    draw = _Draw(1.0, kw.get("top_k", 0), kw.get("top_p", 1.0), g, B, "cpu")
+    draw = TokenDraw(1.0, kw.get("top_k", 0), kw.get("top_p", 1.0), g, B, "cpu")
     counts = torch.zeros(V)
     for _ in range(n):
         tok, lp = draw(logits.expand(B, V))

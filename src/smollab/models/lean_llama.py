@@ -34,8 +34,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from smollab.models.hf_weights import effective_weight, unwrap_hf
+from smollab.models.kv_cache import KVCache
 
-__all__ = ["KVCache", "LeanLlama", "check_lean_compatible", "positions_from_mask"]
+__all__ = ["LeanLlama", "check_lean_compatible", "positions_from_mask"]
 
 
 def check_lean_compatible(config) -> None:
@@ -69,45 +70,6 @@ def _rope_params(config) -> tuple[str, float]:
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids for a left-padded batch: cumsum(mask) - 1, padding clamped to 0."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
-
-
-class KVCache:
-    """Preallocated KV cache: `k`, `v` [layers, B, kv_heads, max_len, head_dim], and `mask`.
-
-    `mask` [B, kv_heads, 1, max_len] is the additive padding mask (0 or -inf) of the cached
-    slots, written by `LeanLlama.forward(..., cache=...)` and read by `LeanLlama.decode`.
-    """
-
-    def __init__(self, k: torch.Tensor, v: torch.Tensor):
-        self.k, self.v = k, v
-        L, B, Hkv, S, _ = k.shape
-        self.mask = torch.zeros(B, Hkv, 1, S, dtype=k.dtype, device=k.device)
-        self.layers = list(
-            zip(k.unbind(0), v.unbind(0), strict=True)
-        )  # per-layer [B, kv_heads, max_len, D]
-
-    @property
-    def batch_size(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def max_len(self) -> int:
-        return self.k.shape[3]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.k.dtype
-
-    def fill_from(self, src: KVCache, rows: torch.Tensor, slots: int) -> None:
-        """Slots [0, slots) of row i from `src` row `rows[i]`; the padding mask cleared after.
-
-        How a batch that repeats prompts shares their prefill: run each distinct prompt once
-        into `src`, then give every row the keys and values of its prompt.
-        """
-        self.k[:, :, :, :slots] = src.k[:, :, :, :slots].index_select(1, rows)
-        self.v[:, :, :, :slots] = src.v[:, :, :, :slots].index_select(1, rows)
-        self.mask.zero_()
-        self.mask[..., :slots] = src.mask[..., :slots].index_select(0, rows)
 
 
 class LeanLlama(nn.Module):
@@ -243,6 +205,20 @@ class LeanLlama(nn.Module):
         shape = (self.num_layers, batch_size, self.num_kv_heads, max_len, self.head_dim)
         kw = {"dtype": dtype or self.embed.dtype, "device": device or self.embed.device}
         return KVCache(torch.empty(shape, **kw), torch.empty(shape, **kw))
+
+    def prefill_distinct(
+        self, u_ids: torch.Tensor, u_mask: torch.Tensor, rows: torch.Tensor, cache: KVCache
+    ) -> torch.Tensor:
+        """Fill the prompt slots of `cache` ([B] rows) running each distinct prompt only once.
+
+        u_ids, u_mask [U, P]: the distinct prompts; rows [B]: the distinct prompt of each row.
+        Returns the hidden states [U, P, hidden] of the distinct prompts.
+        """
+        P = u_ids.shape[1]
+        prompt_cache = self.new_cache(u_ids.shape[0], P, dtype=cache.dtype)
+        h = self.hidden(u_ids, u_mask, cache=prompt_cache)
+        cache.fill_from(prompt_cache, rows, P)
+        return h
 
     # ------------------------------------------------------------------ forward
     def forward(

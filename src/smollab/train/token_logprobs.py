@@ -140,10 +140,8 @@ def _lean_hidden(model: LeanLlama, ids, mask, P: int, share) -> torch.Tensor:
     if share is None:
         return model.hidden(ids, mask)[:, P - 1 :]
     u_ids, u_mask, inverse = share
-    prompt_cache = model.new_cache(u_ids.shape[0], P)
-    h_prompt = model.hidden(u_ids, u_mask, cache=prompt_cache)
     cache = model.new_cache(ids.shape[0], ids.shape[1])
-    cache.fill_from(prompt_cache, inverse, P)
+    h_prompt = model.prefill_distinct(u_ids, u_mask, inverse, cache)
     h = model.hidden(ids[:, P:], mask, cache=cache, cache_pos=P)
     return torch.cat([h_prompt[inverse, -1:], h], 1)
 
