@@ -171,6 +171,8 @@ class GRPOSection(Section):
     scale_rewards: Literal["group", "batch", "none"] = "group"
     mask_truncated_completions: bool = False
     ref_on_cpu: bool = Field(False, description="full FT: keep the frozen reference on the CPU")
+    replay: bool = Field(True, description="first policy forward of a batch replays the sampler's "
+                         "decode (no matmuls); off: computed")  # fmt: skip
     reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
     log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")

@@ -97,3 +97,18 @@ def test_bad_reward_stops_before_writing(micro_grpo, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "hapy_binary" in err and err.count("\n") == 1
     assert not (tmp_path / "grpo").exists()
+
+
+def test_replayed_policy_forward_trains_like_the_computed_one(micro_grpo, tmp_path):
+    runs = {}
+    for replay in ("true", "false"):
+        _run([*micro_grpo, f"grpo.replay={replay}", f"run.dir={tmp_path / replay}",
+              "train.max_steps=2"])  # fmt: skip
+        runs[replay] = read_metrics(tmp_path / replay / "metrics.csv")[0]
+        log = (tmp_path / replay / "training.log").read_text()
+        assert ("policy forward replayed from the decode" in log) == (replay == "true")
+    assert "policy forward computed (grpo.replay=false)" in log
+    on, off = runs["true"], runs["false"]  # step 1: same rollout, same weights
+    assert on["reward_mean"] == off["reward_mean"]
+    for key in ("loss", "kl", "grad_norm"):
+        assert on[key] == pytest.approx(off[key], rel=1e-4, abs=1e-7), key

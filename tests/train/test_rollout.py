@@ -16,11 +16,11 @@ PROMPTS = [[1, 5, 6, 7, 8], [1, 9], [1, 10, 11], [1, 12, 13, 14]]
 
 def micro_llama(seed: int = 0, **kw):
     torch.manual_seed(seed)
+    kw = {"tie_word_embeddings": False, **kw}
     cfg = transformers.LlamaConfig(
         vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, intermediate_size=45, max_position_embeddings=64,
-        rms_norm_eps=1e-6, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0, **kw,
+        rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, pad_token_id=0, **kw,
     )  # fmt: skip
     model = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # a peakier distribution than the default init, like a trained model

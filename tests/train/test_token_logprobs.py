@@ -116,13 +116,16 @@ def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora, repeats):
     g_want = _grads(model)
     m = r.completion_mask.bool()
     torch.testing.assert_close(got[m], want[m], atol=1e-5, rtol=1e-5)
-    assert g_got.keys() == g_want.keys() and g_got
-    for name in g_want:
-        # fp32 sums in another order: tolerance relative to the largest gradient entry
-        scale = float(g_want[name].abs().max())
-        torch.testing.assert_close(
-            g_got[name], g_want[name], atol=1e-6 * scale, rtol=1e-4, msg=name
-        )
+    assert_grads_close(g_got, g_want)
+
+
+def assert_grads_close(got: dict, want: dict, rel: float = 1e-6) -> None:
+    """Same parameters, same gradients up to fp32 sums in another order (tolerance `rel` times
+    each gradient's largest entry)."""
+    assert got.keys() == want.keys() and got
+    for name in want:
+        scale = float(want[name].abs().max())
+        torch.testing.assert_close(got[name], want[name], atol=rel * scale, rtol=1e-4, msg=name)
 
 
 def test_gpt2_uses_the_logits_path():

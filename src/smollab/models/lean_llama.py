@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smollab.models.decode_record import DecodeRecord
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 from smollab.models.kv_cache import KVCache
 
@@ -158,7 +159,7 @@ class LeanLlama(nn.Module):
     def _build_views(self) -> None:
         """Per-layer views, so the hot loop does no indexing (rebuilt after .to())."""
         self._layers = [
-            (self.wqkv[i], self.wo[i].t(), self.wgu[i], self.wd[i].t())
+            (self.wqkv[i].t(), self.wo[i].t(), self.wgu[i].t(), self.wd[i].t())
             for i in range(self.num_layers)
         ]
 
@@ -306,8 +307,8 @@ class LeanLlama(nn.Module):
         fused = not torch.is_autocast_enabled(dev.type)
         x = F.embedding(input_ids, self.embed)  # [B, T, H]
         attn_mask = None
-        for i, (wqkv, wo_t, wgu, wd_t) in enumerate(self._layers):
-            qkv = F.linear(self.normalized(x), wqkv).view(B, T, Hq + 2 * Hkv, D)
+        for i, (wqkv_t, wo_t, wgu_t, wd_t) in enumerate(self._layers):
+            qkv = (self.normalized(x) @ wqkv_t).view(B, T, Hq + 2 * Hkv, D)
             qk = qkv[:, :, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos.to(qk.dtype)).addcmul_(rot, sin.to(qk.dtype))
@@ -330,7 +331,7 @@ class LeanLlama(nn.Module):
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             x2 = x.view(B * T, H)
             x = torch.addmm(x2, a, wo_t) if fused else x2 + F.linear(a, wo_t.t())
-            gu = F.linear(self.normalized(x), wgu)
+            gu = self.normalized(x) @ wgu_t
             a = F.silu(gu[:, :Im]) * gu[:, Im:]
             x = torch.addmm(x, a, wd_t) if fused else x + F.linear(a, wd_t.t())
             x = x.view(B, T, H)
@@ -343,6 +344,8 @@ class LeanLlama(nn.Module):
         sin: torch.Tensor,
         cache: KVCache,
         slot: int,
+        record: DecodeRecord | None = None,
+        step: int = 0,
     ) -> torch.Tensor:
         """One decode step, the sampler's hot path. Returns logits [B, V].
 
@@ -350,6 +353,7 @@ class LeanLlama(nn.Module):
         (`rope(positions)` unsqueezed at 1); slot: the cache slot the new k/v go to; attention
         reads slots [0, slot] with the cache's padding mask. Slots after the prompt count as
         tokens, so the prompt must have gone through `forward(..., cache=cache)` first.
+        record: when given, the matmuls write their outputs into its column `step` (no autocast).
 
         Attention is two batched matmuls over [B * kv_heads] with the G query heads of a kv
         head as G query rows (GQA without repeating k/v): measured faster than SDPA's CPU
@@ -361,9 +365,14 @@ class LeanLlama(nn.Module):
         scale = D**-0.5
         mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
         fused = not torch.is_autocast_enabled(tokens.device.type)
+        if record is not None and not fused:
+            raise ValueError("decode: a DecodeRecord cannot be written under autocast")
+        outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = F.embedding(tokens, self.embed)  # [B, H]
-        for (wqkv, wo_t, wgu, wd_t), (k, v) in zip(self._layers, cache.layers, strict=True):
-            qkv = F.linear(self.normalized(x), wqkv).view(B, Hq + 2 * Hkv, D)
+        for (wqkv_t, wo_t, wgu_t, wd_t), (k, v), (o_qkv, o_gu, o_attn, o_mlp) in zip(
+            self._layers, cache.layers, outs, strict=True
+        ):
+            qkv = torch.mm(self.normalized(x), wqkv_t, out=o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos).addcmul_(rot, sin)
@@ -374,8 +383,8 @@ class LeanLlama(nn.Module):
             vc = v[:, :, :cur].view(B * Hkv, cur, D)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(B, Hq * D)
-            x = torch.addmm(x, a, wo_t) if fused else x + F.linear(a, wo_t.t())
-            gu = F.linear(self.normalized(x), wgu)
+            x = torch.addmm(x, a, wo_t, out=o_attn) if fused else x + a @ wo_t
+            gu = torch.mm(self.normalized(x), wgu_t, out=o_gu)
             a = F.silu(gu[:, :Im]).mul_(gu[:, Im:])
-            x = torch.addmm(x, a, wd_t) if fused else x + F.linear(a, wd_t.t())
+            x = torch.addmm(x, a, wd_t, out=o_mlp) if fused else x + a @ wd_t
         return F.linear(self.normalized(x), self.lm_head)

@@ -20,6 +20,7 @@ from smollab.device import make_adamw, peak_memory_mb, setup_runtime, synchroniz
 from smollab.errors import UserError
 from smollab.failures import degenerate, diverged_rl, stuck
 from smollab.models.attention import fit_attention
+from smollab.models.decode_record import DecodeRecord
 from smollab.models.loading import (
     align_special_tokens,
     apply_lora,
@@ -35,6 +36,7 @@ from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fr
 from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.progress import Progress
 from smollab.train.prompts import file_prompts, story_prompts
+from smollab.train.replay import RECORD_BUDGET_ELEMS, replay_logprobs, replay_unsupported
 from smollab.train.rollout import Rollout, Sampler
 from smollab.train.schedule import lr_at
 from smollab.train.token_logprobs import logprobs, policy_logprobs
@@ -94,6 +96,20 @@ def make_reference(policy, lora: bool, on_cpu: bool):
     return ref_logprobs
 
 
+def _no_replay(policy, sampler: Sampler, g, batch_size: int, rt) -> str | None:
+    """Why each batch's first policy forward is computed rather than replayed (None: replayed)."""
+    if not g.replay:
+        return "grpo.replay=false"
+    if sampler.lean is None:
+        return "HF sampler"
+    if rt.autocast_dtype is not None:
+        return "autocast"
+    n = DecodeRecord.elements(sampler.lean, batch_size, g.max_completion_length)
+    if n > RECORD_BUDGET_ELEMS:
+        return f"a decode record of {n:,} numbers is over the budget"
+    return replay_unsupported(policy)
+
+
 def _texts(tokenizer, ids: torch.Tensor, mask: torch.Tensor) -> list[str]:
     rows = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask, strict=True)]
     return tokenizer.batch_decode(rows, skip_special_tokens=True)
@@ -144,6 +160,7 @@ def train(cfg: GRPOConfig) -> dict:
         policy.gradient_checkpointing_enable()
     eos = tokenizer.eos_token_id
     sampler = Sampler(policy, eos_token_id=eos, pad_token_id=eos)
+    no_replay = _no_replay(policy, sampler, g, tc.batch_size, rt)
     reference = make_reference(policy, cfg.model.lora.enabled, g.ref_on_cpu) if g.beta > 0 else None
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
@@ -173,7 +190,9 @@ def train(cfg: GRPOConfig) -> dict:
     run.open_metrics(COLUMNS + per_fn_cols, resume_step=step if run.resume_from else None)
     run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
             f"{n_trainable:,} trainable ({'LoRA r' + str(cfg.model.lora.r) if cfg.model.lora.enabled else 'full'}); "
-            f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}", echo=True)  # fmt: skip
+            f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy forward "
+            f"{'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
+            echo=True)  # fmt: skip
     run.update_summary(status="running", params_total=total_params, params_trainable=n_trainable,
                        device=str(rt.device), sampler=sampler.backend)  # fmt: skip
 
@@ -204,7 +223,8 @@ def train(cfg: GRPOConfig) -> dict:
             sampler.load_weights(policy)
             r = sampler.generate(prompt_ids, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 generator=_seeded(cfg.run.seed, step, 1))  # fmt: skip
+                                 generator=_seeded(cfg.run.seed, step, 1),
+                                 record=no_replay is None)  # fmt: skip
             t_gen = time.perf_counter()
 
             # 2. rewards and advantages
@@ -229,7 +249,10 @@ def train(cfg: GRPOConfig) -> dict:
             policy.train()
             for it in range(g.num_iterations):
                 with rt.autocast():
-                    logp = policy_logprobs(policy, r, g.temperature)
+                    if it == 0 and r.record is not None:  # the weights that sampled r
+                        logp = replay_logprobs(policy, r, g.temperature)
+                    else:
+                        logp = policy_logprobs(policy, r, g.temperature)
                 loss, stats = grpo_loss(logp, r.logprobs if g.num_iterations > 1 else None, ref_logp,
                                         advantages, mask, beta=g.beta, epsilon=g.epsilon,
                                         epsilon_high=g.epsilon_high, loss_type=g.loss_type,
@@ -246,6 +269,7 @@ def train(cfg: GRPOConfig) -> dict:
                 optimizer.zero_grad(set_to_none=True)
                 if it == 0:
                     first_stats = stats
+            r.record = None  # ~70 MB at the 1.25M recipe's shape: free before the next batch
             synchronize(rt.device)
             t_end = time.perf_counter()
             step += 1

@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 import torch
 import torch.nn.functional as F
 
+from smollab.models.decode_record import DecodeRecord
 from smollab.models.hf_weights import unwrap_hf
 from smollab.models.lean_llama import (
     LeanLlama,
@@ -49,6 +50,7 @@ class Rollout:
     completion_mask: torch.Tensor  # [B, T] 1 up to and including the first EOS
     logprobs: torch.Tensor  # [B, T] float32 log p(token) at temperature; 0 where masked
     truncated: torch.Tensor  # [B] bool: no EOS within the completion
+    record: DecodeRecord | None = None  # what the decode computed (`generate(record=True)`)
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -215,6 +217,7 @@ class Sampler:
         generator: torch.Generator | None = None,
         seed: int | None = None,
         stop_at_eos: bool = True,
+        record: bool = False,
     ) -> Rollout:
         """Sample up to `max_new_tokens` per prompt.
 
@@ -223,6 +226,8 @@ class Sampler:
         stop_at_eos=False ignores EOS (all tokens kept, `truncated` all True).
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
         in autograd computations (losses) afterwards.
+        record: keep the decode's matmul outputs and draw probabilities in `Rollout.record`, for
+        `train.replay` (lean backend, temperature > 0, no autocast; otherwise the record is None).
         """
         threads = torch.get_num_threads()
         if self.num_threads and self.num_threads != threads:
@@ -231,16 +236,17 @@ class Sampler:
             with torch.inference_mode():
                 r = self._generate(
                     prompts, max_new_tokens, prompt_mask, temperature, top_p, top_k, generator,
-                    seed, stop_at_eos,
+                    seed, stop_at_eos, record,
                 )  # fmt: skip
         finally:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
-        return Rollout(*(getattr(r, f.name).clone() for f in fields(Rollout)))
+        tensors = (getattr(r, f.name).clone() for f in fields(Rollout) if f.name != "record")
+        return Rollout(*tensors, record=r.record)
 
     def _generate(
         self, prompts, max_new_tokens, prompt_mask, temperature, top_p, top_k, generator, seed,
-        stop_at_eos,
+        stop_at_eos, record,
     ) -> Rollout:  # fmt: skip
         device = self.device
         if isinstance(prompts, torch.Tensor):
@@ -257,8 +263,12 @@ class Sampler:
             return self._hf_generate(
                 ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos
             )
+        rec = None
+        if record and temperature > 0 and not torch.is_autocast_enabled(device.type):
+            with torch.inference_mode(False):  # ordinary tensors: autograd may use them later
+                rec = DecodeRecord.empty(self.lean, ids.shape[0], max_new_tokens - 1)
         return self._lean_generate(
-            ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos
+            ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos, rec
         )
 
     def _get_cache(self, B: int, max_len: int):
@@ -272,7 +282,7 @@ class Sampler:
             c = self._cache = lean.new_cache(B, max_len, dtype=dtype)
         return c
 
-    def _lean_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos):
+    def _lean_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos, rec):
         lean = self.lean
         B, P = ids.shape
         dev = ids.device
@@ -300,7 +310,7 @@ class Sampler:
             logits = lean(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
         steps = T
         for t in range(T):
-            tok, lp = draw(logits)
+            tok, lp = draw(logits, None if rec is None else rec.probs[t])
             out_ids[:, t : t + 1] = tok
             out_lp[:, t : t + 1] = lp
             if stop:
@@ -309,10 +319,14 @@ class Sampler:
                     steps = t + 1
                     break
             if t + 1 < T:
-                logits = lean.decode(tok.view(B), cos[t], sin[t], cache, P + t)
-        return _finish(
+                logits = lean.decode(tok.view(B), cos[t], sin[t], cache, P + t, rec, t)
+        r = _finish(
             ids, mask, out_ids[:, :steps], out_lp[:, :steps], self.eos_ids, self.pad_token_id, stop
         )
+        if rec is not None:
+            rec.steps = steps - 1
+            r.record = rec
+        return r
 
     def _hf_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos):
         model = self.hf_model

@@ -33,15 +33,24 @@ class TokenDraw:
         self.generator = generator
         self.u = torch.empty(B, 1, device=device)
 
-    def __call__(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """logits [B, V] -> (tokens [B, 1] long, logprobs [B, 1])."""
+    def __call__(
+        self, logits: torch.Tensor, probs_out: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """logits [B, V] -> (tokens [B, 1] long, logprobs [B, 1]).
+
+        probs_out: contiguous [B, V] float32 that receives softmax(logits / temperature) (not
+        when greedy).
+        """
         logits = logits.float()
         if self.greedy:
             tok = logits.argmax(-1, keepdim=True)
             return tok, logits.log_softmax(-1).gather(1, tok)
         if self.inv_t is not None:
             logits = logits * self.inv_t
-        probs = torch.softmax(logits, -1)
+        if probs_out is None:
+            probs = torch.softmax(logits, -1)
+        else:  # aten's out= overload (contiguous out): written where the record keeps it
+            probs = torch._softmax(logits, -1, False, out=probs_out)
         u = self.u.uniform_(generator=self.generator)
         B, V = probs.shape
         if not self.filtered:

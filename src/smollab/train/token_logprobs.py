@@ -44,9 +44,14 @@ class _SelectedLogprobs(torch.autograd.Function):
     """log_softmax(h @ weight.T * inv_t)[n, targets[n]] for h [N, H], weight [V, H], targets [N]."""
 
     @staticmethod
-    def forward(ctx, h, weight, targets, inv_t: float, keep_logits: bool):
+    def forward(ctx, h, weight, targets, inv_t: float, keep_logits: bool, probs=None, values=None):
         N, V = h.shape[0], weight.shape[0]
         rows = max(1, CHUNK_ELEMS // V)
+        ctx.save_for_backward(h, weight, targets)
+        ctx.inv_t, ctx.rows, ctx.probs = inv_t, rows, probs is not None
+        if probs is not None:  # known softmax and values (a replayed forward): no head matmul
+            ctx.kept = list(probs.split(rows))
+            return values.float().clone()
         w = weight.to(h.dtype)
         out = torch.empty(N, dtype=torch.float32, device=h.device)
         kept = []
@@ -55,8 +60,7 @@ class _SelectedLogprobs(torch.autograd.Function):
             out[i : i + rows] = logp.gather(1, targets[i : i + rows, None]).squeeze(1)
             if keep_logits:
                 kept.append(logp)
-        ctx.save_for_backward(h, weight, targets)
-        ctx.kept, ctx.inv_t, ctx.rows = kept, inv_t, rows
+        ctx.kept = kept
         return out
 
     @staticmethod
@@ -73,24 +77,35 @@ class _SelectedLogprobs(torch.autograd.Function):
         g = grad_out.float() * ctx.inv_t  # d out / d logits = inv_t * (onehot(target) - softmax)
         for k, i in enumerate(range(0, h.shape[0], ctx.rows)):
             hc, gc = h[i : i + ctx.rows], g[i : i + ctx.rows, None]
-            logp = ctx.kept[k] if ctx.kept else _chunk_logprobs(hc, w, ctx.inv_t)
-            grad = logp.exp_().mul_(gc.neg())
+            if ctx.probs:
+                grad = ctx.kept[k] * gc.neg()
+            else:
+                logp = ctx.kept[k] if ctx.kept else _chunk_logprobs(hc, w, ctx.inv_t)
+                grad = logp.exp_().mul_(gc.neg())
             grad.scatter_add_(1, targets[i : i + ctx.rows, None], gc)
             if need_h:
                 grad_h[i : i + ctx.rows] = grad.to(h.dtype) @ w
             if need_w:
                 grad_w.addmm_(grad.t(), hc.float())
         ctx.kept = None
-        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None, None, None
 
 
 def selected_logprobs(
-    h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+    h: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    probs: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """log_softmax(h @ weight.T / temperature) at `targets`, without materializing [..., V] temporaries.
 
     h: [..., H] final hidden states; weight: [V, H] output embedding; targets: [...] token ids.
     Returns float32 [...]. Differentiable in h and weight; temperature 0 counts as 1.
+    probs [..., V], values [...]: that softmax and those log-probs, already known (the sampler
+    drew from them with the same weights): the forward returns `values` without the head matmul
+    and the backward uses `probs`.
     """
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     shape = targets.shape
@@ -98,7 +113,9 @@ def selected_logprobs(
     keep = h2.shape[0] * weight.shape[0] <= KEEP_LOGITS_ELEMS
     if not torch.is_grad_enabled() or not (h.requires_grad or weight.requires_grad):
         keep = False  # nothing will call the backward
-    return _SelectedLogprobs.apply(h2, weight, t2, inv_t, keep).view(shape)
+    if probs is not None:
+        probs, values = probs.reshape(-1, weight.shape[0]), values.reshape(-1)
+    return _SelectedLogprobs.apply(h2, weight, t2, inv_t, keep, probs, values).view(shape)
 
 
 def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
@@ -162,7 +179,7 @@ def _hf_hidden(decoder: nn.Module, ids, mask, P: int, share) -> torch.Tensor:
     return torch.cat([out.last_hidden_state[inverse, -1:], h], 1)
 
 
-def _checkpointing(model: nn.Module) -> bool:
+def checkpointing(model: nn.Module) -> bool:
     base = model.get_base_model() if hasattr(model, "peft_config") else model
     flag = getattr(base, "is_activation_checkpointing", None)  # the name since transformers 5
     return bool(getattr(base, "is_gradient_checkpointing", False) if flag is None else flag)
@@ -192,7 +209,7 @@ def logprobs(
     ids, mask = input_ids[:, :-1], attention_mask[:, :-1]
     lean = isinstance(model, LeanLlama)
     plain = None if lean else _decoder_and_head(model)
-    if not lean and (plain is None or _checkpointing(model)):
+    if not lean and (plain is None or checkpointing(model)):
         share_prompts = False  # the logits path, or HF's cache turned off by checkpointing
     share = shared_prompts(input_ids, attention_mask, P) if share_prompts else None
     if lean:

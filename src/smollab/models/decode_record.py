@@ -1,0 +1,81 @@
+"""What the sampler's decode computed, kept so the policy's first training forward need not redo it.
+
+A GRPO step samples completions with the policy's weights, then runs the policy forward over the
+same tokens with the same weights to get log-probs with autograd: every matmul of that forward
+repeats one the decode already did. With a `DecodeRecord` the decode writes its matmul outputs
+(and each draw's probabilities) straight into these buffers (`out=`, no extra op), and
+`train.replay` builds the autograd graph around them instead of recomputing them.
+
+Layouts are step-major, [layers, T, B, width] with T the decode steps: a step writes one
+contiguous [B, width] slice (row-strided writes measured slower), and the training forward
+reads the transposed view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["DecodeRecord"]
+
+
+@dataclass
+class DecodeRecord:
+    """Buffers for T decode steps of a `LeanLlama` (see the module docstring).
+
+    qkv: [layers, T, B, (Hq + 2 Hkv) * D] the fused q, k, v projections, RoPE applied to q, k.
+    x_attn: [layers, T, B, H] the residual stream after each attention block.
+    gu: [layers, T, B, 2 * mlp_width] the fused gate and up projections (zero-padded columns).
+    x_mlp: [layers, T, B, H] the residual stream after each MLP block.
+    probs: [T + 1, B, V] softmax(logits / temperature) of every draw (the first from the prefill).
+    steps: decode steps done, set by the sampler.
+    """
+
+    qkv: torch.Tensor
+    x_attn: torch.Tensor
+    gu: torch.Tensor
+    x_mlp: torch.Tensor
+    probs: torch.Tensor
+    steps: int = 0
+    _views: list | None = None
+
+    def step_views(self, step: int) -> list[tuple[torch.Tensor, ...]]:
+        """Per layer, the [B, width] slices (qkv, gu, x_attn, x_mlp) that decode step `step` fills.
+
+        Made once by `unbind` (one call a buffer): slicing four buffers per layer in every step
+        measured a visible share of a decode step.
+        """
+        if self._views is None:
+            bufs = (self.qkv, self.gu, self.x_attn, self.x_mlp)
+            per_layer = [[t[i].unbind(0) for t in bufs] for i in range(self.qkv.shape[0])]
+            self._views = [[tuple(b[s] for b in bl) for bl in per_layer] for s in range(self.T)]
+        return self._views[step]
+
+    @property
+    def T(self) -> int:
+        return self.qkv.shape[1]
+
+    @classmethod
+    def empty(cls, lean, B: int, T: int, dtype=None) -> DecodeRecord:
+        """Uninitialized buffers for `lean` (a `LeanLlama`) decoding T steps of B rows."""
+        kw = {"dtype": dtype or lean.embed.dtype, "device": lean.embed.device}
+        L, H = lean.num_layers, lean.hidden_size
+        nqkv = (lean.num_heads + 2 * lean.num_kv_heads) * lean.head_dim
+        return cls(
+            qkv=torch.empty(L, T, B, nqkv, **kw),
+            x_attn=torch.empty(L, T, B, H, **kw),
+            gu=torch.empty(L, T, B, 2 * lean.mlp_width, **kw),
+            x_mlp=torch.empty(L, T, B, H, **kw),
+            probs=torch.empty(T + 1, B, lean.vocab_size, dtype=torch.float32, device=kw["device"]),
+        )
+
+    @staticmethod
+    def elements(lean, B: int, T: int) -> int:
+        """Numbers held by `empty(lean, B, T)`: callers keep records within a memory budget."""
+        per_token = lean.num_layers * (
+            (lean.num_heads + 2 * lean.num_kv_heads) * lean.head_dim
+            + 2 * lean.hidden_size
+            + 2 * lean.mlp_width
+        )
+        return B * T * per_token + B * (T + 1) * lean.vocab_size

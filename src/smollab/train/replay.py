@@ -1,0 +1,212 @@
+"""The policy's training forward, replayed from the sampler's decode instead of recomputed.
+
+A GRPO step samples its completions with the policy's current weights and then, for the loss,
+runs the same policy over the same tokens again with autograd. With one pass over each batch
+(`num_iterations=1`) every matmul of that forward repeats one the decode already did. The sampler
+keeps those outputs in a `DecodeRecord`; `replay_logprobs` builds the autograd graph around them:
+each recorded linear is a node whose forward returns the recorded value and whose backward is
+the linear's (dx = g @ W, dW = g.T @ x), so the backward is exact while the forward skips all
+its matmuls, the LM head included (the draws' probabilities are the softmax its backward needs).
+The elementwise parts (norms, RoPE, SwiGLU, attention) are recomputed: they carry the graph.
+
+The prompt tokens are not in the record: each distinct prompt runs once for real (a few tokens
+per group) and its keys and values join the completions' attention, as in `token_logprobs`.
+Values agree with the plain forward to float rounding; tests compare log-probs and gradients.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smollab.models.hf_weights import effective_weight, unwrap_hf
+from smollab.models.lean_llama import positions_from_mask
+from smollab.train.rollout import Rollout, distinct_prompts
+from smollab.train.token_logprobs import checkpointing, selected_logprobs
+
+__all__ = ["RECORD_BUDGET_ELEMS", "replay_logprobs", "replay_unsupported"]
+
+RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32: beyond it the forward is computed, not replayed
+
+
+def replay_unsupported(model: nn.Module) -> str | None:
+    """Why `replay_logprobs` cannot train `model` (None when it can)."""
+    try:
+        hf = unwrap_hf(model)
+    except TypeError:
+        return "not a Llama model"
+    cfg = hf.config
+    if getattr(cfg, "model_type", None) != "llama":
+        return f"model_type {getattr(cfg, 'model_type', None)!r} is not llama"
+    if getattr(cfg, "attention_dropout", 0.0) or getattr(cfg, "mlp_bias", False):
+        return "attention dropout or MLP bias"
+    if getattr(cfg, "attention_bias", False):
+        return "attention bias"
+    if checkpointing(model):
+        return "activation checkpointing"
+    for module in hf.modules():
+        p = getattr(module, "lora_dropout", None)
+        if p is not None and any(getattr(d, "p", 0.0) for d in p.values()):
+            return "LoRA dropout"
+    return None
+
+
+class _Recorded(torch.autograd.Function):
+    """out = residual + x @ weight.T, whose value the decode recorded (residual may be None)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, value, residual):
+        ctx.save_for_backward(x, weight)
+        ctx.has_residual = residual is not None
+        return value  # autograd hands out a view: the record's memory, no copy
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+        dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        return dx, dw, None, g if ctx.has_residual else None
+
+
+class _RecordedRope(torch.autograd.Function):
+    """RoPE(x @ weight.T) on the first `n_rot` columns (q, k), whose value the decode recorded."""
+
+    @staticmethod
+    def forward(ctx, x, weight, value, cos, sin, n_rot: int):
+        ctx.save_for_backward(x, weight, cos, sin)
+        ctx.n_rot = n_rot
+        return value
+
+    @staticmethod
+    def backward(ctx, g):
+        x, weight, cos, sin = ctx.saved_tensors
+        g = g.clone()
+        B, T, D = g.shape[0], g.shape[1], cos.shape[-1]
+        gr = g[..., : ctx.n_rot].view(B, T, -1, D)  # y = x cos + roll(x, D/2) sin, so
+        gr.copy_(gr * cos + (gr * sin).roll(D // 2, -1))  # dx = g cos + roll(g sin, D/2)
+        g2 = g.view(-1, g.shape[-1])
+        dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+        dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+        return dx, dw, None, None, None, None
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's LlamaRMSNorm in float32."""
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [B, T, heads, D] * cos + rotate_half(x) * sin, with `sin` carrying rotate_half's sign."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin
+
+
+def _visible(q_slots, k_slots, key_mask) -> torch.Tensor:
+    """bool [B, 1, T, S]: key slot <= query slot and a token; the diagonal always (no NaN rows)."""
+    m = (k_slots[None, :] <= q_slots[:, None])[None] & key_mask.bool()[:, None, :]
+    m |= k_slots[None, :] == q_slots[:, None]
+    return m[:, None]
+
+
+def _weights(layer, width: int):
+    """A layer's weights as the replay uses them, differentiable in the HF parameters (LoRA
+    folded in): q, k, v fused; gate and up fused and, like down, zero-padded to `width` (the
+    lean MLP width the decode recorded, so its records are read as they are)."""
+    w = effective_weight
+    att, mlp = layer.self_attn, layer.mlp
+    wg, wu, wd = w(mlp.gate_proj), w(mlp.up_proj), w(mlp.down_proj)
+    if width != wg.shape[0]:
+        pad = wg.new_zeros(width - wg.shape[0], wg.shape[1])
+        wg, wu = torch.cat([wg, pad]), torch.cat([wu, pad])
+        wd = torch.cat([wd, wd.new_zeros(wd.shape[0], pad.shape[0])], 1)
+    wqkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)])
+    return (w(layer.input_layernorm), wqkv, w(att.o_proj), w(layer.post_attention_layernorm),
+            torch.cat([wg, wu]), wd)  # fmt: skip
+
+
+def _layers(hf, x, pos, mask_slots, width: int, rec=None, prefix=None):
+    """Run the decoder layers over x [B, T, H] (embedded), computed or replayed from `rec`.
+
+    pos [B, T] positions; mask_slots: bool attention mask [B, 1, T, S]; width: the padded MLP
+    width; prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots.
+    Returns (normed hidden, per-layer (k, v)).
+    """
+    cfg = hf.config
+    B, T, _ = x.shape
+    Hq = cfg.num_attention_heads
+    Hkv = getattr(cfg, "num_key_value_heads", None) or Hq
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // Hq
+    eps = float(cfg.rms_norm_eps)
+    cos, sin = hf.model.rotary_emb(x, pos)  # [B, T, D], exactly HF's tables
+    sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2 :]], -1)
+    cos, sin = cos[:, :, None], sin[:, :, None]
+    kv_out = []
+    for i, layer in enumerate(hf.model.layers):
+        ln1, wqkv, wo, ln2, wgu, wd = _weights(layer, width)
+        # recorded values are read step-major: [T, B, n] -> a [B, T, n] view
+        got = None if rec is None else [b[i, :T].transpose(0, 1) for b in
+                                        (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)]  # fmt: skip
+        n1 = _rms(x, ln1, eps)
+        if rec is None:
+            qkv = F.linear(n1, wqkv).view(B, T, Hq + 2 * Hkv, D)
+            qkv = torch.cat([_rope(qkv[:, :, : Hq + Hkv], cos, sin), qkv[:, :, Hq + Hkv :]], 2)
+        else:
+            qkv = _RecordedRope.apply(n1, wqkv, got[0], cos, sin, (Hq + Hkv) * D)
+            qkv = qkv.view(B, T, Hq + 2 * Hkv, D)
+        q, k, v = (t.transpose(1, 2) for t in qkv.split([Hq, Hkv, Hkv], 2))
+        kv_out.append((k, v))
+        if prefix is not None:
+            k, v = torch.cat([prefix[i][0], k], 2), torch.cat([prefix[i][1], v], 2)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_slots, enable_gqa=Hkv != Hq)
+        a = a.transpose(1, 2).reshape(B, T, Hq * D)
+        x = x + F.linear(a, wo) if rec is None else _Recorded.apply(a, wo, got[1], x)
+        n2 = _rms(x, ln2, eps)
+        gu = F.linear(n2, wgu) if rec is None else _Recorded.apply(n2, wgu, got[2], None)
+        g, u = gu.split(width, -1)
+        act = F.silu(g) * u  # zero in the padded columns
+        x = x + F.linear(act, wd) if rec is None else _Recorded.apply(act, wd, got[3], x)
+    return _rms(x, effective_weight(hf.model.norm), eps), kv_out
+
+
+def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs [B, L] (with grad) of `rollout`'s completions under `model`.
+
+    The same values and gradients as `token_logprobs.policy_logprobs`, for a rollout sampled
+    with `record=True` from `model`'s present weights (`replay_unsupported(model)` is None).
+    """
+    rec = rollout.record
+    if rec is None:
+        raise ValueError("replay_logprobs needs a rollout sampled with record=True")
+    hf = unwrap_hf(model)
+    P, L = rollout.prompt_ids.shape[1], rollout.completion_ids.shape[1]
+    Tc = L - 1  # completion tokens fed: all but the last
+    if Tc > rec.steps:
+        raise ValueError(f"the record holds {rec.steps} decode steps, the rollout needs {Tc}")
+    dev = rollout.prompt_ids.device
+    mask = rollout.attention_mask
+    pos = positions_from_mask(mask)
+    embed = hf.model.embed_tokens
+
+    # 1. each distinct prompt once, computed
+    u_ids, u_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask)
+    slots = torch.arange(P, device=dev)
+    vis = _visible(slots, slots, u_mask)
+    width = rec.gu.shape[-1] // 2
+    h_prompt, kv = _layers(hf, embed(u_ids), positions_from_mask(u_mask), vis, width)
+
+    # 2. the completions, replayed, attending to their prompt's keys and values
+    h = h_prompt[rows, -1:]
+    if Tc > 0:
+        prefix = [(k[rows], v[rows]) for k, v in kv]
+        q_slots = torch.arange(P, P + Tc, device=dev)
+        vis = _visible(q_slots, torch.arange(P + Tc, device=dev), mask[:, : P + Tc])
+        ids = rollout.completion_ids[:, :Tc]
+        h_comp, _ = _layers(hf, embed(ids), pos[:, P : P + Tc], vis, width, rec, prefix)
+        h = torch.cat([h, h_comp], 1)
+
+    head = hf.get_output_embeddings().weight
+    # step-major, as the draws were recorded: the probabilities are read in place
+    out = selected_logprobs(h.transpose(0, 1), head, rollout.completion_ids.t(), temperature,
+                            probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip
+    return out.t()
