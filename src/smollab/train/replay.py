@@ -92,9 +92,53 @@ class _RecordedRope(torch.autograd.Function):
         return dx, dw, None, None, None, None
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's LlamaRMSNorm in float32."""
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+class _RMSNorm(torch.autograd.Function):
+    """HF's LlamaRMSNorm in float32, weight * (x * rsqrt(mean(x^2) + eps)), same ops in the
+    same order; its backward is 8 tensor ops where autograd's chain of the forward's makes ~14."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps: float):
+        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        n = x * r
+        ctx.save_for_backward(n, r, weight)
+        return weight * n
+
+    @staticmethod
+    def backward(ctx, dy):
+        n, r, weight = ctx.saved_tensors
+        dn = dy * weight
+        dx = (dn - n * (dn * n).mean(-1, keepdim=True)).mul_(r)
+        dw = (dy * n).reshape(-1, n.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        return dx, dw, None
+
+
+class _RecordedSwiGLU(torch.autograd.Function):
+    """silu(g) * u for [g | u] = x @ weight.T (`width` columns each), whose value the decode
+    recorded. The backward keeps dg and du apart (two matmul pairs, the same work as one):
+    autograd's split of the product would concatenate them into a new [tokens, 2 width]."""
+
+    @staticmethod
+    def forward(ctx, x, weight, value, width: int):
+        g, u = value[..., :width], value[..., width:]
+        sg = F.silu(g)
+        ctx.save_for_backward(x, weight, g, u, sg)
+        return sg * u
+
+    @staticmethod
+    def backward(ctx, da):
+        x, weight, g, u, sg = ctx.saved_tensors
+        width = g.shape[-1]
+        dg = torch.ops.aten.silu_backward(da * u, g).reshape(-1, width)
+        du = (da * sg).reshape(-1, width)
+        wg, wu = weight[:width], weight[width:]
+        dx = torch.addmm(dg @ wg, du, wu).view(x.shape) if ctx.needs_input_grad[0] else None
+        dw = None
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1])
+            dw = torch.empty_like(weight)
+            torch.mm(dg.t(), x2, out=dw[:width])
+            torch.mm(du.t(), x2, out=dw[width:])
+        return dx, dw, None, None
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -125,11 +169,11 @@ def _weights(layer, width: int):
             torch.cat([wg, wu]), wd)  # fmt: skip
 
 
-def _layers(hf, x, pos, mask_slots, width: int, rec=None, prefix=None):
+def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
     """Run the decoder layers over x [B, T, H] (embedded), computed or replayed from `rec`.
 
-    pos [B, T] positions; mask_slots: bool attention mask [B, 1, T, S]; width: the padded MLP
-    width; prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots.
+    weights: `_weights` of each layer; pos [B, T] positions; mask_slots: bool attention mask
+    [B, 1, T, S]; prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots.
     Returns (normed hidden, per-layer (k, v)).
     """
     cfg = hf.config
@@ -142,12 +186,12 @@ def _layers(hf, x, pos, mask_slots, width: int, rec=None, prefix=None):
     sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2 :]], -1)
     cos, sin = cos[:, :, None], sin[:, :, None]
     kv_out = []
-    for i, layer in enumerate(hf.model.layers):
-        ln1, wqkv, wo, ln2, wgu, wd = _weights(layer, width)
+    for i, (ln1, wqkv, wo, ln2, wgu, wd) in enumerate(weights):
+        width = wd.shape[1]
         # recorded values are read step-major: [T, B, n] -> a [B, T, n] view
         got = None if rec is None else [b[i, :T].transpose(0, 1) for b in
                                         (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)]  # fmt: skip
-        n1 = _rms(x, ln1, eps)
+        n1 = _RMSNorm.apply(x, ln1, eps)
         if rec is None:
             qkv = F.linear(n1, wqkv).view(B, T, Hq + 2 * Hkv, D)
             qkv = torch.cat([_rope(qkv[:, :, : Hq + Hkv], cos, sin), qkv[:, :, Hq + Hkv :]], 2)
@@ -161,12 +205,14 @@ def _layers(hf, x, pos, mask_slots, width: int, rec=None, prefix=None):
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_slots, enable_gqa=Hkv != Hq)
         a = a.transpose(1, 2).reshape(B, T, Hq * D)
         x = x + F.linear(a, wo) if rec is None else _Recorded.apply(a, wo, got[1], x)
-        n2 = _rms(x, ln2, eps)
-        gu = F.linear(n2, wgu) if rec is None else _Recorded.apply(n2, wgu, got[2], None)
-        g, u = gu.split(width, -1)
-        act = F.silu(g) * u  # zero in the padded columns
+        n2 = _RMSNorm.apply(x, ln2, eps)
+        if rec is None:
+            g, u = F.linear(n2, wgu).split(width, -1)
+            act = F.silu(g) * u  # zero in the padded columns
+        else:
+            act = _RecordedSwiGLU.apply(n2, wgu, got[2], width)
         x = x + F.linear(act, wd) if rec is None else _Recorded.apply(act, wd, got[3], x)
-    return _rms(x, effective_weight(hf.model.norm), eps), kv_out
+    return _RMSNorm.apply(x, effective_weight(hf.model.norm), eps), kv_out
 
 
 def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
@@ -192,8 +238,8 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
     u_ids, u_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask)
     slots = torch.arange(P, device=dev)
     vis = _visible(slots, slots, u_mask)
-    width = rec.gu.shape[-1] // 2
-    h_prompt, kv = _layers(hf, embed(u_ids), positions_from_mask(u_mask), vis, width)
+    weights = [_weights(layer, rec.gu.shape[-1] // 2) for layer in hf.model.layers]
+    h_prompt, kv = _layers(hf, weights, embed(u_ids), positions_from_mask(u_mask), vis)
 
     # 2. the completions, replayed, attending to their prompt's keys and values
     h = h_prompt[rows, -1:]
@@ -202,7 +248,7 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
         q_slots = torch.arange(P, P + Tc, device=dev)
         vis = _visible(q_slots, torch.arange(P + Tc, device=dev), mask[:, : P + Tc])
         ids = rollout.completion_ids[:, :Tc]
-        h_comp, _ = _layers(hf, embed(ids), pos[:, P : P + Tc], vis, width, rec, prefix)
+        h_comp, _ = _layers(hf, weights, embed(ids), pos[:, P : P + Tc], vis, rec, prefix)
         h = torch.cat([h, h_comp], 1)
 
     head = hf.get_output_embeddings().weight
