@@ -76,4 +76,7 @@ def test_record_leaves_the_samples_unchanged_and_is_optional():
 
 def test_replay_unsupported_names_the_reason():
     assert replay_unsupported(_lora(micro_llama(), dropout=0.1)) == "LoRA dropout"
-    assert "dropout" in replay_unsupported(micro_llama(attention_dropout=0.1))
+    assert replay_unsupported(micro_llama(attention_dropout=0.1)) == "attention dropout"
+    checkpointed = micro_llama()
+    checkpointed.gradient_checkpointing_enable()
+    assert replay_unsupported(checkpointed) == "activation checkpointing"

@@ -31,43 +31,43 @@ RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32: beyond it the forward is comput
 
 
 def replay_unsupported(model: nn.Module) -> str | None:
-    """Why `replay_logprobs` cannot train `model` (None when it can)."""
-    try:
-        hf = unwrap_hf(model)
-    except TypeError:
-        return "not a Llama model"
-    cfg = hf.config
-    if getattr(cfg, "model_type", None) != "llama":
-        return f"model_type {getattr(cfg, 'model_type', None)!r} is not llama"
-    if getattr(cfg, "attention_dropout", 0.0) or getattr(cfg, "mlp_bias", False):
-        return "attention dropout or MLP bias"
-    if getattr(cfg, "attention_bias", False):
-        return "attention bias"
+    """Why `replay_logprobs` cannot train `model` (None when it can).
+
+    The architecture needs no check: only the lean sampler records, and it takes only plain
+    Llamas. What the replay cannot reproduce is randomness in the training forward.
+    """
+    if getattr(unwrap_hf(model).config, "attention_dropout", 0.0):
+        return "attention dropout"
     if checkpointing(model):
         return "activation checkpointing"
-    for module in hf.modules():
+    for module in model.modules():
         p = getattr(module, "lora_dropout", None)
         if p is not None and any(getattr(d, "p", 0.0) for d in p.values()):
             return "LoRA dropout"
     return None
 
 
-class _Recorded(torch.autograd.Function):
-    """out = residual + x @ weight.T, whose value the decode recorded (residual may be None)."""
+def _linear_grads(ctx, g, x, weight):
+    """The gradients of x @ weight.T for the upstream gradient g, as far as they are needed."""
+    g2 = g.reshape(-1, g.shape[-1])
+    dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
+    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
+    return dx, dw
+
+
+class _RecordedResidual(torch.autograd.Function):
+    """residual + x @ weight.T, whose value the decode recorded (the residual stream after a
+    block): the forward returns the record, the backward is the linear's and the sum's."""
 
     @staticmethod
     def forward(ctx, x, weight, value, residual):
         ctx.save_for_backward(x, weight)
-        ctx.has_residual = residual is not None
         return value  # autograd hands out a view: the record's memory, no copy
 
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
-        g2 = g.reshape(-1, g.shape[-1])
-        dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-        dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
-        return dx, dw, None, g if ctx.has_residual else None
+        return *_linear_grads(ctx, g, x, weight), None, g
 
 
 class _RecordedRope(torch.autograd.Function):
@@ -86,10 +86,7 @@ class _RecordedRope(torch.autograd.Function):
         B, T, D = g.shape[0], g.shape[1], cos.shape[-1]
         gr = g[..., : ctx.n_rot].view(B, T, -1, D)  # y = x cos + roll(x, D/2) sin, so
         gr.copy_(gr * cos + (gr * sin).roll(D // 2, -1))  # dx = g cos + roll(g sin, D/2)
-        g2 = g.view(-1, g.shape[-1])
-        dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-        dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
-        return dx, dw, None, None, None, None
+        return *_linear_grads(ctx, g, x, weight), None, None, None, None
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -204,14 +201,14 @@ def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
             k, v = torch.cat([prefix[i][0], k], 2), torch.cat([prefix[i][1], v], 2)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_slots, enable_gqa=Hkv != Hq)
         a = a.transpose(1, 2).reshape(B, T, Hq * D)
-        x = x + F.linear(a, wo) if rec is None else _Recorded.apply(a, wo, got[1], x)
+        x = x + F.linear(a, wo) if rec is None else _RecordedResidual.apply(a, wo, got[1], x)
         n2 = _RMSNorm.apply(x, ln2, eps)
         if rec is None:
             g, u = F.linear(n2, wgu).split(width, -1)
             act = F.silu(g) * u  # zero in the padded columns
         else:
             act = _RecordedSwiGLU.apply(n2, wgu, got[2], width)
-        x = x + F.linear(act, wd) if rec is None else _Recorded.apply(act, wd, got[3], x)
+        x = x + F.linear(act, wd) if rec is None else _RecordedResidual.apply(act, wd, got[3], x)
     return _RMSNorm.apply(x, effective_weight(hf.model.norm), eps), kv_out
 
 
