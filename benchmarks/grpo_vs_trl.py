@@ -22,6 +22,9 @@ machine, whose speed drifts by 10-25% over tens of seconds on a shared VM: alter
 them. `--repeats 2` runs two such pairs.
 (Two threads of one process handing over after every step slowed smollab's decoding 2.5x and
 TRL's 1.4x against their standalone speeds: that measured neither.)
+After training, the reward is compared on one footing: the base and both final policies (LoRA
+merged) sample 16 completions for each of 64 test-split prompts through smollab's sampler with
+one seed, and the mean happy_binary reward is printed with its standard error.
 Printed per mode: the median seconds per optimizer step after `--warmup` steps (smollab: its
 own `step_s` of metrics.csv, generation through the optimizer step; TRL: a TrainerCallback from
 on_step_begin to on_step_end) and their ratio, and the same for each process's wall clock per turn
@@ -59,6 +62,7 @@ RECIPES = {"full": REPO / "configs" / "grpo" / "happy.yaml",
 LR = {"full": 1e-5, "lora": 1e-4}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
+HELD_OUT = (64, 16)  # held-out evaluation: test-split prompts x samples each
 IMPLS = ("smollab", "trl")
 
 
@@ -90,7 +94,8 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
     ]  # fmt: skip
     if mode == "lora":
         over += ["model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=16",
-                 "model.lora.dropout=0.0", "model.lora.targets=[q,k,v,o,gate,up,down]"]  # fmt: skip
+                 "model.lora.dropout=0.0", "model.lora.targets=[q,k,v,o,gate,up,down]",
+                 "grpo.export_merged=true"]  # fmt: skip
     cfg = load_config("grpo", RECIPES[mode], over)
     names = [r.name for r in cfg.reward]
     if names != ["happy_binary"]:
@@ -118,7 +123,30 @@ class Turns:
         self.t = time.perf_counter()
 
 
+def held_out_reward(model, tokenizer, data_dir: str) -> list[float]:
+    """happy_binary of HELD_OUT samples from the test split's prompts, drawn by one sampler with
+    one seed for every model: the reward after training, compared on the same footing."""
+    from smollab.rewards.happy import happy_binary
+    from smollab.train.prompts import story_prompts
+    from smollab.train.rollout import Sampler
+
+    n, k = HELD_OUT
+    prompts = story_prompts(data_dir, "test", tokenizer, 8, n)
+    eos = tokenizer.eos_token_id
+    r = Sampler(model.eval(), eos_token_id=eos, pad_token_id=eos).generate(
+        [p for p in prompts for _ in range(k)], 64, seed=1234
+    )
+    rows = [
+        ids[: int(m.sum())].tolist()
+        for ids, m in zip(r.completion_ids, r.completion_mask, strict=True)
+    ]
+    return happy_binary(tokenizer.batch_decode(rows, skip_special_tokens=True))
+
+
 def run_smollab(cfg, turns: Turns) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     import smollab.train.grpo as grpo
     from smollab.runs import read_metrics
 
@@ -131,7 +159,12 @@ def run_smollab(cfg, turns: Turns) -> dict:
     grpo.train(cfg)
     rows = read_metrics(Path(cfg.run.dir) / "metrics.csv")
     keys = ("step_s", "gen_s", "reward_s", "ref_s", "train_s", "reward_mean", "completion_len")
-    return {k: [r[k] for r in rows] for k in keys} | {"wall_s": turns.wall_s}
+    final = (
+        Path(cfg.run.dir) / "checkpoints" / ("final_merged" if cfg.model.lora.enabled else "final")
+    )
+    model = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32)
+    held_out = held_out_reward(model, AutoTokenizer.from_pretrained(final), cfg.data.dir)
+    return {k: [r[k] for r in rows] for k in keys} | {"wall_s": turns.wall_s, "held_out": held_out}
 
 
 def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
@@ -242,9 +275,10 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
     timed("_generate_and_score_completions", lambda: "score")
     timed("compute_loss", lambda: "loss")
     trainer.train()
+    held_out = held_out_reward(trainer.model, tokenizer, cfg.data.dir)
     return {"step_s": inner, "wall_s": turns.wall_s, "split": dict(split), "reward_mean": rewards,
             "completion_len": lengths, "prompt_match": same, "eos_note": eos_note,
-            "n_prompts": len(texts)}  # fmt: skip
+            "n_prompts": len(texts), "held_out": held_out}  # fmt: skip
 
 
 def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str, dict]:
@@ -319,7 +353,7 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads) -> None:
+def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads, base_held_out) -> None:
     n = len(runs["smollab"][0]["reward_mean"])
     k = 5
     title = (
@@ -341,6 +375,14 @@ def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads) -> None:
         length = mean([mean(x["completion_len"][:n]) for x in reps])
         print(f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
               f"{length:10.1f}")  # fmt: skip
+    n_p, k_s = HELD_OUT
+    line = [f"held-out reward after {n} steps ({n_p} test prompts x {k_s}, one sampler and seed):"]
+    for name, reps in (("base", [{"held_out": base_held_out}]), ("smollab", runs["smollab"]),
+                       ("TRL", runs["trl"])):  # fmt: skip
+        vals = reps[0]["held_out"]  # repeats train the same weights: one sample, not several
+        se = statistics.pstdev(vals) / len(vals) ** 0.5
+        line.append(f"{name} {mean(vals):.3f} +- {se:.3f}")
+    print(" ".join(line[:1]) + " " + ", ".join(line[1:]))
     print(
         f"TRL / smollab seconds per step: {med(t['step_s']) / med(s['step_s']):.2f}x "
         f"(ratio of medians); wall clock per turn, everything included: TRL {med(t['wall_s']):.3f} s, "
@@ -401,6 +443,10 @@ def main() -> None:
         child(args)
         return
     model_dir = ensure_model(args)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_held_out = held_out_reward(AutoModelForCausalLM.from_pretrained(model_dir),
+                                    AutoTokenizer.from_pretrained(model_dir), args.data_dir)  # fmt: skip
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-grpo-"))
     print(f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
@@ -415,7 +461,7 @@ def main() -> None:
             for impl in IMPLS:
                 runs[impl].append(pair[impl])
         s, t = merge(runs["smollab"], args.warmup), merge(runs["trl"], args.warmup)
-        report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()))
+        report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()), base_held_out)
         if mode == modes[-1]:
             print(f"TRL prompts: {t['n_prompts']:,} texts, {100 * t['prompt_match']:.1f}% tokenize "
                   f"back to smollab's ids; run directories under {tmp}")  # fmt: skip
