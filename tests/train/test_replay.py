@@ -80,3 +80,14 @@ def test_replay_unsupported_names_the_reason():
     checkpointed = micro_llama()
     checkpointed.gradient_checkpointing_enable()
     assert replay_unsupported(checkpointed) == "activation checkpointing"
+
+
+def test_replay_of_one_token_completions_runs_the_prompts_only():
+    model = micro_llama(tie_word_embeddings=True)
+    r = Sampler(model, eos_token_id=2, pad_token_id=0).generate(PROMPTS, 1, seed=3, record=True)
+    assert r.record.steps == 0
+    model.train()
+    got, g_got = _loss_grads(model, r, replay_logprobs, 1.0)
+    want, g_want = _loss_grads(model, r, policy_logprobs, 1.0)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert_grads_close(g_got, g_want, rel=3e-5)
