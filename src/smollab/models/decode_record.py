@@ -13,6 +13,7 @@ reads the transposed view.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -56,26 +57,25 @@ class DecodeRecord:
     def T(self) -> int:
         return self.qkv.shape[1]
 
-    @classmethod
-    def empty(cls, lean, B: int, T: int, dtype=None) -> DecodeRecord:
-        """Uninitialized buffers for `lean` (a `LeanLlama`) decoding T steps of B rows."""
-        kw = {"dtype": dtype or lean.embed.dtype, "device": lean.embed.device}
+    @staticmethod
+    def _shapes(lean, B: int, T: int) -> dict[str, tuple[int, ...]]:
+        """The buffers' shapes for `lean` (a `LeanLlama`) decoding T steps of B rows."""
         L, H = lean.num_layers, lean.hidden_size
         nqkv = (lean.num_heads + 2 * lean.num_kv_heads) * lean.head_dim
-        return cls(
-            qkv=torch.empty(L, T, B, nqkv, **kw),
-            x_attn=torch.empty(L, T, B, H, **kw),
-            gu=torch.empty(L, T, B, 2 * lean.mlp_width, **kw),
-            x_mlp=torch.empty(L, T, B, H, **kw),
-            probs=torch.empty(T + 1, B, lean.vocab_size, dtype=torch.float32, device=kw["device"]),
-        )
+        return {"qkv": (L, T, B, nqkv), "x_attn": (L, T, B, H), "gu": (L, T, B, 2 * lean.mlp_width),
+                "x_mlp": (L, T, B, H), "probs": (T + 1, B, lean.vocab_size)}  # fmt: skip
 
-    @staticmethod
-    def elements(lean, B: int, T: int) -> int:
+    @classmethod
+    def empty(cls, lean, B: int, T: int, dtype=None) -> DecodeRecord:
+        """Uninitialized buffers for `lean` decoding T steps of B rows (probs always float32)."""
+        dev = lean.embed.device
+        return cls(**{
+            name: torch.empty(shape, device=dev, dtype=torch.float32 if name == "probs"
+                              else dtype or lean.embed.dtype)
+            for name, shape in cls._shapes(lean, B, T).items()
+        })  # fmt: skip
+
+    @classmethod
+    def elements(cls, lean, B: int, T: int) -> int:
         """Numbers held by `empty(lean, B, T)`: callers keep records within a memory budget."""
-        per_token = lean.num_layers * (
-            (lean.num_heads + 2 * lean.num_kv_heads) * lean.head_dim
-            + 2 * lean.hidden_size
-            + 2 * lean.mlp_width
-        )
-        return B * T * per_token + B * (T + 1) * lean.vocab_size
+        return sum(math.prod(shape) for shape in cls._shapes(lean, B, T).values())

@@ -330,10 +330,10 @@ class LeanLlama(nn.Module):
             )
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             x2 = x.view(B * T, H)
-            x = torch.addmm(x2, a, wo_t) if fused else x2 + F.linear(a, wo_t.t())
+            x = torch.addmm(x2, a, wo_t) if fused else x2 + a @ wo_t
             gu = self.normalized(x) @ wgu_t
             a = F.silu(gu[:, :Im]) * gu[:, Im:]
-            x = torch.addmm(x, a, wd_t) if fused else x + F.linear(a, wd_t.t())
+            x = torch.addmm(x, a, wd_t) if fused else x + a @ wd_t
             x = x.view(B, T, H)
         return self.normalized(x)
 
