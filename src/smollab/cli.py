@@ -151,12 +151,9 @@ def _config(p: argparse.ArgumentParser) -> None:
 
 
 def _guess_command(path: str | None) -> str:
-    if path:
-        from smollab.config import read_yaml
+    from smollab.config import guess_command, read_yaml
 
-        if "grpo" in read_yaml(path):
-            return "grpo"
-    return "pretrain"
+    return guess_command(read_yaml(path)) if path else "pretrain"
 
 
 @command("demo", "the whole loop offline in minutes: data, pretraining, GRPO, a report")

@@ -114,8 +114,8 @@ class RunConfig(Section):
     seed: int = 0
 
 
-class Base(Section):
-    """Sections shared by every training command."""
+class TrainingConfig(Section):
+    """The sections every training command shares (model, data, optim, train, perf, run)."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -125,7 +125,7 @@ class Base(Section):
     run: RunConfig = Field(default_factory=RunConfig)
 
 
-class PretrainConfig(Base):
+class PretrainConfig(TrainingConfig):
     pass
 
 
@@ -199,7 +199,7 @@ def _default_rewards() -> list[RewardSpec]:
     return [RewardSpec(name="happy_binary")]
 
 
-class GRPOConfig(Base):
+class GRPOConfig(TrainingConfig):
     optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
     train: RLTrainConfig = Field(default_factory=RLTrainConfig)
     grpo: GRPOSection = Field(default_factory=GRPOSection)
@@ -230,6 +230,14 @@ def register(command: str, schema: type[Section]) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # Loading
+
+
+def guess_command(tree: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """The training command a recipe (its YAML mapping) and overrides are for: GRPO if they have
+    a `grpo` or `reward` section, otherwise pretraining."""
+    if "grpo" in tree or "reward" in tree or any(o.startswith(("grpo.", "reward")) for o in overrides):
+        return "grpo"
+    return "pretrain"
 
 
 def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""The run directory (DESIGN section 3): the only writer of config, metrics, summary, log, checkpoints.
+"""The run directory (DESIGN section 3), a contract: every file name, the writers and the readers.
 
-Sweeps, reports and users read these files while a run is going, so every write that matters is
-atomic (temp file, then rename) and metrics rows are flushed as they are appended.
+Sweeps, probes, reports and users read these files while a run is going, so every write that
+matters is atomic (temp file, then rename) and metrics rows are flushed as they are appended. No
+other module spells a run's file names: writers use `RunDir`, readers `RunView`. The sweep
+directory's own files are named here too, because the lab writes them and reports read them.
 """
 
 from __future__ import annotations
@@ -21,10 +23,21 @@ from typing import Any
 
 from smollab.errors import UserError
 
+# ---- the names ------------------------------------------------------------------------------
+CONFIG = "config.json"  # resolved config
+METRICS = "metrics.csv"  # one row per logged step
+SUMMARY = "summary.json"  # status, final metrics, environment
+LOG = "training.log"  # human log: command, environment, code version, progress
+SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log steps
+CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
+PLOTS = "plots"  # png figures redrawn from metrics.csv
+TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
+SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
+SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
+
 STATUSES = ("running", "completed", "diverged", "degenerate", "stuck", "pruned", "failed",
             "interrupted")
 FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")  # results, never rerun
-TRAINER_STATE = "trainer_state.pt"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -142,7 +155,7 @@ class RunDir:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.ckpt_dir = self.path / "checkpoints"
+        self.ckpt_dir = self.path / CHECKPOINTS
         self._summary: dict[str, Any] = {}
         self._log_file = None
         self.metrics: Metrics | None = None
@@ -157,7 +170,7 @@ class RunDir:
         (`already_done`), and with resume=never an existing directory is an error.
         """
         run = cls(path)
-        existing = (run.path / "config.json").exists()
+        existing = (run.path / CONFIG).exists()
         if existing and resume == "never":
             raise UserError(
                 f"run.dir {run.path} already holds a run: use run.resume=auto or another run.dir"
@@ -167,9 +180,9 @@ class RunDir:
         prev = run.read_summary() if existing else {}
         run.already_done = prev.get("status") in FINISHED
         run._summary = prev
-        run._log_file = open(run.path / "training.log", "a")
+        run._log_file = open(run.path / LOG, "a")
         if not run.already_done:
-            atomic_write_json(run.path / "config.json", config)
+            atomic_write_json(run.path / CONFIG, config)
         run.log(f"$ {' '.join([Path(sys.argv[0]).name, *sys.argv[1:]])}")
         env = environment()
         run.log(f"command {command}; python {env['python']}; {env['platform']}")
@@ -179,8 +192,7 @@ class RunDir:
         return run
 
     def read_summary(self) -> dict[str, Any]:
-        p = self.path / "summary.json"
-        return read_json(p) if p.exists() else {}
+        return RunView(self.path).summary()
 
     # ---- writing --------------------------------------------------------------------------
 
@@ -193,14 +205,19 @@ class RunDir:
             print(msg, flush=True)
 
     def open_metrics(self, columns: list[str], resume_step: int | None) -> Metrics:
-        self.metrics = Metrics(self.path / "metrics.csv", columns, resume_step)
+        self.metrics = Metrics(self.path / METRICS, columns, resume_step)
         return self.metrics
+
+    def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
+        """Add generations (prompt, completion, reward, step) to samples.jsonl, flushed."""
+        with open(self.path / SAMPLES, "a") as f:
+            f.writelines(json.dumps(r, default=_json_default) + "\n" for r in records)
 
     def update_summary(self, **fields: Any) -> dict[str, Any]:
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"unknown status {fields['status']}")
         self._summary.update(fields)
-        atomic_write_json(self.path / "summary.json", self._summary)
+        atomic_write_json(self.path / SUMMARY, self._summary)
         return self._summary
 
     def close(self) -> None:
@@ -274,8 +291,57 @@ def set_status(run_dir: str | Path, status: str, evidence: str | None = None) ->
     """Record a verdict made outside the run (a sweep pruning it) into its summary, atomically."""
     if status not in STATUSES:
         raise ValueError(f"unknown status {status}")
-    path = Path(run_dir) / "summary.json"
-    summary = read_json(path) if path.exists() else {}
+    view = RunView(run_dir)
+    summary = view.summary()
     summary.update(status=status, evidence=evidence)
-    atomic_write_json(path, summary)
+    atomic_write_json(view.summary_path, summary)
     return summary
+
+
+class RunView:
+    """A read-only look at a run directory, which may be running, finished, or not a run at all.
+
+    Sweeps, probes, reports and the demo read runs through this, so a missing file reads as empty
+    (a run that has not logged yet) and the file names stay in this module.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunView({str(self.path)!r})"
+
+    config_path = property(lambda self: self.path / CONFIG)
+    metrics_path = property(lambda self: self.path / METRICS)
+    summary_path = property(lambda self: self.path / SUMMARY)
+    log_path = property(lambda self: self.path / LOG)
+    samples_path = property(lambda self: self.path / SAMPLES)
+    plots_dir = property(lambda self: self.path / PLOTS)
+    checkpoints_dir = property(lambda self: self.path / CHECKPOINTS)
+
+    def is_run(self) -> bool:
+        """Whether anything of a run is here yet (a config, a summary or metrics)."""
+        return any(p.exists() for p in (self.config_path, self.summary_path, self.metrics_path))
+
+    def summary(self) -> dict[str, Any]:
+        return read_json(self.summary_path) if self.summary_path.exists() else {}
+
+    def config(self) -> dict[str, Any]:
+        return read_json(self.config_path) if self.config_path.exists() else {}
+
+    def metrics(self) -> list[dict[str, float | None]]:
+        return read_metrics(self.metrics_path)
+
+    def status(self) -> str | None:
+        return self.summary().get("status")
+
+    def last(self, key: str) -> float | None:
+        """The last logged value of a metrics column (None if never logged)."""
+        rows = [r for r in self.metrics() if r.get(key) is not None]
+        return rows[-1][key] if rows else None
+
+    def log_lines(self) -> list[str]:
+        try:
+            return self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []

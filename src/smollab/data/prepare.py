@@ -125,6 +125,18 @@ def prepare(cfg: DataConfig, log: Callable[[str], None] = print) -> dict:
         return _build(d, cfg, log)
 
 
+def ensure_prepared(cfg: DataConfig, exact: bool = True, log: Callable[[str], None] = print) -> dict:
+    """The meta of a data directory ready for use, prepared here only if it has to be.
+
+    `exact`: the directory must hold what `cfg` describes (pretraining, whose tokens are the
+    data); otherwise (GRPO and the other fine-tuning loops, which read prompts and the tokenizer)
+    any prepared directory at `cfg.dir` is used as it is, and one is prepared only if none is.
+    """
+    if not exact and (Path(cfg.dir).expanduser() / META).exists():
+        return load_meta(Path(cfg.dir).expanduser())
+    return prepare(cfg, log=log)
+
+
 def _build(d: Path, cfg: DataConfig, log: Callable[[str], None]) -> dict:
     from smollab.data.corpus import load_corpus
     from smollab.data.tokenizer import train_tokenizer
