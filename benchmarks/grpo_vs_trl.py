@@ -126,9 +126,9 @@ class Turns:
 def held_out_reward(model, tokenizer, data_dir: str) -> list[float]:
     """happy_binary of HELD_OUT samples from the test split's prompts, drawn by one sampler with
     one seed for every model: the reward after training, compared on the same footing."""
+    from smollab.engine.sampler import Sampler
     from smollab.rewards.happy import happy_binary
     from smollab.train.prompts import story_prompts
-    from smollab.train.rollout import Sampler
 
     n, k = HELD_OUT
     prompts = story_prompts(data_dir, "test", tokenizer, 8, n)
@@ -136,11 +136,7 @@ def held_out_reward(model, tokenizer, data_dir: str) -> list[float]:
     r = Sampler(model.eval(), eos_token_id=eos, pad_token_id=eos).generate(
         [p for p in prompts for _ in range(k)], 64, seed=1234
     )
-    rows = [
-        ids[: int(m.sum())].tolist()
-        for ids, m in zip(r.completion_ids, r.completion_mask, strict=True)
-    ]
-    return happy_binary(tokenizer.batch_decode(rows, skip_special_tokens=True))
+    return happy_binary(r.completion_texts(tokenizer))
 
 
 def run_smollab(cfg, turns: Turns) -> dict:

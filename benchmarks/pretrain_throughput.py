@@ -247,7 +247,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from smollab.data.prepare import load_meta, prepare
-    from smollab.mfu import flops_per_token, measure_cpu_peak, peak_flops
+    from smollab.train.mfu import flops_per_token, measure_cpu_peak, peak_flops
 
     hf_logging.set_verbosity_error()
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-pretrain-"))
@@ -338,7 +338,7 @@ def main() -> None:
     if mfus:
         print(f"smollab MFU as metrics.csv reports it (median of timed steps): "
               f"{100 * statistics.median(mfus):.1f}%")  # fmt: skip
-    print(f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.mfu); CPU fp32 peak: cached "
+    print(f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.train.mfu); CPU fp32 peak: cached "
           f"{(cached_peak or float('nan')) / 1e9:.0f} GFLOP/s (what metrics.csv divides by), "
           f"measured after this run {fresh_peak / 1e9:.0f} GFLOP/s")  # fmt: skip
     print(f"run directories under {tmp}")

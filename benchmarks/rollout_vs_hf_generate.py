@@ -46,9 +46,9 @@ def main() -> None:
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from smollab.models.lean_llama import LeanLlama
-    from smollab.train.rollout import Sampler
-    from smollab.train.token_logprobs import logprobs
+    from smollab.engine.lean_llama import LeanLlama
+    from smollab.engine.sampler import Sampler
+    from smollab.engine.token_logprobs import logprobs
 
     torch.manual_seed(0)
     cfg = LlamaConfig(

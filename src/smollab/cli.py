@@ -93,7 +93,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.generate import sample_texts
+        from smollab.engine.sample import sample_texts
 
         if a.n < 1 or a.max_new_tokens < 1:
             raise UserError("--n and --max-new-tokens must be at least 1")

@@ -281,10 +281,10 @@ def samples_before_after(cfg, base_dir: Path, rl_dir: Path) -> list[dict[str, An
 
     from smollab.config import ModelConfig
     from smollab.device import pick_device
+    from smollab.engine.sampler import Sampler
     from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir
     from smollab.rewards.pool import RewardPool
     from smollab.train.prompts import story_prompts
-    from smollab.train.rollout import Sampler
 
     g = cfg.grpo
     device = pick_device(cfg.perf.device)

@@ -1,1 +1,1 @@
-"""Models: presets as HF configs, loading by path or hub id, LoRA, and a lean Llama forward."""
+"""Models: presets as HF configs, loading by path or hub id, LoRA, HF weight helpers."""

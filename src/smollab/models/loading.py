@@ -6,6 +6,7 @@ from pathlib import Path
 
 from smollab.config import LoraConfig, ModelConfig
 from smollab.errors import UserError
+from smollab.runs import RunView
 
 # Short target names (config) -> module names per architecture.
 _LORA_TARGETS = {
@@ -26,7 +27,7 @@ def resolve_model_dir(path: str) -> Path | str:
         if path.startswith((".", "/", "~")) or path.count("/") > 1:
             raise UserError(f"model.path: no such directory {path}")
         return path  # hub id such as "gpt2" or "SimpleStories/SimpleStories-1.25M"
-    ckpts = p / "checkpoints"
+    ckpts = RunView(p).checkpoints_dir
     if ckpts.is_dir():
         if (ckpts / "final").is_dir():
             return ckpts / "final"

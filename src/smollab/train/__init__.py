@@ -1,1 +1,2 @@
-"""Training loops (pretrain, GRPO) and their pieces; loops never import the lab."""
+"""Training loops (pretrain, GRPO), the run scaffold they share, and their pieces; loops never
+import the lab."""

@@ -14,18 +14,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from smollab import distributed
-from smollab.config import PretrainConfig, to_dict
-from smollab.data.prepare import load_meta, prepare
-from smollab.data.tokenizer import load_tokenizer
+from smollab.config import PretrainConfig
+from smollab.data.prepare import ensure_prepared, load_meta
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
 from smollab.device import make_adamw, maybe_compile, peak_memory_mb, setup_runtime, synchronize
 from smollab.errors import UserError
-from smollab.failures import diverged_loss
-from smollab.mfu import flops_per_token, peak_flops
 from smollab.models.loading import align_special_tokens, build_model
 from smollab.models.presets import count_parameters
-from smollab.runs import RunDir, default_run_dir, load_trainer_state
+from smollab.runs import RunView, default_run_dir
+from smollab.train import distributed, scaffold
+from smollab.train.failure_rules import diverged_loss
+from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 
@@ -66,11 +65,11 @@ def train(cfg: PretrainConfig) -> dict:
     tc, oc = cfg.train, cfg.optim
 
     # ---- data and tokenizer (rank 0 prepares; prepare() reuses what is already there) ------
-    meta = prepare(cfg.data) if dist.main else None
+    meta = ensure_prepared(cfg.data) if dist.main else None
     distributed.barrier(dist)
     meta = meta or load_meta(cfg.data.dir)
     data_dir = Path(cfg.data.dir)
-    tokenizer = load_tokenizer(data_dir / "tokenizer")
+    tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=True)
     train_tokens = open_tokens(data_dir / "train.bin")
     val_tokens = open_tokens(data_dir / "val.bin")
 
@@ -90,12 +89,9 @@ def train(cfg: PretrainConfig) -> dict:
     model.to(rt.device)
 
     # ---- run directory: resume or start -------------------------------------------------
-    run = RunDir.start(run_dir_for(cfg), to_dict(cfg), cfg.run.resume, "pretrain") if dist.main else None
-    if run and run.already_done:
-        summary = run.read_summary()
-        print(f"run {run.path} already {summary['status']}; nothing to do", flush=True)
-        run.close()
-        return summary
+    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "pretrain") if dist.main else (None, None)
+    if finished is not None:
+        return finished
     log = run.log if run else (lambda *a, **k: None)
     log(rt.describe(), echo=True)
 
@@ -106,19 +102,10 @@ def train(cfg: PretrainConfig) -> dict:
               {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
-    step, tokens, train_s, best_val = 0, 0, 0.0, math.inf
-    start_loss = None
-    if run and run.resume_from:
-        from safetensors.torch import load_model
-
-        load_model(model, run.resume_from / "model.safetensors", strict=False, device=str(rt.device))
-        state = load_trainer_state(run.resume_from)
-        optimizer.load_state_dict(state["optimizer"])
-        if rt.scaler is not None and "scaler" in state:
-            rt.scaler.load_state_dict(state["scaler"])
-        step, tokens, train_s = int(state["step"]), int(state["tokens"]), float(state["train_s"])
-        best_val, start_loss = float(state["best_val"]), state.get("start_loss")
-        log(f"resumed from {run.resume_from.name} at step {step}", echo=True)
+    state = scaffold.resume(run, model, optimizer, rt.scaler, lora=False) if run else {}
+    step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
+    train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
+    start_loss = state.get("start_loss")
     if dist.enabled:  # every rank starts from rank 0's weights and step
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -149,7 +136,7 @@ def train(cfg: PretrainConfig) -> dict:
     status, evidence, val_loss = "completed", None, None
     window_loss = torch.zeros((), device=rt.device)
     window_steps, window_t, window_tokens = 0, 0.0, 0
-    grad_norm = torch.tensor(0.0)
+    params = list(model.parameters())
     try:
         while step < tc.max_steps:
             if (tc.max_tokens and tokens >= tc.max_tokens) or (tc.max_time and train_s >= tc.max_time):
@@ -170,16 +157,7 @@ def train(cfg: PretrainConfig) -> dict:
                     loss = loss / tc.grad_accum
                     (rt.scaler.scale(loss) if rt.scaler else loss).backward()
                 window_loss += loss.detach()
-            if rt.scaler:
-                rt.scaler.unscale_(optimizer)
-            if oc.grad_clip > 0:
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), oc.grad_clip)
-            if rt.scaler:
-                rt.scaler.step(optimizer)
-                rt.scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            grad_norm = scaffold.optimizer_step(params, optimizer, rt.scaler, oc.grad_clip)
             step += 1
             tokens += tokens_per_step
             window_steps += 1
@@ -218,11 +196,9 @@ def train(cfg: PretrainConfig) -> dict:
                     break
 
             if run and step % tc.save_interval == 0 and not last:
-                state = dict(optimizer=optimizer.state_dict(), step=step, tokens=tokens,
-                             train_s=train_s, best_val=best_val, start_loss=start_loss)  # fmt: skip
-                if rt.scaler:
-                    state["scaler"] = rt.scaler.state_dict()
-                run.save_checkpoint(f"step_{step}", unwrapped, tokenizer, state, tc.keep_last)
+                scaffold.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
+                                    tc.keep_last, tokens=tokens, train_s=train_s,
+                                    best_val=best_val, start_loss=start_loss)  # fmt: skip
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:
@@ -231,34 +207,20 @@ def train(cfg: PretrainConfig) -> dict:
     # ---- wrap up ------------------------------------------------------------------------
     summary = {}
     if run:
-        if status != "interrupted":
-            run.save_checkpoint("final", unwrapped, tokenizer)
-        summary = run.update_summary(
-            status=status, evidence=evidence, steps=step, tokens=tokens,
-            final_train_loss=_last(run.path, "train_loss"),
+        summary = scaffold.finish(
+            run, status, unwrapped, tokenizer,
+            f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; val loss {val_loss}",
+            evidence=evidence, steps=step, tokens=tokens,
+            final_train_loss=RunView(run.path).last("train_loss"),
             final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
             train_seconds=train_s, wall_seconds=time.time() - t_start,
             tokens_per_s=tokens / train_s if train_s else None,
             flops_per_token=flops_tok, peak_flops=peak,
         )  # fmt: skip
-        log(f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; "
-            f"val loss {val_loss}", echo=True)  # fmt: skip
-        from smollab.report.plots import plot_run
-
-        plot_run(run.path)
-        run.close()
-        print(f"run directory: {run.path}", flush=True)
     distributed.teardown(dist)
     if status == "interrupted":
         raise KeyboardInterrupt
     return summary
-
-
-def _last(path: Path, key: str):
-    from smollab.runs import read_metrics
-
-    rows = [r for r in read_metrics(path / "metrics.csv") if r.get(key) is not None]
-    return rows[-1][key] if rows else None
 
 
 def _line(row: dict) -> str:

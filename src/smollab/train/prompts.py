@@ -51,3 +51,14 @@ def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:
     if not prompts:
         raise UserError(f"no prompt of at least {n} tokens could be made")
     return prompts
+
+
+def grpo_prompts(g, data_dir: str | Path, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
+    """(training prompts, held-out evaluation prompts) for the `grpo` section `g`: a prompts
+    file serves both; otherwise stories of the train and test splits."""
+    if g.prompts_file:
+        prompts = file_prompts(g.prompts_file, tokenizer)
+        return prompts, prompts[: g.eval_prompts]
+    train = story_prompts(data_dir, "train", tokenizer, g.prompt_tokens, 20_000)
+    held_out = story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, g.eval_prompts)
+    return train, held_out[: g.eval_prompts]

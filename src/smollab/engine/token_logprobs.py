@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from smollab.models.lean_llama import LeanLlama, positions_from_mask
-from smollab.train.rollout import distinct_prompts
+from smollab.engine.lean_llama import LeanLlama, positions_from_mask
+from smollab.engine.rollout import distinct_prompts
 
-__all__ = ["logprobs", "policy_logprobs", "selected_logprobs", "shared_prompts"]
+__all__ = ["logprobs", "rollout_logprobs", "selected_logprobs", "shared_prompts"]
 
 CHUNK_ELEMS = 1 << 20  # logits per chunk: 4 MB in fp32, cache-sized
 KEEP_LOGITS_ELEMS = 1 << 26  # keep the log-probs for the backward up to 256 MB, else recompute
@@ -228,8 +228,9 @@ def logprobs(
     return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
-def policy_logprobs(model: nn.Module, rollout, temperature: float) -> torch.Tensor:
-    """Per-token log-probs (with grad) of a rollout's completions under the policy `model`."""
+def rollout_logprobs(model: nn.Module, rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs of a rollout's completions under `model`, computed (with grad if the
+    model has it); `policy.policy_logprobs` decides between this and the replay."""
     return logprobs(
         model, rollout.input_ids, rollout.attention_mask, rollout.prompt_ids.shape[1], temperature
     )

@@ -7,11 +7,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-import smollab.train.token_logprobs as tl  # noqa: E402
-from smollab.models.lean_llama import LeanLlama  # noqa: E402
-from smollab.train.rollout import Sampler  # noqa: E402
-from smollab.train.token_logprobs import logprobs, selected_logprobs, shared_prompts  # noqa: E402
-from tests.train.test_rollout import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
+import smollab.engine.token_logprobs as tl  # noqa: E402
+from smollab.engine.lean_llama import LeanLlama  # noqa: E402
+from smollab.engine.sampler import Sampler  # noqa: E402
+from smollab.engine.token_logprobs import logprobs, selected_logprobs, shared_prompts  # noqa: E402
+from tests.engine.test_sampler import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
 
 
 def naive(h, w, targets, temperature):
@@ -96,7 +96,7 @@ def _grads(model):
 
 @pytest.mark.parametrize("repeats", [1, 4])  # 4: each prompt runs once for its 4 completions
 @pytest.mark.parametrize("lora", [False, True])
-def test_policy_logprobs_and_grads_equal_the_full_logits_path(lora, repeats):
+def test_rollout_logprobs_and_grads_equal_the_full_logits_path(lora, repeats):
     model = micro_llama()
     if lora:
         from peft import LoraConfig, get_peft_model

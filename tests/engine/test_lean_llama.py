@@ -9,7 +9,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from smollab.models.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
+from smollab.engine.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
 
 TOL = 1e-5
 

@@ -8,8 +8,8 @@ import torch
 
 from smollab.config import ModelConfig
 from smollab.device import pick_device
+from smollab.engine.sampler import Sampler
 from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir
-from smollab.train.rollout import Sampler
 
 
 def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
@@ -25,6 +25,5 @@ def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, tem
     gen = torch.Generator(device=sampler.device).manual_seed(seed)
     r = sampler.generate(batch, max_new_tokens, temperature=temperature, top_p=top_p,
                          top_k=top_k, generator=gen)  # fmt: skip
-    for i, (row, mask) in enumerate(zip(r.completion_ids, r.completion_mask, strict=True)):
-        text = tokenizer.decode(row[: int(mask.sum())].tolist(), skip_special_tokens=True)
+    for i, text in enumerate(r.completion_texts(tokenizer)):
         yield prompts[i // n], f"{prompts[i // n]} {text}"

@@ -7,9 +7,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from smollab.models.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
-from smollab.train.rollout import Rollout, Sampler, left_pad  # noqa: E402
-from smollab.train.token_logprobs import logprobs  # noqa: E402
+from smollab.engine.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
+from smollab.engine.rollout import Rollout, left_pad  # noqa: E402
+from smollab.engine.sampler import Sampler  # noqa: E402
+from smollab.engine.token_logprobs import logprobs  # noqa: E402
 
 PROMPTS = [[1, 5, 6, 7, 8], [1, 9], [1, 10, 11], [1, 12, 13, 14]]
 
@@ -171,7 +172,7 @@ def test_load_weights_tracks_the_policy_and_lora():
 
 def test_repeated_prompts_share_one_prefill_with_the_same_samples(monkeypatch):
     """GRPO batches repeat each prompt: the prefill runs once per distinct prompt."""
-    import smollab.train.rollout as rollout
+    import smollab.engine.sampler as rollout
 
     model = micro_llama()
     prompts = [p for p in PROMPTS for _ in range(3)]  # left padding too
@@ -227,7 +228,7 @@ def test_gpt2_falls_back_to_hf_generate():
 @pytest.mark.parametrize("V", [512, 100])  # two-level CDF (V % 64 == 0) and the plain one
 @pytest.mark.parametrize("kw", [{}, {"top_k": 50}, {"top_p": 0.8}])
 def test_draw_frequencies_follow_the_distribution(V, kw):
-    from smollab.train.token_draw import TokenDraw
+    from smollab.engine.token_draw import TokenDraw
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(1, V, generator=g) * 2

@@ -4,7 +4,7 @@ A GRPO step samples completions with the policy's weights, then runs the policy 
 same tokens with the same weights to get log-probs with autograd: every matmul of that forward
 repeats one the decode already did. With a `DecodeRecord` the decode writes its matmul outputs
 (and each draw's probabilities) straight into these buffers (`out=`, no extra op), and
-`train.replay` builds the autograd graph around them instead of recomputing them.
+`engine.replay` builds the autograd graph around them instead of recomputing them.
 
 Layouts are step-major, [layers, T, B, width] with T the decode steps: a step writes one
 contiguous [B, width] slice (row-strided writes measured slower), and the training forward

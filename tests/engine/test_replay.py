@@ -7,12 +7,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from smollab.engine.replay import replay_logprobs, replay_unsupported  # noqa: E402
+from smollab.engine.sampler import Sampler  # noqa: E402
+from smollab.engine.token_logprobs import rollout_logprobs  # noqa: E402
 from smollab.train.grpo_loss import grpo_loss  # noqa: E402
-from smollab.train.replay import replay_logprobs, replay_unsupported  # noqa: E402
-from smollab.train.rollout import Sampler  # noqa: E402
-from smollab.train.token_logprobs import policy_logprobs  # noqa: E402
-from tests.train.test_rollout import PROMPTS, micro_llama  # noqa: E402
-from tests.train.test_token_logprobs import assert_grads_close  # noqa: E402
+from tests.engine.test_sampler import PROMPTS, micro_llama  # noqa: E402
+from tests.engine.test_token_logprobs import assert_grads_close  # noqa: E402
 
 
 def _lora(model, dropout=0.0):
@@ -55,7 +55,7 @@ def test_replay_equals_the_computed_forward(lora, repeats, temperature):
     assert r.completion_mask.sum() < r.completion_mask.numel()  # some rows end at EOS
     model.train()
     got, g_got = _loss_grads(model, r, replay_logprobs, temperature)
-    want, g_want = _loss_grads(model, r, policy_logprobs, temperature)
+    want, g_want = _loss_grads(model, r, rollout_logprobs, temperature)
     m = r.completion_mask.bool()
     torch.testing.assert_close(got[m], want[m], atol=1e-5, rtol=1e-5)
     assert_grads_close(g_got, g_want, rel=3e-5)  # recorded values: rounding of another order
@@ -88,6 +88,6 @@ def test_replay_of_one_token_completions_runs_the_prompts_only():
     assert r.record.steps == 0
     model.train()
     got, g_got = _loss_grads(model, r, replay_logprobs, 1.0)
-    want, g_want = _loss_grads(model, r, policy_logprobs, 1.0)
+    want, g_want = _loss_grads(model, r, rollout_logprobs, 1.0)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     assert_grads_close(g_got, g_want, rel=3e-5)

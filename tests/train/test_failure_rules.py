@@ -1,8 +1,8 @@
 import math
 
 from smollab.config import FailureConfig
-from smollab.failures import degenerate, diverged_loss, diverged_rl, stuck
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
+from smollab.train.failure_rules import degenerate, diverged_loss, diverged_rl, stuck
 
 
 def test_diverged_loss():

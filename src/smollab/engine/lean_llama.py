@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from smollab.models.decode_record import DecodeRecord
+from smollab.engine.decode_record import DecodeRecord
+from smollab.engine.kv_cache import KVCache
 from smollab.models.hf_weights import effective_weight, unwrap_hf
-from smollab.models.kv_cache import KVCache
 
 __all__ = ["LeanLlama", "check_lean_compatible", "positions_from_mask"]
 

@@ -7,8 +7,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from smollab.models.attention import NAME, fit_attention  # noqa: E402
-from tests.train.test_rollout import micro_llama  # noqa: E402
+from smollab.models.autocast_attention import NAME, fit_attention  # noqa: E402
+from tests.engine.test_sampler import micro_llama  # noqa: E402
 
 
 def _padded_batch():

@@ -1,4 +1,4 @@
-"""Known failure rules, shared by the training loops (which stop or flag) and the lab (which reports).
+"""Known failure rules: the training loops stop or flag on them, and reports show them by name.
 
 Each rule returns `None` or a `Failure` with the evidence a user needs to believe it. The rules
 are pure functions of logged values, so a sweep can re-apply them to any run's metrics.csv.
@@ -72,3 +72,27 @@ def stuck(
         return Failure("stuck", f"reward {recent:.3f} (mean of last {baseline_steps} steps) not above "
                                 f"baseline {baseline:.3f} + {margin:g} after {step} steps")  # fmt: skip
     return None
+
+
+class RLWatch:
+    """The RL rules applied step after step: diverged at once, degenerate after `patience` steps
+    in a row, stuck after its grace period. Each status is reported once, the first time."""
+
+    def __init__(self, limits, flags: dict[str, str] | None = None):
+        self.limits = limits  # the `failure` config section
+        self.flags = dict(flags or {})  # status -> evidence, saved with the run's state
+        self.streak = 0
+
+    def new_failure(self, row: dict, rewards: Sequence[float], step: int) -> Failure | None:
+        fc = self.limits
+        failure = diverged_rl(row["kl"], row["loss"], fc.max_kl, step)
+        deg = degenerate(row["unique_fraction"], row["jaccard"], row["repetition"], fc, step)
+        self.streak = self.streak + 1 if deg else 0
+        if failure is None and deg and self.streak >= fc.patience:
+            failure = deg
+        failure = failure or stuck(rewards, fc.baseline_steps, fc.stuck_grace_steps,
+                                   fc.stuck_margin, step)  # fmt: skip
+        if failure is None or failure.status in self.flags:
+            return None
+        self.flags[failure.status] = failure.evidence
+        return failure

@@ -23,96 +23,16 @@ Sampling semantics (TRL's, so GRPO ratios and KL are consistent with it)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import torch
 import torch.nn.functional as F
 
-from smollab.models.decode_record import DecodeRecord
+from smollab.engine.decode_record import DecodeRecord
+from smollab.engine.lean_llama import LeanLlama, check_lean_compatible, positions_from_mask
+from smollab.engine.rollout import Rollout, distinct_prompts, finish_at_eos, left_pad
+from smollab.engine.token_draw import TokenDraw
 from smollab.models.hf_weights import unwrap_hf
-from smollab.models.lean_llama import (
-    LeanLlama,
-    check_lean_compatible,
-    positions_from_mask,
-)
-from smollab.train.token_draw import TokenDraw
-
-__all__ = ["Rollout", "Sampler", "distinct_prompts", "left_pad"]
-
-
-@dataclass
-class Rollout:
-    """One batch of completions. Masks are int64 (1 = token); all tensors on the model's device."""
-
-    prompt_ids: torch.Tensor  # [B, P] left-padded with pad_token_id
-    prompt_mask: torch.Tensor  # [B, P] 1 for prompt tokens
-    completion_ids: torch.Tensor  # [B, T] pad_token_id after EOS
-    completion_mask: torch.Tensor  # [B, T] 1 up to and including the first EOS
-    logprobs: torch.Tensor  # [B, T] float32 log p(token) at temperature; 0 where masked
-    truncated: torch.Tensor  # [B] bool: no EOS within the completion
-    record: DecodeRecord | None = None  # what the decode computed (`generate(record=True)`)
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        """[B, P + T] prompt and completion, for the policy / reference forward."""
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
-
-    @property
-    def completion_lengths(self) -> torch.Tensor:
-        return self.completion_mask.sum(1)
-
-
-def left_pad(
-    prompts: Sequence[Sequence[int]], pad_token_id: int, device=None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-id lists -> (ids [B, P], mask [B, P]) left-padded to the longest prompt."""
-    if not prompts:
-        raise ValueError("no prompts")
-    P = max(len(p) for p in prompts)
-    if min(len(p) for p in prompts) == 0:
-        raise ValueError("empty prompt: every prompt needs at least one token (e.g. BOS)")
-    ids = torch.full((len(prompts), P), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), P), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, P - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-        mask[i, P - len(p) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def distinct_prompts(
-    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(distinct prompt rows [U, P], their masks [U, P], row -> distinct index [B]).
-
-    A GRPO batch holds `num_generations` completions of each prompt: the sampler's prefill and
-    the log-prob forwards run each distinct prompt once and share its keys and values.
-    """
-    key = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)
-    uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
-    P = prompt_ids.shape[1]
-    return uniq[:, :P], uniq[:, P:].to(prompt_mask.dtype), inverse
-
-
-def _finish(
-    prompt_ids, prompt_mask, comp, lps, eos_ids: list[int], pad_id: int, stop_at_eos: bool
-) -> Rollout:
-    """Masks from the first EOS; pad and zero everything after it."""
-    if stop_at_eos and eos_ids:
-        eos = torch.as_tensor(eos_ids, device=comp.device)
-        is_eos = torch.isin(comp, eos)
-        before = is_eos.long().cumsum(1) - is_eos.long()  # EOS seen strictly before this position
-        mask = (before == 0).long()
-        truncated = ~is_eos.any(1)
-        comp = comp.masked_fill(mask == 0, pad_id)
-        lps = lps.masked_fill(mask == 0, 0.0)
-    else:
-        mask = torch.ones_like(comp)
-        truncated = torch.ones(comp.shape[0], dtype=torch.bool, device=comp.device)
-    return Rollout(prompt_ids, prompt_mask, comp, mask, lps.float(), truncated)
 
 
 class Sampler:
@@ -227,7 +147,7 @@ class Sampler:
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
         in autograd computations (losses) afterwards.
         record: keep the decode's matmul outputs and draw probabilities in `Rollout.record`, for
-        `train.replay` (lean backend, temperature > 0, no autocast; otherwise the record is None).
+        `engine.replay` (lean backend, temperature > 0, no autocast; otherwise the record is None).
         """
         threads = torch.get_num_threads()
         if self.num_threads and self.num_threads != threads:
@@ -320,7 +240,7 @@ class Sampler:
                     break
             if t + 1 < T:
                 logits = lean.decode(tok.view(B), cos[t], sin[t], cache, P + t, rec, t)
-        r = _finish(
+        r = finish_at_eos(
             ids, mask, out_ids[:, :steps], out_lp[:, :steps], self.eos_ids, self.pad_token_id, stop
         )
         if rec is not None:
@@ -354,4 +274,4 @@ class Sampler:
         if temperature > 0 and temperature != 1:
             logits = logits / temperature
         lps = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
-        return _finish(ids, mask, comp, lps, self.eos_ids, self.pad_token_id, stop)
+        return finish_at_eos(ids, mask, comp, lps, self.eos_ids, self.pad_token_id, stop)

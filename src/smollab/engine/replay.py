@@ -20,10 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smollab.engine.lean_llama import positions_from_mask
+from smollab.engine.rollout import Rollout, distinct_prompts
+from smollab.engine.token_logprobs import checkpointing, selected_logprobs
 from smollab.models.hf_weights import effective_weight, unwrap_hf
-from smollab.models.lean_llama import positions_from_mask
-from smollab.train.rollout import Rollout, distinct_prompts
-from smollab.train.token_logprobs import checkpointing, selected_logprobs
 
 __all__ = ["RECORD_BUDGET_ELEMS", "replay_logprobs", "replay_unsupported"]
 
@@ -215,7 +215,7 @@ def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
 def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
     """Per-token log-probs [B, L] (with grad) of `rollout`'s completions under `model`.
 
-    The same values and gradients as `token_logprobs.policy_logprobs`, for a rollout sampled
+    The same values and gradients as `token_logprobs.rollout_logprobs`, for a rollout sampled
     with `record=True` from `model`'s present weights (`replay_unsupported(model)` is None).
     """
     rec = rollout.record

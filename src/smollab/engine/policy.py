@@ -1,0 +1,48 @@
+"""The policy's log-probs for a training pass: replayed from the sampler's decode when possible.
+
+A loop asks once, before training, why its batches cannot be replayed (`replay_blocker`), samples
+with `record=` set from that answer, and calls `policy_logprobs` for every pass over a batch. The
+record's lifetime is decided here: the first pass hands it to the autograd graph, which frees it
+after the backward, and later passes (new weights, `num_iterations > 1`) compute.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from smollab.engine.decode_record import DecodeRecord
+from smollab.engine.replay import RECORD_BUDGET_ELEMS, replay_logprobs, replay_unsupported
+from smollab.engine.rollout import Rollout
+from smollab.engine.sampler import Sampler
+from smollab.engine.token_logprobs import rollout_logprobs
+
+
+def replay_blocker(
+    policy: nn.Module, sampler: Sampler, *, enabled: bool, autocast: bool, batch_size: int,
+    max_new_tokens: int,
+) -> str | None:  # fmt: skip
+    """Why each batch's first policy forward must be computed rather than replayed (None: replay)."""
+    if not enabled:
+        return "grpo.replay=false"
+    if sampler.lean is None:
+        return "HF sampler"
+    if autocast:
+        return "autocast"
+    n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens)
+    if n > RECORD_BUDGET_ELEMS:
+        return f"a decode record of {n:,} numbers is over the budget"
+    return replay_unsupported(policy)
+
+
+def policy_logprobs(policy: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs (with grad) of the rollout's completions under `policy`.
+
+    A rollout that carries a decode record was sampled by these very weights: it is replayed and
+    lets go of the record (the graph keeps what the backward needs). Otherwise it is computed.
+    """
+    if rollout.record is None:
+        return rollout_logprobs(policy, rollout, temperature)
+    logp = replay_logprobs(policy, rollout, temperature)
+    rollout.record = None
+    return logp

@@ -1,0 +1,47 @@
+"""The frozen reference for the KL penalty, built once from the starting policy.
+
+LoRA: the base with adapters off, read into a lean copy (no second HF model in memory). Full
+fine-tuning: a frozen lean copy of the starting policy, optionally on the CPU. Models the lean
+forward does not cover use a frozen HF copy (full FT) or the PEFT model with adapters off.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from smollab.engine.lean_llama import LeanLlama, check_lean_compatible
+from smollab.engine.rollout import Rollout
+from smollab.engine.token_logprobs import logprobs
+from smollab.models.hf_weights import unwrap_hf
+
+Reference = Callable[[Rollout, float], torch.Tensor]
+
+
+def build_reference(policy: nn.Module, lora: bool, on_cpu: bool) -> Reference:
+    """`fn(rollout, temperature) -> log-probs [B, T]` of the rollout under the starting policy."""
+    try:
+        check_lean_compatible(unwrap_hf(policy).config)
+        frozen = LeanLlama.from_hf(policy, adapters=False, device="cpu" if on_cpu else None)
+    except (TypeError, NotImplementedError):
+        frozen = None if lora else copy.deepcopy(policy).requires_grad_(False).eval()
+        if frozen is not None and on_cpu:
+            frozen.to("cpu")
+
+    def ref_logprobs(r: Rollout, temperature: float) -> torch.Tensor:
+        P = r.prompt_ids.shape[1]
+        with torch.inference_mode():
+            if frozen is None:
+                with policy.disable_adapter():
+                    out = logprobs(policy, r.input_ids, r.attention_mask, P, temperature)
+            else:
+                dev = next(frozen.parameters()).device
+                out = logprobs(
+                    frozen, r.input_ids.to(dev), r.attention_mask.to(dev), P, temperature
+                )
+        return out.to(r.completion_ids.device).clone()
+
+    return ref_logprobs

@@ -1,0 +1,38 @@
+"""The policy log-prob entry point: replay once from a record, then compute; why not replay."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from smollab.engine.policy import policy_logprobs, replay_blocker  # noqa: E402
+from smollab.engine.sampler import Sampler  # noqa: E402
+from smollab.engine.token_logprobs import rollout_logprobs  # noqa: E402
+from tests.engine.test_sampler import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
+
+
+def test_a_record_is_replayed_once_then_released():
+    model = micro_llama()
+    sampler = Sampler(model, eos_token_id=2, pad_token_id=0)
+    r = sampler.generate(PROMPTS * 2, 6, seed=0, record=True)
+    assert r.record is not None
+    replayed = policy_logprobs(model, r, 1.0)
+    assert r.record is None  # the graph holds what the backward needs
+    computed = policy_logprobs(model, r, 1.0)
+    torch.testing.assert_close(replayed, computed, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(computed, rollout_logprobs(model, r, 1.0))
+
+
+def test_replay_blocker_names_the_reason():
+    model = micro_llama()
+    lean = Sampler(model, eos_token_id=2, pad_token_id=0)
+    kw = dict(batch_size=8, max_new_tokens=6)
+    assert replay_blocker(model, lean, enabled=True, autocast=False, **kw) is None
+    assert replay_blocker(model, lean, enabled=False, autocast=False, **kw) == "grpo.replay=false"
+    assert replay_blocker(model, lean, enabled=True, autocast=True, **kw) == "autocast"
+    hf = Sampler(micro_gpt2(), eos_token_id=2, pad_token_id=0)
+    assert replay_blocker(model, hf, enabled=True, autocast=False, **kw) == "HF sampler"
+    huge = dict(batch_size=1 << 16, max_new_tokens=64)
+    assert "over the budget" in replay_blocker(model, lean, enabled=True, autocast=False, **huge)
