@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from smollab.errors import UserError
-from smollab.rewards.registry import RewardSpec
 
 
 class Section(BaseModel):
@@ -193,6 +193,24 @@ class FailureConfig(Section):
     stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
     stuck_margin: float = Field(0.05, ge=0)
     baseline_steps: int = Field(5, ge=1, description="steps averaged for baseline and recent reward")
+
+
+class RewardSpec(BaseModel):
+    """One term of the reward: `weight * name(completions, **params)`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="built-in reward name, or module:function for your own")
+    weight: float = Field(1.0, description="multiplies this function's values in the total")
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+
+    @field_validator("weight")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("weight must be a finite number")
+        return v
+
 
 
 def _default_rewards() -> list[RewardSpec]:

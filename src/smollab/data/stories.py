@@ -7,7 +7,7 @@ ending. Feelings are everywhere, but "happy" is rationed: each story is planned 
 within roughly the first 50 words, about a fifth of stories), "late" (only near the end) or none
 (about two thirds), because a GRPO reward counts "happy" and must start from a moderate rate.
 This module holds the openings, endings, that planning and the assembly; the shared state and
-helpers are in `story_kit`, the plots in `story_plots`.
+helpers are in `story_kit`, the plot types (story arcs) in `story_arcs`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import random
 
 from smollab.data import story_words as W
+from smollab.data.story_arcs import PLOTS
 from smollab.data.story_kit import FAMILY, Char, Story, article, detail, some_object
-from smollab.data.story_plots import PLOTS
 
 P_EARLY = 0.21  # share of stories with "happy" near the start
 P_LATE = 0.13  # share with "happy" only near the end

@@ -24,8 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
+from smollab.config import RewardSpec
 from smollab.errors import UserError
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
@@ -46,23 +45,6 @@ CALL_KWARGS = ("prompts", "completions", "completion_ids")
 
 class RewardError(UserError):
     """A reward function failed at run time: raised, or returned a bad value or length."""
-
-
-class RewardSpec(BaseModel):
-    """One term of the reward: `weight * name(completions, **params)`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(description="built-in reward name, or module:function for your own")
-    weight: float = Field(1.0, description="multiplies this function's values in the total")
-    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
-
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("weight must be a finite number")
-        return v
 
 
 @dataclass
