@@ -244,10 +244,12 @@ def _report(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path
 
+        from smollab.runs import SWEEP_META, SWEEP_RESULTS
+
         d = Path(a.path)
         if not d.is_dir():
             raise UserError(f"not a directory: {d}")
-        if (d / "results.csv").exists() or (d / "sweep.json").exists():
+        if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
             from smollab.report.sweep_report import write_sweep_report
 
             out = write_sweep_report(d, plots=True, target_loss=a.target_loss)

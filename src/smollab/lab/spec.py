@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from smollab.config import read_yaml
+from smollab.sweep_metric import Metric
 
 
 class SpecSection(BaseModel):
@@ -53,22 +54,6 @@ class Distribution(SpecSection):
             return IntDistribution(int(self.low), int(self.high), log=self.log,
                                    step=int(self.step or 1))  # fmt: skip
         return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
-
-
-class Metric(SpecSection):
-    name: str = Field(description="a metrics.csv column of the command, e.g. val_loss")
-    goal: Literal["min", "max"] = "min"
-    at_step: int | None = Field(
-        None, ge=1, description="value at this step instead of the final one"
-    )
-    reduce: Literal["last", "best"] = Field(
-        "last", description="last logged value, or the best one"
-    )
-
-    @property
-    def label(self) -> str:
-        label = self.name if self.reduce == "last" else f"best_{self.name}"
-        return f"{label}@{self.at_step}" if self.at_step else label
 
 
 class Pruner(SpecSection):

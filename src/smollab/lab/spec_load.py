@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from smollab.config import read_yaml
 from smollab.errors import UserError
-from smollab.lab.spec import Distribution, SpecSection, SweepSpec, resolve_config
+from smollab.lab.spec import Distribution, SweepSpec, resolve_config
 
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
 # COLUMNS from their source, since importing a loop pulls in torch.
@@ -125,7 +125,7 @@ def _spec_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
     for name, field in schema.model_fields.items():
         keys.append(prefix + name)
         ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, SpecSection):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):  # a section (metric, pruner)
             keys += _spec_keys(ann, f"{prefix}{name}.")
     return keys
 
@@ -136,7 +136,7 @@ def _check_spec_keys(tree: dict[str, Any]) -> None:
         if key not in SweepSpec.model_fields:
             _unknown("sweep key", key, known)
         ann = SweepSpec.model_fields[key].annotation
-        if isinstance(ann, type) and issubclass(ann, SpecSection) and isinstance(value, dict):
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
             for sub in value:
                 if sub not in ann.model_fields:
                     _unknown("sweep key", f"{key}.{sub}", known)
