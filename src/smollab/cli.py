@@ -220,16 +220,16 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.spec_load import load_spec
+        from smollab.lab.sweep.spec_load import load_spec
 
         path, overrides = split_config(a.args)
         spec = load_spec(path, overrides)
-        from smollab.lab import sweep
+        from smollab.lab.sweep import scheduler
 
         if a.dry_run:
-            sweep.dry_run(spec)
+            scheduler.dry_run(spec)
             return 0
-        sweep.run_sweep(spec)
+        scheduler.run_sweep(spec)
         return 0
 
     p.set_defaults(run=run)
@@ -254,7 +254,7 @@ def _report(p: argparse.ArgumentParser) -> None:
 
             out = write_sweep_report(d, plots=True, target_loss=a.target_loss)
         elif (d / "probe.json").exists():
-            from smollab.lab.probe_report import report_probe
+            from smollab.lab.probe.report import report_probe
 
             out = report_probe(d)
         else:
@@ -274,8 +274,8 @@ def _probe(p: argparse.ArgumentParser) -> None:
                         "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.probe import run_probe
-        from smollab.lab.probe_spec import load_probe
+        from smollab.lab.probe.run import run_probe
+        from smollab.lab.probe.spec import load_probe
 
         workload, overrides = split_config(a.args)
         if workload is None:
