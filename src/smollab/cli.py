@@ -179,7 +179,7 @@ def _demo(p: argparse.ArgumentParser) -> None:
 
 @command("bench", "measure each performance knob alone on a workload: step time, throughput, memory")
 def _bench(p: argparse.ArgumentParser) -> None:
-    from smollab.bench_knobs import KNOBS
+    from smollab.lab.bench.knobs import KNOBS
 
     p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload")
@@ -198,7 +198,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.bench import run_bench
+        from smollab.lab.bench.run import run_bench
 
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smollab.bench_knobs import as_overrides
+from smollab.lab.bench.knobs import as_overrides
 
 
 def _n(v: Any, fmt: str) -> str:
