@@ -118,7 +118,9 @@ class Probe:
             return
         from smollab.data.prepare import ensure_prepared
 
-        ensure_prepared(data, exact=self.spec.command == "pretrain", log=lambda m: self.out(f"  {m}"))
+        ensure_prepared(
+            data, exact=self.spec.command == "pretrain", log=lambda m: self.out(f"  {m}")
+        )
 
     def _child_overrides(self) -> list[str]:
         big = 10**8

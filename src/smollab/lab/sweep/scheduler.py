@@ -208,9 +208,10 @@ class Sweep:
             rt.reported.add(int(step))
             rt.last_reported = (int(step), float(v))
             new = True
-        if new and self.spec.pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
+        pruner = self.spec.pruner
+        if new and pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
             step, value = rt.last_reported
-            evidence = prune_evidence(self.spec.pruner, pm, step, value)
+            evidence = prune_evidence(pruner, pm, step, value)
             child.interrupt(f"pruned: {evidence}")
             self._say(f"trial {child.name}: pruning ({evidence})")
 
@@ -231,13 +232,15 @@ class Sweep:
         refresh results.csv and the report."""
         run_dir = self.trials.run_dir(name)
         end = self.trials.record(trial, run_dir, status, summary, code, wall, self.stopping)
-        metric_txt = f" {self.spec.metric.label}={fmt(end.metric)}" if end.metric is not None else ""
+        metric_txt = (
+            f" {self.spec.metric.label}={fmt(end.metric)}" if end.metric is not None else ""
+        )
         why = f": {end.reason}" if end.reason and end.status != "completed" else ""
         done, total = self.trials.progress()
         at = f"at step {end.steps}" if end.steps is not None else "before its first step"
         self._say(f"trial {name}: {end.status}{metric_txt} {at} in {wall:.1f}s{why} "
                   f"[{done}/{total} done, {len(self.running)} running]")  # fmt: skip
-        if self.trials.fails_in_a_row >= max(2, min(self.concurrency, 4)) and not self.trials.successes:
+        if self.trials.all_failing(self.concurrency):
             self.abort = (
                 f"every trial fails so far; the last: {end.reason} (see {run_dir / ch.CHILD_LOG})"
             )

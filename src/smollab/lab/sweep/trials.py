@@ -320,6 +320,11 @@ class Trials:
             self.fails_in_a_row, self.successes = 0, self.successes + 1
         return Ending(status=status, reason=reason, steps=steps, metric=attrs.get("metric"))
 
+    def all_failing(self, concurrency: int) -> bool:
+        """No trial has succeeded and enough failed in a row (at least 2, at most 4, about one per
+        slot) to say the workload itself is broken: launching more would only repeat it."""
+        return self.fails_in_a_row >= max(2, min(concurrency, 4)) and not self.successes
+
     # ---- results.csv ----------------------------------------------------------------------
 
     def rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
@@ -363,4 +368,3 @@ def _csv(v: Any) -> Any:
     if isinstance(v, float):
         return f"{v:.6g}"
     return v
-
