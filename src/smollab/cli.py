@@ -179,7 +179,7 @@ def _demo(p: argparse.ArgumentParser) -> None:
 
 @command("bench", "measure each performance knob alone on a workload: step time, throughput, memory")
 def _bench(p: argparse.ArgumentParser) -> None:
-    from smollab.bench_knobs import KNOBS
+    from smollab.lab.bench.knobs import KNOBS
 
     p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload")
@@ -198,7 +198,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.bench import run_bench
+        from smollab.lab.bench.run import run_bench
 
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:
@@ -220,16 +220,16 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.spec_load import load_spec
+        from smollab.lab.sweep.spec_load import load_spec
 
         path, overrides = split_config(a.args)
         spec = load_spec(path, overrides)
-        from smollab.lab import sweep
+        from smollab.lab.sweep import scheduler
 
         if a.dry_run:
-            sweep.dry_run(spec)
+            scheduler.dry_run(spec)
             return 0
-        sweep.run_sweep(spec)
+        scheduler.run_sweep(spec)
         return 0
 
     p.set_defaults(run=run)
@@ -244,15 +244,17 @@ def _report(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path
 
+        from smollab.runs import SWEEP_META, SWEEP_RESULTS
+
         d = Path(a.path)
         if not d.is_dir():
             raise UserError(f"not a directory: {d}")
-        if (d / "results.csv").exists() or (d / "sweep.json").exists():
+        if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
             from smollab.report.sweep_report import write_sweep_report
 
             out = write_sweep_report(d, plots=True, target_loss=a.target_loss)
         elif (d / "probe.json").exists():
-            from smollab.lab.probe_report import report_probe
+            from smollab.lab.probe.report import report_probe
 
             out = report_probe(d)
         else:
@@ -272,8 +274,8 @@ def _probe(p: argparse.ArgumentParser) -> None:
                         "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.probe import run_probe
-        from smollab.lab.probe_spec import load_probe
+        from smollab.lab.probe.run import run_probe
+        from smollab.lab.probe.spec import load_probe
 
         workload, overrides = split_config(a.args)
         if workload is None:

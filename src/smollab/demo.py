@@ -12,7 +12,8 @@ Layout of the demo directory (default `demo/`):
     runs/grpo/             GRPO run directory (same)
     report.md              plots, figures and samples before and after RL
     *.png                  copies of the runs' plots
-    summary.json           rewards, diversity and the seconds of every stage (atomic)
+    summary.json           rewards, diversity and the seconds of every stage (atomic; named
+                           like a run's summary)
 
 Running the command again reuses every finished stage and redoes only what is missing.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.runs import FINISHED, SUMMARY, RunView, atomic_write_json
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"
@@ -112,10 +114,7 @@ def _earlier_seconds(path: Path) -> dict[str, float]:
 
 
 def _finished(run_dir: Path) -> bool:
-    from smollab.runs import FINISHED, read_json
-
-    p = run_dir / "summary.json"
-    return p.exists() and read_json(p).get("status") in FINISHED
+    return RunView(run_dir).status() in FINISHED
 
 
 def _banner(i: int, name: str, what: str) -> None:
@@ -124,8 +123,6 @@ def _banner(i: int, name: str, what: str) -> None:
 
 def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
     """Run (or finish, or reuse) every stage; write report.md and summary.json; return the summary."""
-    from smollab.runs import atomic_write_json
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     pre_cfg, grpo_cfg = build_configs(out, quick)  # a bad recipe stops before any work
@@ -135,7 +132,7 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
     reused: dict[str, bool] = {}
     # Seconds summed over every invocation on this directory (an interrupted demo that is run
     # again, a rerun that reuses everything): the cost of the results, beside this run's own.
-    earlier = _earlier_seconds(out / "summary.json")
+    earlier = _earlier_seconds(out / SUMMARY)
     seconds_all: dict[str, float] = {}
     summary: dict[str, Any] = {"status": "running", "quick": quick, "dir": str(out),
                                "seconds": seconds, "seconds_all_runs": seconds_all,
@@ -148,12 +145,12 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
         for k in ("data", "pretrain", "grpo", "report", "total"):
             if k in seconds or k in earlier:
                 seconds_all[k] = round(earlier.get(k, 0.0) + seconds.get(k, 0.0), 2)
-        atomic_write_json(out / "summary.json", summary)
+        atomic_write_json(out / SUMMARY, summary)
 
     # ---- 1. data ----------------------------------------------------------------------------
     _banner(1, "data", f"offline corpus and tokenizer in {pre_cfg.data.dir}")
     t0 = time.perf_counter()
-    from smollab.data.prepare import prepare
+    from smollab.data.prepare import ensure_prepared
 
     lines: list[str] = []
 
@@ -161,7 +158,7 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
         lines.append(msg)
         print(msg, flush=True)
 
-    meta = prepare(pre_cfg.data, log=log)
+    meta = ensure_prepared(pre_cfg.data, exact=True, log=log)  # the pretraining data
     reused["data"] = any(m.startswith("data: reusing") for m in lines)
     seconds["data"] = round(time.perf_counter() - t0, 2)
     summary["data"] = {"dir": pre_cfg.data.dir, "stories": meta["stories"],
@@ -186,7 +183,7 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
         summary["status"] = "failed"
         save()
         raise UserError(f"pretraining ended {pre.get('status')} ({pre.get('evidence')}); "
-                        f"see {pre_cfg.run.dir}/training.log")  # fmt: skip
+                        f"see {RunView(pre_cfg.run.dir).log_path}")  # fmt: skip
 
     # ---- 3. GRPO ------------------------------------------------------------------------------
     rewards = ", ".join(r.name for r in grpo_cfg.reward)
@@ -234,9 +231,7 @@ def grpo_figures(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
     at the last evaluation. final_unique_fraction: distinct completions among the last training
     batches (each batch is 16 samples of the same few prompts, the place collapse shows first).
     """
-    from smollab.runs import read_metrics
-
-    rows = read_metrics(run_dir / "metrics.csv")
+    rows = RunView(run_dir).metrics()
     evals = [r for r in rows if r.get("eval_reward_mean") is not None]
     tail = rows[-TAIL_STEPS:]
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
@@ -262,11 +257,11 @@ def copy_plots(out: Path, pre_dir: Path, grpo_dir: Path) -> list[str]:
 
     dirs = {"pretrain": pre_dir, "grpo": grpo_dir}
     for d in dirs.values():
-        if not (d / "plots").is_dir():
+        if not RunView(d).plots_dir.is_dir():
             plot_run(d)
     written = []
     for name, (stage, src_name) in PLOTS.items():
-        src = dirs[stage] / "plots" / src_name
+        src = RunView(dirs[stage]).plots_dir / src_name
         if src.is_file():
             tmp = out / f".{name}.tmp"
             shutil.copyfile(src, tmp)

@@ -81,7 +81,6 @@ class Child:
     started: float = field(default_factory=time.time)
     stop_reason: str | None = None  # why the parent asked it to stop (prune, sweep stopping)
     stop_sent: float | None = None
-    data: dict = field(default_factory=dict)  # the caller's bookkeeping
 
     @property
     def pid(self) -> int:
@@ -193,6 +192,18 @@ def _kill_leftovers() -> None:
     leftovers = [c for c in list(_LIVE) if c.proc.poll() is None]
     if leftovers:
         stop_all(leftovers, timeout=10.0)
+
+
+def last_log_line(run_dir: Path) -> str:
+    """The child's last words (an error line or the end of a traceback)."""
+    try:
+        text = (Path(run_dir) / CHILD_LOG).read_text(errors="replace")
+    except OSError:
+        return "no child log"
+    lines = [ln.strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("$ ")]
+    errors = [ln for ln in lines if ln.startswith("smollab: error:") or "Error" in ln.split(":")[0]]
+    return (errors or lines or ["child exited without output"])[-1][:300]
 
 
 # ---- stale children of a dead parent --------------------------------------------------------

@@ -22,8 +22,9 @@ MAX_CLIENTS = 48
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
-def _run(argv: list[str], input: str | None = None, env: dict[str, str] | None = None,
-         timeout: float = 10.0) -> subprocess.CompletedProcess:  # fmt: skip
+def run_tool(argv: list[str], input: str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 10.0) -> subprocess.CompletedProcess:  # fmt: skip
+    """An outside tool's output; a missing or hung tool reads as exit 127, never an exception."""
     try:
         return subprocess.run(
             argv, input=input, capture_output=True, text=True, env=env, timeout=timeout
@@ -35,7 +36,7 @@ def _run(argv: list[str], input: str | None = None, env: dict[str, str] | None =
 class MPS:
     def __init__(self, runner: Runner | None = None, which: Callable[[str], str | None] | None = None,
                  pipe_dir: str | None = None, log_dir: str | None = None):  # fmt: skip
-        self.runner = runner or _run
+        self.runner = runner or run_tool
         self.which = which or shutil.which
         self.pipe_dir = pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
         self.log_dir = log_dir or os.environ.get("CUDA_MPS_LOG_DIRECTORY")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smollab.runs import read_metrics
+from smollab.runs import RunView
 
 
-def _plt():
+def pyplot():
+    """matplotlib.pyplot on the Agg backend: figures go to files, no display is needed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -16,7 +17,8 @@ def _plt():
     return plt
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
+    """Write a png atomically, so a live report never links a half-written image."""
     tmp = path.with_name(f".{path.stem}.tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
     tmp.replace(path)
@@ -30,11 +32,12 @@ def _series(rows, x: str, y: str):
 def plot_run(run_dir: str | Path) -> list[Path]:
     """loss_curves.png and lr_schedule.png (pretraining); reward/KL/diversity when present."""
     run_dir = Path(run_dir)
-    rows = read_metrics(run_dir / "metrics.csv")
+    view = RunView(run_dir)
+    rows = view.metrics()
     if not rows:
         return []
-    plt = _plt()
-    out_dir = run_dir / "plots"
+    plt = pyplot()
+    out_dir = view.plots_dir
     out_dir.mkdir(exist_ok=True)
     written = []
 
@@ -50,7 +53,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend()
         fig.suptitle(f"{run_dir.name}: loss")
-        _save(fig, out_dir / "loss_curves.png")
+        save_figure(fig, out_dir / "loss_curves.png")
         plt.close(fig)
         written.append(out_dir / "loss_curves.png")
 
@@ -62,7 +65,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         ax.set_ylabel("learning rate")
         ax.set_title(f"{run_dir.name}: LR schedule")
         ax.grid(alpha=0.3)
-        _save(fig, out_dir / "lr_schedule.png")
+        save_figure(fig, out_dir / "lr_schedule.png")
         plt.close(fig)
         written.append(out_dir / "lr_schedule.png")
 
@@ -93,7 +96,7 @@ def _plot_panels(plt, rows, run_dir: Path, out_dir: Path) -> list[Path]:
         ax.set_title(f"{run_dir.name}: {name.removesuffix('.png')}")
         ax.grid(alpha=0.3)
         ax.legend()
-        _save(fig, out_dir / name)
+        save_figure(fig, out_dir / name)
         plt.close(fig)
         written.append(out_dir / name)
     return written

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.runs import atomic_write_text, read_json, read_metrics
+from smollab.runs import METRICS, SUMMARY, RunView, atomic_write_text
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
@@ -28,12 +28,13 @@ def write_run_report(run_dir: str | Path) -> Path:
     from smollab.report.plots import plot_run
 
     d = Path(run_dir)
-    if not (d / "summary.json").exists() and not (d / "metrics.csv").exists():
-        raise UserError(f"{d}: no summary.json or metrics.csv (not a run directory)")
-    summary = read_json(d / "summary.json") if (d / "summary.json").exists() else {}
-    rows = read_metrics(d / "metrics.csv")
+    view = RunView(d)
+    if not view.summary_path.exists() and not view.metrics_path.exists():
+        raise UserError(f"{d}: no {SUMMARY} or {METRICS} (not a run directory)")
+    summary = view.summary()
+    rows = view.metrics()
     images = plot_run(d)
-    config = read_json(d / "config.json") if (d / "config.json").exists() else {}
+    config = view.config()
 
     lines = [f"# Run `{d.name}`", "", f"_Written {time.strftime('%Y-%m-%d %H:%M:%S')}._", ""]
     if summary.get("command"):

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.runs import read_json, read_metrics
+from smollab.runs import SWEEP_META, SWEEP_RESULTS, RunView, read_json
+from smollab.sweep_metric import Metric
 
 FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")
 
@@ -68,16 +69,14 @@ def _num(v: str | None) -> Any:
 
 def load_sweep(sweep_dir: str | Path) -> SweepData:
     d = Path(sweep_dir)
-    meta = read_json(d / "sweep.json") if (d / "sweep.json").exists() else {}
+    meta = read_json(d / SWEEP_META) if (d / SWEEP_META).exists() else {}
     spec = meta.get("spec", {})
-    if not (d / "results.csv").exists():
-        raise UserError(f"{d} has no results.csv: not a sweep directory (yet)")
-    from smollab.lab.spec import Metric
-
+    if not (d / SWEEP_RESULTS).exists():
+        raise UserError(f"{d} has no {SWEEP_RESULTS}: not a sweep directory (yet)")
     label = Metric(**spec["metric"]).label if spec.get("metric") else "metric"
     space = list(spec.get("space", {}))
     trials = []
-    with open(d / "results.csv", newline="") as f:
+    with open(d / SWEEP_RESULTS, newline="") as f:
         for r in csv.DictReader(f):
             row = {
                 k: _num(v) if k not in ("trial", "status", "reason", "run_dir") else v
@@ -89,13 +88,10 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
             params = {k: row.get(k) for k in space}
             run_dir = d / (r.get("run_dir") or "")
             t = Trial(row=row, params=params, run_dir=run_dir)
-            t.metrics = read_metrics(run_dir / "metrics.csv")
+            view = RunView(run_dir)
+            t.metrics = view.metrics()
             try:
-                t.summary = (
-                    read_json(run_dir / "summary.json")
-                    if (run_dir / "summary.json").exists()
-                    else {}
-                )
+                t.summary = view.summary()
             except UserError:
                 t.summary = {}
             trials.append(t)
@@ -128,7 +124,7 @@ def is_lr_sweep(data: SweepData) -> bool:
 
 
 def lr_curves(data: SweepData):
-    from smollab.lab.lr_analysis import RunCurve
+    from smollab.report.lr_analysis import RunCurve
 
     loss_key = "train_loss" if data.command == "pretrain" else "loss"
     name = data.spec.get("metric", {}).get("name", "val_loss")

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from smollab.report.plots import pyplot, save_figure
 from smollab.report.sweep_data import FAILURES, SweepData, _f, _short, lr_curves
 
 
@@ -20,18 +21,6 @@ def _is_log(values: list[Any], key: str, spec: dict[str, Any]) -> bool:
     if not nums or min(nums) <= 0:
         return False
     return key.endswith("lr") or max(nums) / min(nums) >= 20
-
-
-def _plt():
-    from smollab.report.plots import _plt as plt
-
-    return plt()
-
-
-def _save(fig, path: Path) -> None:
-    from smollab.report.plots import _save as save
-
-    save(fig, path)
 
 
 def _colors(plt, values: list[float], log: bool):
@@ -51,7 +40,7 @@ def _colors(plt, values: list[float], log: bool):
 
 
 def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
-    plt = _plt()
+    plt = pyplot()
     written = []
     curves = {c.name: c for c in lr_curves(data)}
     trials = [t for t in data.trials if t.name in curves]
@@ -100,7 +89,7 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
     fig.suptitle(f"{data.dir.name}: LR sweep ({len(trials)} runs; red x = diverged)")
     fig.tight_layout()
     path = out_dir / "lr_sweep_comparison.png"
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     written.append(path)
 
@@ -142,7 +131,7 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     path = out_dir / "lr_vs_final_loss.png"
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     written.append(path)
     return written
@@ -161,7 +150,7 @@ def plot_curves(data: SweepData, out_dir: Path) -> Path | None:
     trials = [t for t in data.trials if any(r.get(key) is not None for r in t.metrics)]
     if not trials:
         return None
-    plt = _plt()
+    plt = pyplot()
     first = data.space[0] if data.space else None
     vals = [t.params.get(first) for t in trials]
     color = _colors(plt, vals, log=_is_log(vals, first, data.spec) if first else False)
@@ -185,7 +174,7 @@ def plot_curves(data: SweepData, out_dir: Path) -> Path | None:
     if len(trials) <= 16:
         ax.legend(fontsize=7, ncol=2)
     path = out_dir / "curves.png"
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return path
 
@@ -199,7 +188,7 @@ def plot_metric_vs_params(data: SweepData, out_dir: Path) -> list[Path]:
     ]
     if not done:
         return []
-    plt = _plt()
+    plt = pyplot()
     written = []
     for key in data.space:
         others = [k for k in data.space if k != key]
@@ -250,7 +239,7 @@ def plot_metric_vs_params(data: SweepData, out_dir: Path) -> list[Path]:
         if len(series) > 1 or any(len(p[1]) > 1 for pts in series.values() for p in pts):
             ax.legend(fontsize=7)
         path = out_dir / f"metric_vs_{key.replace('.', '_')}.png"
-        _save(fig, path)
+        save_figure(fig, path)
         plt.close(fig)
         written.append(path)
     return written

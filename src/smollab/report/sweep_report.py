@@ -1,7 +1,7 @@
 """A sweep's report: `report.md` and the plots (`smollab.report.sweep_plots`), drawn from the sweep
 dir alone (`smollab.report.sweep_data`), so it can be redrawn at any time, live or afterwards.
 
-For a learning-rate sweep, report.md holds the LR analysis (`smollab.lab.lr_analysis`).
+For a learning-rate sweep, report.md holds the LR analysis (`smollab.report.lr_analysis`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def write_sweep_report(
     images: list[Path] = []
     analysis = None
     if is_lr_sweep(data):
-        from smollab.lab.lr_analysis import analyze
+        from smollab.report.lr_analysis import analyze
 
         curves = lr_curves(data)
         if curves:
@@ -102,7 +102,7 @@ def write_sweep_report(
             lines.append("")
 
     if analysis:
-        from smollab.lab.lr_analysis import DEFINITIONS, summary_lines
+        from smollab.report.lr_analysis import DEFINITIONS, summary_lines
 
         lines += ["## Learning-rate analysis", ""]
         lines += summary_lines(analysis)

@@ -2,45 +2,76 @@
 
 The parent owns the study; children know nothing of Optuna. This module is the scheduler: it
 holds the sweep dir's lock, prepares the data once, resolves the concurrency, launches trials with
-their share of the CPU threads, polls them, stops them cleanly on Ctrl-C, and writes results.csv
-and the report. The study is in `smollab.lab.sweep_study`; the trials (run directories as their
-identity, resume and retries, pruning, and how a child's ending maps to Optuna) in
-`smollab.lab.sweep_trials`.
+their share of the CPU threads, watches their metrics for the pruner, stops them cleanly on
+Ctrl-C, and refreshes results.csv and the report. The study is in `smollab.lab.sweep.study`; the
+trials (run directories as their identity, resume and retries, how an ending maps to Optuna,
+results.csv) in `smollab.lab.sweep.trials`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from smollab.errors import UserError
 from smollab.lab import children as ch
-from smollab.lab.spec import SweepSpec, override_value, resolve_config
-from smollab.lab.sweep_study import open_study
-from smollab.lab.sweep_trials import TrialBook, _fmt, _reported_steps
-from smollab.runs import atomic_write_json, atomic_write_text, read_json
+from smollab.lab.spec_common import override_value
+from smollab.lab.sweep.spec import SweepSpec, resolve_config
+from smollab.lab.sweep.study import open_study, prune_evidence
+from smollab.lab.sweep.trials import (
+    TRIALS,
+    Live,
+    NextTrial,
+    Trials,
+    fmt,
+    read_summary,
+    reported_steps,
+)
+from smollab.runs import (
+    FINISHED,
+    SWEEP_META,
+    SWEEP_RESULTS,
+    RunView,
+    atomic_write_json,
+    read_json,
+    set_status,
+)
 
 
 def _now() -> str:
     return time.strftime("%H:%M:%S")
 
 
-class Sweep(TrialBook):
-    def __init__(self, spec: SweepSpec, out=None):
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+@dataclass
+class RunningTrial:
+    """What the sweep follows of a launched trial, beside its process (a `children.Child`)."""
+
+    trial: Any  # optuna.trial.Trial: reported to while it runs, told how it ended
+    tail: ch.MetricsTail
+    reported: set[int]  # steps already reported to the pruner, in this or an earlier process
+    prior_wall: float  # seconds the trial ran under earlier sweep processes
+    last_step: int | None = None
+    last_reported: tuple[int, float] | None = None  # (step, value) last given to the pruner
+
+
+class Sweep:
+    def __init__(self, spec: SweepSpec, out: Callable[[str], None] | None = None):
         self.spec = spec
         self.dir = spec.sweep_dir()
-        self.trials_dir = self.dir / "trials"
         self.out = out or _print
-        self.running: list[ch.Child] = []
+        self.running: dict[ch.Child, RunningTrial] = {}
         self.stop = ch.StopFlag()
         self.stopping = False
         self.abort: str | None = None
-        self.fails_in_a_row = 0
-        self.successes = 0
-        self.resume_queue: list[Any] = []  # FrozenTrials to continue
         self.concurrency = 1
         self.total_threads = spec.threads or ch.cpu_count()
         self.device = "cpu"
@@ -48,6 +79,7 @@ class Sweep(TrialBook):
         self._last_plots = 0.0
         self._last_results = 0.0
         self.study = None
+        self.trials: Trials | None = None
         self.env: dict[str, str] | None = None
 
     # ---- setup ----------------------------------------------------------------------------
@@ -81,7 +113,7 @@ class Sweep(TrialBook):
             self._lock_file = None
 
     def _write_meta(self) -> None:
-        path = self.dir / "sweep.json"
+        path = self.dir / SWEEP_META
         ident = self.spec.identity()
         if path.exists():
             old = read_json(path)
@@ -96,35 +128,35 @@ class Sweep(TrialBook):
         })  # fmt: skip
 
     def _preflight_data(self) -> None:
-        """Prepare the data dir once here instead of in every child at the same time."""
+        """Prepare the data dir once here instead of in every child at the same time. A sweep
+        over `data.` keys leaves it to each trial, whose data differ."""
         spec = self.spec
         if spec.command not in ("pretrain", "grpo") or any(
             k.startswith("data.") for k in spec.space
         ):
             return
-        cfg = resolve_config(spec, {}, spec.seeds[0])
-        if spec.command == "grpo" and (Path(cfg.data.dir) / "meta.json").exists():
-            return
-        from smollab.data.prepare import prepare
+        from smollab.data.prepare import ensure_prepared
 
-        self._say(f"data: preparing {cfg.data.dir} once for all trials")
-        prepare(cfg.data, log=lambda m: self.out(f"  {m}"))
+        cfg = resolve_config(spec, {}, spec.seeds[0])
+        said: list[str] = []
+
+        def log(msg: str) -> None:  # the heading only when there is something to say
+            if not said:
+                self._say(f"data: preparing {cfg.data.dir} once for all trials")
+                said.append(msg)
+            self.out(f"  {msg}")
+
+        ensure_prepared(cfg.data, exact=spec.command == "pretrain", log=log)
 
     def _detect_device(self) -> str:
-        cfg = resolve_config(self.spec, {}, self.spec.seeds[0])
-        want = cfg.perf.device
-        if want != "auto":
-            return want
-        import torch
+        from smollab.lab.probe.cache import device_kind
 
-        if torch.cuda.is_available():
-            return "cuda"
-        return "mps" if torch.backends.mps.is_available() else "cpu"
+        return device_kind(resolve_config(self.spec, {}, self.spec.seeds[0]).perf.device)
 
     def _resolve_concurrency(self) -> int:
         if self.spec.concurrency != "auto":
             return int(self.spec.concurrency)
-        from smollab.lab.probe import auto_concurrency
+        from smollab.lab.sweep.concurrency import auto_concurrency
 
         return auto_concurrency(self.spec, self.dir / "probe", self.device, out=self._say)
 
@@ -133,70 +165,97 @@ class Sweep(TrialBook):
     def _user_sets_threads(self) -> bool:
         return "perf.threads" in self.spec.overrides or "perf.threads" in self.spec.space
 
-    def _launch(self, trial, name: str, params: dict[str, Any], seed: int) -> None:
-        run_dir = self.trials_dir / name
+    def _launch(self, nxt: NextTrial) -> None:
+        run_dir = self.trials.run_dir(nxt.name)
         threads = None
         if not self._user_sets_threads():
             free = self.total_threads - sum(c.threads or 0 for c in self.running)
-            n_start = max(1, min(self.concurrency - len(self.running), self._remaining() + 1))
+            n_start = max(1, min(self.concurrency - len(self.running), self.trials.remaining() + 1))
             threads = ch.split_threads(max(free, 1), n_start)[0]
         overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
-        overrides += [f"{k}={override_value(v)}" for k, v in params.items()]
-        overrides += [f"run.seed={seed}", f"run.dir={run_dir}", "run.resume=auto"]
+        overrides += [f"{k}={override_value(v)}" for k, v in nxt.params.items()]
+        overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
-        child = ch.launch(name, argv, run_dir, threads=threads, env=self.env)
+        child = ch.launch(nxt.name, argv, run_dir, threads=threads, env=self.env)
+        trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
-        child.data.update(trial=trial, tail=ch.MetricsTail(run_dir / "metrics.csv"), params=params,
-                          seed=seed, reported=set(_reported_steps(trial)), prior_wall=prior,
-                          last_step=None, last_value=None)  # fmt: skip
-        self.running.append(child)
-        shown = " ".join(f"{k.split('.')[-1]}={_fmt(v)}" for k, v in params.items())
-        resumed = " (resuming)" if (run_dir / "metrics.csv").exists() else ""
-        self._say(f"trial {name}: started{resumed} {shown} seed={seed}, "
+        metrics_path = RunView(run_dir).metrics_path
+        self.running[child] = RunningTrial(trial=trial, tail=ch.MetricsTail(metrics_path),
+                                           reported=set(reported_steps(trial)), prior_wall=prior)  # fmt: skip
+        shown = " ".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in nxt.params.items())
+        resumed = " (resuming)" if metrics_path.exists() else ""
+        self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, "
                   f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+
+    # ---- watching, pruning and finishing --------------------------------------------------
+
+    def _watch(self, child: ch.Child) -> None:
+        """Report the child's new values to the pruner; stop it (SIGINT) if the pruner says so."""
+        rt = self.running[child]
+        rows = rt.tail.read()
+        pm = self.spec.pruner.metric or self.spec.metric.name
+        new = False
+        for r in rows:
+            step, v = r.get("step"), r.get(pm)
+            if step is None:
+                continue
+            rt.last_step = int(step)
+            if v is None or not math.isfinite(v) or int(step) in rt.reported or child.stop_sent:
+                continue
+            rt.trial.report(float(v), int(step))
+            rt.reported.add(int(step))
+            rt.last_reported = (int(step), float(v))
+            new = True
+        pruner = self.spec.pruner
+        if new and pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
+            step, value = rt.last_reported
+            evidence = prune_evidence(pruner, pm, step, value)
+            child.interrupt(f"pruned: {evidence}")
+            self._say(f"trial {child.name}: pruning ({evidence})")
+
+    def _finish(self, child: ch.Child, code: int) -> None:
+        rt = self.running.pop(child)
+        summary = read_summary(child.run_dir)
+        wall = rt.prior_wall + (time.time() - child.started)
+        status = summary.get("status")
+        if child.stop_reason and child.stop_reason.startswith("pruned") and status not in FINISHED:
+            evidence = child.stop_reason.removeprefix("pruned: ")
+            summary = set_status(child.run_dir, "pruned", evidence)
+            status = "pruned"
+        self._conclude(rt.trial, child.name, status, summary, code, wall)
+
+    def _conclude(self, trial: Any, name: str, status: str | None, summary: dict[str, Any],
+                  code: int | None, wall: float) -> None:  # fmt: skip
+        """Record how a trial ended, say so, give up on a sweep whose every trial fails, and
+        refresh results.csv and the report."""
+        run_dir = self.trials.run_dir(name)
+        end = self.trials.record(trial, run_dir, status, summary, code, wall, self.stopping)
+        metric_txt = (
+            f" {self.spec.metric.label}={fmt(end.metric)}" if end.metric is not None else ""
+        )
+        why = f": {end.reason}" if end.reason and end.status != "completed" else ""
+        done, total = self.trials.progress()
+        at = f"at step {end.steps}" if end.steps is not None else "before its first step"
+        self._say(f"trial {name}: {end.status}{metric_txt} {at} in {wall:.1f}s{why} "
+                  f"[{done}/{total} done, {len(self.running)} running]")  # fmt: skip
+        if self.trials.all_failing(self.concurrency):
+            self.abort = (
+                f"every trial fails so far; the last: {end.reason} (see {run_dir / ch.CHILD_LOG})"
+            )
+        self.write_results()
+        self.write_report(plots=False)
 
     # ---- outputs --------------------------------------------------------------------------
 
-    def result_rows(self) -> list[dict[str, Any]]:
-        from optuna.trial import TrialState
-
-        live = {c.name: c for c in self.running}
-        rows = []
-        for name, t in sorted(self._latest_by_dir().items(), key=lambda kv: kv[0]):
-            params, seed = self._point(t)
-            ua = t.user_attrs
-            c = live.get(name)
-            if t.state == TrialState.RUNNING:
-                status = "running" if c else ua.get("status") or "interrupted"
-            elif t.state == TrialState.FAIL:
-                status = "failed"
-            else:
-                status = ua.get("status", t.state.name.lower())
-            steps = c.data.get("last_step") if c else ua.get("steps")
-            wall = (c.data["prior_wall"] + time.time() - c.started) if c else ua.get("wall_s")
-            value = t.value if t.state == TrialState.COMPLETE else None
-            row = {"trial": name[:3] if name[:3].isdigit() else t.number, **params, "seed": seed,
-                   "status": status, self.spec.metric.label: value, "steps": steps,
-                   "wall_s": None if wall is None else round(wall, 1),
-                   "reason": ua.get("reason") if status not in ("running", "completed") else None,
-                   "run_dir": f"trials/{name}"}  # fmt: skip
-            rows.append(row)
-        return rows
+    def _live(self) -> dict[str, Live]:
+        now = time.time()
+        return {c.name: Live(rt.last_step, rt.prior_wall + now - c.started)
+                for c, rt in self.running.items()}  # fmt: skip
 
     def write_results(self) -> None:
-        import csv
-        import io
-
-        fields = ["trial", *self.spec.space, "seed", "status", self.spec.metric.label, "steps",
-                  "wall_s", "reason", "run_dir"]  # fmt: skip
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        for r in self.result_rows():
-            w.writerow({k: ("" if v is None else _csv(v)) for k, v in r.items()})
-        atomic_write_text(self.dir / "results.csv", buf.getvalue())
+        self.trials.write_results(self._live())
         self._last_results = time.time()
 
     def write_report(self, plots: bool) -> None:
@@ -222,12 +281,13 @@ class Sweep(TrialBook):
 
     def _run(self) -> dict[str, Any]:
         spec = self.spec
-        self.trials_dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / TRIALS).mkdir(parents=True, exist_ok=True)
         self.device = self._detect_device()
         self._preflight_data()
         self.concurrency = self._resolve_concurrency()
         self._write_meta()
         self.study = open_study(spec, self.dir)
+        self.trials = Trials(spec, self.study, self.dir, self._say)
         mps_ctx = contextlib.nullcontext(None)
         if spec.mps and self.device == "cuda":
             from smollab.lab.mps import mps_daemon
@@ -243,18 +303,18 @@ class Sweep(TrialBook):
             self._say(f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
                       f"concurrency {self.concurrency}{over}, {self.total_threads} CPU threads "
                       f"divided among trials, device {self.device}")  # fmt: skip
-            self._settle_previous()
+            self.trials.settle_previous(spec.stop_timeout_s, self._conclude)
             self.write_results()
             with self.stop.installed():
                 self._loop()
         self.write_results()
         self.write_report(plots=True)
         counts: dict[str, int] = {}
-        for r in self.result_rows():
+        for r in self.trials.rows(self._live()):
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         self._say(f"sweep {'stopped' if self.stop else 'done'}: {summary}; "
-                  f"results in {self.dir / 'results.csv'}, report in {self.dir / 'report.md'}")  # fmt: skip
+                  f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / 'report.md'}")  # fmt: skip
         if self.abort and not self.stop:
             raise UserError(self.abort)
         if self.stop:
@@ -265,10 +325,10 @@ class Sweep(TrialBook):
         while not self.stop:
             launched = False
             while not self.abort and len(self.running) < self.concurrency and not self.stop:
-                nxt = self._next_trial()
+                nxt = self.trials.next_trial()
                 if nxt is None:
                     break
-                self._launch(*nxt)
+                self._launch(nxt)
                 launched = True
             if launched:
                 self.write_results()
@@ -308,24 +368,11 @@ class Sweep(TrialBook):
             time.sleep(0.1)
 
 
-# ---- helpers --------------------------------------------------------------------------------
-
-
-def _csv(v: Any) -> Any:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return v
-
-
-def _print(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def run_sweep(spec: SweepSpec, out=_print) -> dict[str, Any]:
+def run_sweep(spec: SweepSpec, out: Callable[[str], None] = _print) -> dict[str, Any]:
     return Sweep(spec, out=out).run()
 
 
-def dry_run(spec: SweepSpec, out=print) -> None:
+def dry_run(spec: SweepSpec, out: Callable[[str], None] = print) -> None:
     """Print what the sweep would run, without starting anything."""
     out(f"sweep {spec.sweep_dir()}: command {spec.command}, base {spec.base or '(defaults)'}")
     if spec.overrides:
@@ -334,7 +381,7 @@ def dry_run(spec: SweepSpec, out=print) -> None:
         points = spec.grid_points()
         out(f"grid: {len(points)} points x {len(spec.seeds)} seed(s) = {spec.total_runs()} trials")
         for p in points:
-            out("  " + " ".join(f"{k}={_fmt(v)}" for k, v in p.items()))
+            out("  " + " ".join(f"{k}={fmt(v)}" for k, v in p.items()))
     else:
         out(f"{spec.sampler}: {spec.n_trials} configurations x {len(spec.seeds)} seed(s)")
         for k, v in spec.space.items():

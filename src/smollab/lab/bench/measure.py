@@ -1,5 +1,9 @@
 """One bench variant: a separate `smollab` child process in its own run directory, and its figures.
 
+The child is launched like a sweep's or a probe's (`smollab.lab.children`): its own session, its
+output in child.log, stopped with the parent. Variants run one at a time, so each gets the whole
+machine and the workload's own thread setting.
+
 Every variant's figures come from its run directory (metrics.csv, config.json, summary.json,
 training.log): the median step time over the steady-state steps (the first `warmup` steps, which
 hold compilation and allocator warm-up, are excluded; the first step is reported on its own),
@@ -14,12 +18,15 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.lab import children as ch
+from smollab.runs import RunView, read_json
+
+STOP_GRACE_S = 30.0  # a variant stopped by Ctrl-C may save its state this long before SIGKILL
 
 
 def _split_top(text: str, sep: str = "; ") -> list[str]:
@@ -42,10 +49,7 @@ def _split_top(text: str, sep: str = "; ") -> list[str]:
 
 def runtime_skipped(run_dir: Path) -> list[str]:
     """The `skipped:` items of the last runtime line of training.log."""
-    log = run_dir / "training.log"
-    if not log.exists():
-        return []
-    lines = [ln for ln in log.read_text().splitlines() if "runtime: " in ln]
+    lines = [ln for ln in RunView(run_dir).log_lines() if "runtime: " in ln]
     if not lines or "; skipped: " not in lines[-1]:
         return []
     return _split_top(lines[-1].split("; skipped: ", 1)[1])
@@ -69,11 +73,10 @@ def step_times(rows: list[dict[str, Any]], kind: str) -> list[tuple[int, float]]
 
 def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
     """A finished variant's figures, from its run directory alone."""
-    from smollab.runs import read_json, read_metrics
-
-    rows = read_metrics(run_dir / "metrics.csv")
-    cfg = read_json(run_dir / "config.json")
-    summary = read_json(run_dir / "summary.json") if (run_dir / "summary.json").exists() else {}
+    view = RunView(run_dir)
+    rows = view.metrics()
+    cfg = read_json(view.config_path)  # a missing config is an error, not an empty one
+    summary = view.summary()
     times = step_times(rows, kind)
     if not times:
         raise ValueError("no step was logged")
@@ -120,33 +123,42 @@ def within_tolerance(kind: str, value: float | None, base: float | None, tol: fl
     return abs(value - base) <= tol
 
 
-def _tail(path: Path, n: int = 3) -> str:
+def _tail(run_dir: Path, n: int = 3) -> str:
+    """The child's last printed lines (child.log without its launch lines)."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        text = (run_dir / ch.CHILD_LOG).read_text(errors="replace")
     except OSError:
         return ""
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]
     return " | ".join(lines[-n:])
 
 
-def run_variant(name: str, cmd: list[str], run_dir: Path, kind: str, warmup: int,
+def _wait(child: ch.Child, timeout: float | None) -> int | None:
+    """The child's exit code; None when it ran past `timeout` (then it is killed)."""
+    try:
+        rc = child.wait(timeout)
+    except BaseException:  # Ctrl-C reaches only the parent: the child has its own session
+        ch.stop_all([child], timeout=STOP_GRACE_S)
+        raise
+    if rc is None:
+        ch.stop_all([child], kill_now=True, timeout=10.0)
+    return rc
+
+
+def run_variant(name: str, argv: list[str], run_dir: Path, kind: str, warmup: int,
                 timeout: float | None, values: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     res: dict[str, Any] = {"variant": name, "values": values or {}, "run_dir": str(run_dir),
-                           "load": (_load() or [None])[0],
-                           "command": cmd[2:]}  # fmt: skip
+                           "load": (load_average() or [None])[0],
+                           "command": argv[2:]}  # fmt: skip
     t0 = time.perf_counter()
-    with open(run_dir / "stdout.log", "w") as f:
-        try:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                timeout=timeout).returncode  # fmt: skip
-        except subprocess.TimeoutExpired:
-            rc = None
+    rc = _wait(ch.launch(name, argv, run_dir, env=env), timeout)
     res["wall_s"] = time.perf_counter() - t0
     if rc != 0:
         why = f"timed out after {timeout:g}s" if rc is None else f"exit {rc}"
-        res.update(status="failed", reason=f"{why}: {_tail(run_dir / 'stdout.log')}")
+        res.update(status="failed", reason=f"{why}: {_tail(run_dir)}")
         return res
     try:
         res.update(measure(run_dir, kind, warmup), status="ok")
@@ -155,7 +167,7 @@ def run_variant(name: str, cmd: list[str], run_dir: Path, kind: str, warmup: int
     return res
 
 
-def _load() -> list[float] | None:
+def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:

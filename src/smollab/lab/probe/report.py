@@ -33,7 +33,7 @@ def table(result: dict[str, Any]) -> list[str]:
 
 
 def plot_probe(result: dict[str, Any], path: Path) -> None:
-    from smollab.report.plots import _plt, _save
+    from smollab.report.plots import pyplot, save_figure
 
     per_k: dict[int, dict] = {}
     for lv in result["levels"]:
@@ -44,7 +44,7 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     levels = [per_k[k] for k in sorted(per_k)]
     if not levels:
         return
-    plt = _plt()
+    plt = pyplot()
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
     ks = [lv["k"] for lv in levels]
     a1.plot(ks, [lv["step_s"] * 1000 for lv in levels], "-o")
@@ -71,7 +71,7 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     fig.suptitle(f"probe: {result['command']} {Path(result.get('base') or '').name} on "
                  f"{dev['kind']} ({dev['name']})", fontsize=10)  # fmt: skip
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
 
 

@@ -8,8 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from smollab.errors import UserError
-from smollab.lab.spec import SpecSection, override_value
-from smollab.lab.spec_load import _coerce, _flatten
+from smollab.lab.spec_common import SpecSection, coerce, flatten, override_value
 
 
 class ProbeSpec(SpecSection):
@@ -39,25 +38,24 @@ class ProbeSpec(SpecSection):
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
-    from smollab.config import read_yaml
+    from smollab.config import guess_command, read_yaml
 
     tree = read_yaml(workload)
     if "command" in tree:
         spec_tree = dict(tree)
     else:
-        command = "grpo" if "grpo" in tree or "reward" in tree else "pretrain"
-        spec_tree = {"command": command, "base": workload}
+        spec_tree = {"command": guess_command(tree), "base": workload}
     if isinstance(spec_tree.get("overrides"), dict):
-        spec_tree["overrides"] = _coerce(_flatten(spec_tree["overrides"]))
+        spec_tree["overrides"] = coerce(flatten(spec_tree["overrides"]))
     work: list[str] = []
     from smollab.config import parse_override
 
     for item in overrides:
         key, value = parse_override(item)
         if key.startswith("overrides."):
-            spec_tree.setdefault("overrides", {})[key.removeprefix("overrides.")] = _coerce(value)
+            spec_tree.setdefault("overrides", {})[key.removeprefix("overrides.")] = coerce(value)
         elif key in ProbeSpec.model_fields or "." not in key:
-            spec_tree[key] = _coerce(value)  # an unknown plain key is reported as a probe key
+            spec_tree[key] = coerce(value)  # an unknown plain key is reported as a probe key
         else:
             work.append(item)
     for key in spec_tree:

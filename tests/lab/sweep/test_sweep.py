@@ -17,9 +17,9 @@ import yaml
 
 from smollab.errors import UserError
 from smollab.lab.children import pid_alive, split_threads
-from smollab.lab.spec_load import load_spec
-from smollab.lab.sweep import run_sweep
-from smollab.lab.sweep_study import open_study
+from smollab.lab.sweep.scheduler import run_sweep
+from smollab.lab.sweep.spec_load import load_spec
+from smollab.lab.sweep.study import open_study
 
 
 def write_spec(path: Path, **fields) -> Path:
@@ -286,8 +286,8 @@ def test_ctrl_c_stops_children_cleanly_and_leaves_no_orphans(fake_child, micro_d
 
 
 def test_concurrency_auto_uses_the_cached_probe(fake_child, micro_data, tmp_path, monkeypatch):
-    from smollab.lab.probe_cache import cache_store, device_info, workload_signature
-    from smollab.lab.spec import resolve_config
+    from smollab.lab.probe.cache import cache_store, device_info, workload_signature
+    from smollab.lab.sweep.spec import resolve_config
 
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
     spec = load_spec(fake_spec(tmp_path, micro_data, concurrency="auto", threads=6,
@@ -296,7 +296,7 @@ def test_concurrency_auto_uses_the_cached_probe(fake_child, micro_data, tmp_path
     cache_store({"device": device_info("cpu", 6), "workload": workload_signature("pretrain", cfg),
                  "best_throughput": {"k": 3}, "created": "earlier"})  # fmt: skip
     said: list[str] = []
-    from smollab.lab.sweep import Sweep
+    from smollab.lab.sweep.scheduler import Sweep
 
     Sweep(spec, out=said.append).run()
     assert any("concurrency auto: 3 (best throughput of the probe of earlier" in s for s in said)

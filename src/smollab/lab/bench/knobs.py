@@ -2,78 +2,72 @@
 with which values, which are skipped and why, and which join the combination.
 
 A knob that cannot apply is listed as skipped with the reason, never run and reported as if it
-worked: CUDA-only knobs off CUDA, a knob the loop does not read (checked against the loop's own
-source, so the rule follows the code), and anything the runtime itself reported as skipped in
-the variant's training.log.
+worked: CUDA-only knobs off CUDA, a knob whose config key the loop does not read (the loops'
+own table, `smollab.train.knobs.UNREAD`, says which and why), and anything the runtime itself
+reported as skipped in the variant's training.log.
 
-The loop's source is read, not imported: the parent never imports torch.
+That table imports nothing heavy: the parent never imports torch.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.train.knobs import unread_reason
 
 
 @dataclass(frozen=True)
 class Knob:
     name: str
     what: str
+    key: str  # the config key it switches: a loop that does not read it is skipped
     off: dict[str, Any] = field(default_factory=dict)  # forced on the baseline when benched
     on: dict[str, Any] = field(default_factory=dict)
     kinds: tuple[str, ...] = ("pretrain", "grpo")
     group: str | None = None  # alternatives: only the best of a group joins the combination
-    reads: str | None = None  # the loop source must contain this for the knob to do anything
     cuda_only: str | None = None  # reason, when the knob only means something on CUDA
     runtime_word: str | None = None  # how the runtime names it in its `skipped` list
 
 
 KNOBS: dict[str, Knob] = {k.name: k for k in [
-    Knob("bf16", "bf16 autocast", {"perf.precision": "fp32"}, {"perf.precision": "bf16"},
-         group="precision", runtime_word="bf16"),
-    Knob("fp16", "fp16 autocast + GradScaler", {"perf.precision": "fp32"},
+    Knob("bf16", "bf16 autocast", "perf.precision", {"perf.precision": "fp32"},
+         {"perf.precision": "bf16"}, group="precision", runtime_word="bf16"),
+    Knob("fp16", "fp16 autocast + GradScaler", "perf.precision", {"perf.precision": "fp32"},
          {"perf.precision": "fp16"}, group="precision", runtime_word="fp16"),
-    Knob("tf32", "TF32 matmuls", {"perf.tf32": False}, {"perf.tf32": True},
+    Knob("tf32", "TF32 matmuls", "perf.tf32", {"perf.tf32": False}, {"perf.tf32": True},
          cuda_only="TF32 is a CUDA (Ampere+) matmul mode", runtime_word="tf32"),
-    Knob("compile", "torch.compile", {"perf.compile": False}, {"perf.compile": True},
-         reads="maybe_compile(", runtime_word="compile"),
-    Knob("fused", "fused AdamW (vs plain)", {"perf.optimizer_impl": "plain"},
+    Knob("compile", "torch.compile", "perf.compile", {"perf.compile": False},
+         {"perf.compile": True}, runtime_word="compile"),
+    Knob("fused", "fused AdamW (vs plain)", "perf.optimizer_impl", {"perf.optimizer_impl": "plain"},
          {"perf.optimizer_impl": "fused"}, group="optimizer", runtime_word="fused"),
-    Knob("foreach", "foreach AdamW (vs plain)", {"perf.optimizer_impl": "plain"},
-         {"perf.optimizer_impl": "foreach"}, group="optimizer"),
-    Knob("grad_ckpt", "gradient checkpointing", {"perf.grad_checkpointing": False},
-         {"perf.grad_checkpointing": True}),
-    Knob("grad_accum", "2x accumulation of half batches (same tokens/step)", reads="grad_accum"),
-    Knob("workers", "data loader workers (2)", {"perf.num_workers": 0}, {"perf.num_workers": 2},
-         reads="num_workers"),
-    Knob("pin_memory", "pinned host memory", {"perf.pin_memory": False}, {"perf.pin_memory": True},
-         reads="pin_memory", cuda_only="pinned memory only speeds up host-to-CUDA copies",
+    Knob("foreach", "foreach AdamW (vs plain)", "perf.optimizer_impl",
+         {"perf.optimizer_impl": "plain"}, {"perf.optimizer_impl": "foreach"}, group="optimizer"),
+    Knob("grad_ckpt", "gradient checkpointing", "perf.grad_checkpointing",
+         {"perf.grad_checkpointing": False}, {"perf.grad_checkpointing": True}),
+    Knob("grad_accum", "2x accumulation of half batches (same tokens/step)", "train.grad_accum"),
+    Knob("workers", "data loader workers (2)", "perf.num_workers", {"perf.num_workers": 0},
+         {"perf.num_workers": 2}),
+    Knob("pin_memory", "pinned host memory", "perf.pin_memory", {"perf.pin_memory": False},
+         {"perf.pin_memory": True}, cuda_only="pinned memory only speeds up host-to-CUDA copies",
          runtime_word="pin_memory"),
-    Knob("sdpa", "SDPA attention (vs eager)", {"perf.attn_implementation": "eager"},
-         {"perf.attn_implementation": "sdpa"}),
-    Knob("completion_len", "grpo.max_completion_length halved", kinds=("grpo",)),
-    Knob("reward_workers", "reward worker processes (2)", {"grpo.reward_workers": 0},
-         {"grpo.reward_workers": 2}, kinds=("grpo",)),
+    Knob("sdpa", "SDPA attention (vs eager)", "perf.attn_implementation",
+         {"perf.attn_implementation": "eager"}, {"perf.attn_implementation": "sdpa"}),
+    Knob("completion_len", "grpo.max_completion_length halved", "grpo.max_completion_length",
+         kinds=("grpo",)),
+    Knob("reward_workers", "reward worker processes (2)", "grpo.reward_workers",
+         {"grpo.reward_workers": 0}, {"grpo.reward_workers": 2}, kinds=("grpo",)),
 ]}  # fmt: skip
 
 
 def guess_kind(path: str | Path, overrides: list[str]) -> str:
-    from smollab.config import read_yaml
+    from smollab.config import guess_command, read_yaml
 
-    if "grpo" in read_yaml(path) or any(o.startswith(("grpo.", "reward")) for o in overrides):
-        return "grpo"
-    return "pretrain"
-
-
-def loop_source(kind: str) -> str:
-    """The training loop's source text (read, not imported: no torch in the parent)."""
-    spec = find_spec(f"smollab.train.{kind}")
-    return Path(spec.origin).read_text() if spec and spec.origin else ""
+    return guess_command(read_yaml(path), overrides)
 
 
 def _fmt(v: Any) -> str:
@@ -121,10 +115,13 @@ def baseline_values(names: list[str], kind: str, cfg) -> dict[str, Any]:
     return out
 
 
-def plan(names: list[str], kind: str, cfg, device: str, source: str | None = None
+def plan(names: list[str], kind: str, cfg, device: str,
+         unread: Callable[[str, str], str | None] = unread_reason,
          ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:  # fmt: skip
-    """([(knob, switched-on values)], [(knob, reason skipped)]) on `device` (cpu, cuda, mps)."""
-    source = loop_source(kind) if source is None else source
+    """([(knob, switched-on values)], [(knob, reason skipped)]) on `device` (cpu, cuda, mps).
+
+    `unread(loop, key)`: why the loop ignores a config key, or None when it reads it.
+    """
     runs, skipped = [], []
     for n in names:
         k = KNOBS[n]
@@ -132,9 +129,8 @@ def plan(names: list[str], kind: str, cfg, device: str, source: str | None = Non
             skipped.append((n, f"applies to {' and '.join(k.kinds)} workloads only"))
         elif k.cuda_only and device != "cuda":
             skipped.append((n, f"{k.cuda_only}; device is {device}"))
-        elif k.reads and k.reads not in source:
-            skipped.append((n, f"the {kind} loop (smollab.train.{kind}) does not use it"
-                            f"{_NOT_READ.get((n, kind), '')}"))  # fmt: skip
+        elif why := unread(kind, k.key):
+            skipped.append((n, f"the {kind} loop (smollab.train.{kind}) does not use it: {why}"))
         elif n in ("compile", "fused") and device == "mps":
             skipped.append((n, "not supported on MPS"))
         else:
@@ -143,16 +139,6 @@ def plan(names: list[str], kind: str, cfg, device: str, source: str | None = Non
             except ValueError as e:
                 skipped.append((n, str(e)))
     return runs, skipped
-
-
-_NOT_READ = {
-    ("workers", "pretrain"): ": it slices batches from a memmap in-process, no DataLoader",
-    ("pin_memory", "pretrain"): ": it slices batches from a memmap in-process, no DataLoader",
-    ("compile", "grpo"): ": perf.compile is ignored there",
-    ("grad_accum", "grpo"): ": one optimizer step per generated batch",
-    ("workers", "grpo"): ": prompts are token lists in memory, no DataLoader",
-    ("pin_memory", "grpo"): ": no DataLoader",
-}
 
 
 def combination(results: list[dict[str, Any]], min_speedup: float) -> list[str]:

@@ -2,13 +2,13 @@
 
 For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`, each
 with its CPU threads = available / k; on CUDA under the MPS daemon), lets each pass `warmup`
-logged steps, and then measures only while *all k* run (`smollab.lab.probe_measure`). The
-doubling stops by the rules of `smollab.lab.probe_levels`, which also picks the two optima,
+logged steps, and then measures only while *all k* run (`smollab.lab.probe.measure`). The
+doubling stops by the rules of `smollab.lab.probe.levels`, which also picks the two optima,
 best_throughput and best_latency. With `bisect`, k between the last good and the first bad level
 are tried by bisection.
 
-The result is cached per device and workload signature (`smollab.lab.probe_cache`), which is what
-`concurrency: auto` in a sweep reads.
+The result is cached per device and workload signature (`smollab.lab.probe.cache`), which is what
+`concurrency: auto` in a sweep reads (`smollab.lab.sweep.concurrency`).
 """
 
 from __future__ import annotations
@@ -20,19 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from smollab.lab import children as ch
-from smollab.lab.probe_cache import (
-    cache_lookup,
-    cache_path,
-    cache_store,
-    device_info,
-    device_key,
-    workload_signature,
-)
-from smollab.lab.probe_levels import Level, MeasureFn, best_per_k, next_k, optima
-from smollab.lab.probe_measure import ProcessLevel
-from smollab.lab.probe_report import plot_probe, table
-from smollab.lab.probe_spec import ProbeSpec
-from smollab.lab.spec import override_value
+from smollab.lab.probe.cache import cache_store, device_info, device_kind, workload_signature
+from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optima
+from smollab.lab.probe.measure import ProcessLevel
+from smollab.lab.probe.report import plot_probe, table
+from smollab.lab.probe.spec import ProbeSpec
 from smollab.runs import atomic_write_json
 
 
@@ -61,7 +53,7 @@ class Probe:
 
         spec = self.spec
         cfg = load_config(spec.command, spec.base, self.overrides)
-        kind = self.device["kind"] if self.device else _detect_kind(cfg.perf.device)
+        kind = self.device["kind"] if self.device else device_kind(cfg.perf.device)
         device = self.device or device_info(kind, self.threads_total)
         units_per_step, unit_name = self.units(cfg)
         signature = workload_signature(spec.command, cfg)
@@ -122,13 +114,13 @@ class Probe:
     def _prepare_data(self, cfg) -> None:
         """Prepare the data dir once, not in k children at the same time."""
         data = getattr(cfg, "data", None)
-        if data is None or (
-            self.spec.command != "pretrain" and (Path(data.dir) / "meta.json").exists()
-        ):
+        if data is None:
             return
-        from smollab.data.prepare import prepare
+        from smollab.data.prepare import ensure_prepared
 
-        prepare(data, log=lambda m: self.out(f"  {m}"))
+        ensure_prepared(
+            data, exact=self.spec.command == "pretrain", log=lambda m: self.out(f"  {m}")
+        )
 
     def _child_overrides(self) -> list[str]:
         big = 10**8
@@ -194,16 +186,6 @@ def _split(o: dict, kind: str) -> str:
     return f" ({o['k']} processes x {o['threads_per_run']} threads)" if kind == "cpu" else ""
 
 
-def _detect_kind(want: str) -> str:
-    if want != "auto":
-        return want
-    import torch
-
-    if torch.cuda.is_available():
-        return "cuda"
-    return "mps" if torch.backends.mps.is_available() else "cpu"
-
-
 def _level_dict(lv: Level) -> dict[str, Any]:
     d = asdict(lv)
     d["runs"] = [asdict(r) for r in lv.runs]
@@ -212,38 +194,3 @@ def _level_dict(lv: Level) -> dict[str, Any]:
 
 def run_probe(spec: ProbeSpec, overrides: list[str], **kw) -> dict[str, Any]:
     return Probe(spec, overrides, **kw).run(Path(spec.dir))
-
-
-def auto_concurrency(sweep_spec, probe_dir: Path, device_kind: str, out=print,
-                     probe_kw: dict | None = None) -> int:  # fmt: skip
-    """`concurrency: auto`: the cached probe of this workload on this device, else a quick probe."""
-    from smollab.lab.spec import resolve_config
-
-    point = sweep_spec.grid_points()[0] if sweep_spec.sampler == "grid" else {}
-    cfg = resolve_config(sweep_spec, point, sweep_spec.seeds[0])
-    threads = sweep_spec.threads or ch.cpu_count()
-    device = (probe_kw or {}).get("device") or device_info(device_kind, threads)
-    signature = workload_signature(sweep_spec.command, cfg)
-    hit = cache_lookup(device, signature)
-    if hit and hit.get("best_throughput"):
-        k = int(hit["best_throughput"]["k"])
-        out(f"concurrency auto: {k} (best throughput of the probe of {hit.get('created')} on "
-            f"{device_key(device)}; {cache_path(device, signature)})")  # fmt: skip
-        return k
-    out("concurrency auto: no probe of this workload on this device yet; running a quick probe "
-        "first (warm-up 3 steps, 10 measured, k up to 8)")  # fmt: skip
-    overrides = [f"{k}={override_value(v)}" for k, v in sweep_spec.overrides.items()]
-    overrides += [f"{k}={override_value(v)}" for k, v in point.items()]
-    spec = ProbeSpec(command=sweep_spec.command, base=sweep_spec.base, warmup=3, steps=10, max_k=8,
-                     threads=sweep_spec.threads, mps=sweep_spec.mps or "auto", dir=str(probe_dir))  # fmt: skip
-    result = Probe(spec, overrides, out=out, **{k: v for k, v in (probe_kw or {}).items()}).run(
-        probe_dir
-    )
-    best = result.get("best_throughput")
-    if not best:
-        out(
-            f"concurrency auto: the probe found no working k ({result.get('stop_reason')}); using 1"
-        )
-        return 1
-    out(f"concurrency auto: {best['k']} from the probe just run")
-    return int(best["k"])

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from smollab.lab.probe_spec import ProbeSpec
+from smollab.lab.probe.spec import ProbeSpec
 
 CUDA_CONTEXT_MB = 500.0  # per process, not in torch's allocator count
 

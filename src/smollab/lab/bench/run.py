@@ -7,20 +7,21 @@ against the faster of the two), then with all the knobs that helped together. Ea
 its own run directory under the bench directory, so compile caches, thread settings and allocator
 state never leak from one variant into the next.
 
-The knobs and the plan are in `smollab.bench_knobs`, running and reading one variant in
-`smollab.bench_measure`, and bench.md and bench.png in `smollab.bench_report`.
+The knobs and the plan are in `smollab.lab.bench.knobs`, running and reading one variant in
+`smollab.lab.bench.measure`, and bench.md and bench.png in `smollab.lab.bench.report`.
 
 This module imports no torch: the parent only launches children and reads files.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from smollab.bench_knobs import (
+from smollab.errors import UserError
+from smollab.lab import children as ch
+from smollab.lab.bench.knobs import (
     KNOBS,
     as_overrides,
     baseline_values,
@@ -29,9 +30,9 @@ from smollab.bench_knobs import (
     plan,
     select,
 )
-from smollab.bench_measure import _load, run_variant, within_tolerance
-from smollab.bench_report import render_markdown, write_plot
-from smollab.errors import UserError
+from smollab.lab.bench.measure import load_average, run_variant, within_tolerance
+from smollab.lab.bench.report import render_markdown, write_plot
+from smollab.runs import atomic_write_json, atomic_write_text
 
 DEFAULT_STEPS = {"pretrain": 30, "grpo": 20}
 DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05}  # relative loss / absolute reward
@@ -65,10 +66,10 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     tol = DEFAULT_TOLERANCE[kind] if tolerance is None else tolerance
     out = Path(out) if out else Path("runs") / "bench" / f"{kind}-{Path(workload).stem}"
     out.mkdir(parents=True, exist_ok=True)
-    if kind == "pretrain":  # prepare data once, outside every variant's wall time
-        from smollab.data.prepare import prepare
+    from smollab.data.prepare import ensure_prepared
 
-        prepare(cfg.data, log=lambda _: None)
+    # prepare data once, outside every variant's wall time
+    ensure_prepared(cfg.data, exact=kind == "pretrain", log=lambda _: None)
 
     forced = [f"train.max_steps={steps}", "train.log_interval=1", f"train.eval_interval={steps}",
               f"train.save_interval={steps + 1}", "train.max_time=null", "train.max_tokens=null",
@@ -79,14 +80,14 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     base_ov = as_overrides(base_vals)
 
     def command(vals: dict[str, Any], run_dir: Path) -> list[str]:
-        return [sys.executable, "-m", "smollab", kind, str(workload), *overrides, *base_ov,
-                *as_overrides(vals), *forced, f"run.dir={run_dir}"]  # fmt: skip
+        return ch.smollab_argv(kind, str(workload), [*overrides, *base_ov, *as_overrides(vals),
+                                                     *forced, f"run.dir={run_dir}"])  # fmt: skip
 
     result: dict[str, Any] = {
         "workload": str(workload), "kind": kind, "overrides": overrides, "steps": steps,
         "warmup_steps": warmup, "repeat": repeat, "tolerance": tol, "min_speedup": min_speedup,
         "baseline_values": base_vals, "knobs": names, "results": [], "skipped": [],
-        "load_start": _load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "load_start": load_average(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
     }  # fmt: skip
     results: list[dict[str, Any]] = result["results"]
     counter = {"i": 0, "n": 1 + int(recheck)}
@@ -108,8 +109,6 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
         atomic_write_json(out / "bench.json", result)
         echo(f"  {_short(r)}")
         return r
-
-    from smollab.runs import atomic_write_json
 
     echo(f"bench {workload} ({kind}): {len(names)} knobs, {steps} steps per run -> {out}")
     base = variant("baseline", "baseline", {}, None, " ".join(base_ov) or "(workload as given)")
@@ -137,7 +136,7 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
         counter["n"] += 1
         r = variant("combined", "combined", vals, None, f"{'+'.join(combo)}")
         r["combined"] = combo
-    result["load_end"] = _load()
+    result["load_end"] = load_average()
     _write_reports(out, result)
     echo("")
     echo(render_markdown(result, image=False))
@@ -185,8 +184,6 @@ def _short(r: dict[str, Any]) -> str:
 
 
 def _write_reports(out: Path, result: dict[str, Any]) -> None:
-    from smollab.runs import atomic_write_json, atomic_write_text
-
     atomic_write_json(out / "bench.json", result)
     atomic_write_text(out / "bench.md", render_markdown(result))
     write_plot(result, out / "bench.png")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from smollab.lab.lr_analysis import RunCurve, analyze, classify, spike
+from smollab.report.lr_analysis import RunCurve, analyze, classify, spike
 
 STEPS = [float(s) for s in range(0, 101, 10)]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smollab.lab.spec import Distribution, SweepSpec
+from smollab.lab.sweep.spec import Distribution, Pruner, SweepSpec
 
 
 def _grid_sampler_cls():
@@ -52,6 +52,20 @@ def make_pruner(spec: SweepSpec):
                                               n_warmup_steps=p.n_warmup_steps,
                                               interval_steps=p.interval_steps)  # fmt: skip
     return optuna.pruners.NopPruner()
+
+
+def prune_evidence(p: Pruner, metric: str, step: int, value: float) -> str:
+    """Why the pruner stopped a trial, in words for its summary and results.csv."""
+    evidence = f"{p.type} pruner at step {step}: {metric} {value:.4g}"
+    if p.type == "threshold" and p.upper is not None and value > p.upper:
+        evidence += f" above the upper bound {p.upper:g}"
+    elif p.type == "threshold" and p.lower is not None and value < p.lower:
+        evidence += f" below the lower bound {p.lower:g}"
+    elif p.type == "median":
+        evidence += " worse than the median of earlier trials at this step"
+    elif p.type == "asha":
+        evidence += f" not in the top 1/{p.reduction_factor} of its rung"
+    return evidence
 
 
 def distributions(spec: SweepSpec) -> dict[str, Any]:

@@ -16,9 +16,9 @@ from smollab.runs import atomic_write_json
 def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
     """Name and memory of the device the workload runs on (nvidia-smi for CUDA: mockable)."""
     if kind == "cuda":
-        from smollab.lab.mps import _run
+        from smollab.lab.mps import run_tool
 
-        r = (runner or _run)(["nvidia-smi", "--query-gpu=name,memory.total,memory.used",
+        r = (runner or run_tool)(["nvidia-smi", "--query-gpu=name,memory.total,memory.used",
                               "--format=csv,noheader,nounits"])  # fmt: skip
         line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
         parts = [p.strip() for p in line.split(",")]
@@ -42,6 +42,17 @@ def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
     except OSError:
         pass
     return {"kind": kind, "name": name, "memory_mb": mem, "threads": threads}
+
+
+def device_kind(want: str) -> str:
+    """`perf.device`, or when it is auto the device torch finds (cuda, then mps, else cpu)."""
+    if want != "auto":
+        return want
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
 
 
 def device_key(info: dict[str, Any]) -> str:

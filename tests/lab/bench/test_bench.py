@@ -8,11 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from smollab import bench, bench_knobs, bench_measure, bench_report
 from smollab.config import load_config
 from smollab.errors import UserError
+from smollab.lab.bench import knobs as bench_knobs
+from smollab.lab.bench import measure as bench_measure
+from smollab.lab.bench import report as bench_report
+from smollab.lab.bench import run as bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PRETRAIN = ROOT / "configs/pretrain/simplestories-1.25m.yaml"
 GRPO = ROOT / "configs/grpo/happy.yaml"
 
@@ -58,8 +61,8 @@ def test_cuda_and_the_loop_source_decide_the_rest():
     runs, skipped = bench_knobs.plan(["tf32", "pin_memory", "workers"], "pretrain", cfg, "cuda")
     assert dict(runs) == {"tf32": {"perf.tf32": True}}
     assert "does not use it" in dict(skipped)["pin_memory"]  # no DataLoader to pin for
-    # a loop that reads perf.num_workers gets the knob measured (the rule follows the code)
-    runs, _ = bench_knobs.plan(["workers"], "pretrain", cfg, "cpu", source="cfg.perf.num_workers")
+    # a loop that reads perf.num_workers gets the knob measured (the rule follows the loops' table)
+    runs, _ = bench_knobs.plan(["workers"], "pretrain", cfg, "cpu", unread=lambda loop, key: None)
     assert dict(runs) == {"workers": {"perf.num_workers": 2}}
     runs, skipped = bench_knobs.plan(["compile", "fused"], "pretrain", cfg, "mps")
     assert not runs and set(dict(skipped)) == {"compile", "fused"}

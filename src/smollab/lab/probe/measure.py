@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from smollab.lab import children as ch
-from smollab.lab.probe_levels import RunMeasure
-from smollab.lab.probe_spec import ProbeSpec
+from smollab.lab.probe.levels import RunMeasure
+from smollab.lab.probe.spec import ProbeSpec
+from smollab.runs import RunView
 
 
 def step_times(rows: list[dict], command: str) -> list[tuple[int, float]]:
@@ -58,7 +59,7 @@ class ProcessLevel:
                 ov.append(f"perf.threads={threads}")
             kids.append(ch.launch(f"k{k}r{i}", ch.smollab_argv(spec.command, spec.base, ov), run_dir,
                                   threads=threads, env=self.env))  # fmt: skip
-        tails = [ch.MetricsTail(c.run_dir / "metrics.csv") for c in kids]
+        tails = [ch.MetricsTail(RunView(c.run_dir).metrics_path) for c in kids]
         seen: list[dict[int, float]] = [{} for _ in kids]
         rss: list[float] = [0.0 for _ in kids]
         errors: list[str | None] = [None for _ in kids]
@@ -73,10 +74,8 @@ class ProcessLevel:
                             seen[i].setdefault(int(r["step"]), now)
                     rss[i] = max(rss[i], c.peak_rss_mb() or 0.0)
                     if c.poll() is not None and errors[i] is None:
-                        from smollab.lab.sweep_trials import last_log_line
-
                         errors[i] = (
-                            f"run exited (code {c.proc.returncode}): {last_log_line(c.run_dir)}"
+                            f"run exited (code {c.proc.returncode}): {ch.last_log_line(c.run_dir)}"
                         )
                 if any(errors):
                     break

@@ -9,12 +9,13 @@ import pytest
 import yaml
 
 from smollab.errors import UserError
-from smollab.lab.probe import Probe, auto_concurrency, run_probe
-from smollab.lab.probe_cache import cache_lookup
-from smollab.lab.probe_levels import RunMeasure
-from smollab.lab.probe_measure import step_times
-from smollab.lab.probe_spec import ProbeSpec, load_probe
-from smollab.lab.spec_load import load_spec
+from smollab.lab.probe.cache import cache_lookup
+from smollab.lab.probe.levels import RunMeasure
+from smollab.lab.probe.measure import step_times
+from smollab.lab.probe.run import Probe, run_probe
+from smollab.lab.probe.spec import ProbeSpec, load_probe
+from smollab.lab.sweep.concurrency import auto_concurrency
+from smollab.lab.sweep.spec_load import load_spec
 
 CPU = {"kind": "cpu", "name": "test-cpu", "memory_mb": 100_000.0, "threads": 8}
 

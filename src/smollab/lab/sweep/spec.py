@@ -1,26 +1,21 @@
-"""The sweep spec's schema: `SweepSpec` and its sections, the validated config of one trial,
-and a value written back as a child's `key=value` override.
+"""The sweep spec's schema: `SweepSpec` and its sections, and the validated config of one trial.
 
 `space`, `overrides` and `enqueue` points are keyed by dotted config keys (`optim.lr`); a space
 entry is a list of values or a `Distribution` (`low`/`high`). Reading and checking a spec file is
-`smollab.lab.spec_load`.
+`smollab.lab.sweep.spec_load`.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from smollab.config import read_yaml
-
-
-class SpecSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+from smollab.lab.spec_common import SpecSection
+from smollab.sweep_metric import Metric
 
 
 class Distribution(SpecSection):
@@ -53,22 +48,6 @@ class Distribution(SpecSection):
             return IntDistribution(int(self.low), int(self.high), log=self.log,
                                    step=int(self.step or 1))  # fmt: skip
         return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
-
-
-class Metric(SpecSection):
-    name: str = Field(description="a metrics.csv column of the command, e.g. val_loss")
-    goal: Literal["min", "max"] = "min"
-    at_step: int | None = Field(
-        None, ge=1, description="value at this step instead of the final one"
-    )
-    reduce: Literal["last", "best"] = Field(
-        "last", description="last logged value, or the best one"
-    )
-
-    @property
-    def label(self) -> str:
-        label = self.name if self.reduce == "last" else f"best_{self.name}"
-        return f"{label}@{self.at_step}" if self.at_step else label
 
 
 class Pruner(SpecSection):
@@ -161,18 +140,3 @@ def resolve_config(spec: SweepSpec, point: dict[str, Any], seed: int | None = No
     if seed is not None:
         set_dotted(tree, "run.seed", seed)
     return validate(SCHEMAS[spec.command], tree)
-
-
-def override_value(v: Any) -> str:
-    """A value as the child's `key=value` parser reads it back exactly."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        if math.isfinite(v):
-            return repr(v)
-        return {math.inf: ".inf", -math.inf: "-.inf"}.get(v, ".nan")
-    if isinstance(v, list | dict):
-        return yaml.safe_dump(v, default_flow_style=True).strip()
-    return str(v)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import re
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from smollab.config import read_yaml
 from smollab.errors import UserError
-from smollab.lab.spec import Distribution, SpecSection, SweepSpec, resolve_config
+from smollab.lab.spec_common import coerce, flatten
+from smollab.lab.sweep.spec import Distribution, SweepSpec, resolve_config
 
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
 # COLUMNS from their source, since importing a loop pulls in torch.
@@ -51,47 +51,19 @@ def _schema_of(command: str):
     return SCHEMAS[command]
 
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-
-
-def _coerce(value: Any) -> Any:
-    """YAML reads `1e-4` (no dot) as a string; in a sweep a number is what users mean."""
-    if isinstance(value, str) and _NUMBER.match(value.strip()):
-        v = float(value)
-        return int(v) if v.is_integer() and not any(c in value for c in ".eE") else v
-    if isinstance(value, list):
-        return [_coerce(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _coerce(v) for k, v in value.items()}
-    return value
-
-
 def _is_dist(value: Any) -> bool:
     return isinstance(value, dict) and bool(set(value) & {"low", "high"})
-
-
-def _flatten(tree: Any, prefix: str = "", stop=lambda v: False) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if not isinstance(tree, dict):
-        return tree
-    for k, v in tree.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v and not stop(v):
-            out.update(_flatten(v, key + ".", stop))
-        else:
-            out[key] = v
-    return out
 
 
 def _normalize(tree: dict[str, Any]) -> dict[str, Any]:
     tree = copy.deepcopy(tree)
     if isinstance(tree.get("space"), dict):
-        tree["space"] = _coerce(_flatten(tree["space"], stop=_is_dist))
+        tree["space"] = coerce(flatten(tree["space"], stop=_is_dist))
     if isinstance(tree.get("overrides"), dict):
-        tree["overrides"] = _coerce(_flatten(tree["overrides"]))
+        tree["overrides"] = coerce(flatten(tree["overrides"]))
     if isinstance(tree.get("enqueue"), list):
         tree["enqueue"] = [
-            _coerce(_flatten(p)) if isinstance(p, dict) else p for p in tree["enqueue"]
+            coerce(flatten(p)) if isinstance(p, dict) else p for p in tree["enqueue"]
         ]
     if isinstance(tree.get("seeds"), int):
         tree["seeds"] = [tree["seeds"]]
@@ -108,7 +80,7 @@ def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]
 
     for item in overrides:
         key, value = parse_override(item)
-        value = _coerce(value)
+        value = coerce(value)
         head, _, rest = key.partition(".")
         if head in ("space", "overrides") and rest:
             section = tree.setdefault(head, {})
@@ -125,7 +97,7 @@ def _spec_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
     for name, field in schema.model_fields.items():
         keys.append(prefix + name)
         ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, SpecSection):
+        if isinstance(ann, type) and issubclass(ann, BaseModel):  # a section (metric, pruner)
             keys += _spec_keys(ann, f"{prefix}{name}.")
     return keys
 
@@ -136,7 +108,7 @@ def _check_spec_keys(tree: dict[str, Any]) -> None:
         if key not in SweepSpec.model_fields:
             _unknown("sweep key", key, known)
         ann = SweepSpec.model_fields[key].annotation
-        if isinstance(ann, type) and issubclass(ann, SpecSection) and isinstance(value, dict):
+        if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
             for sub in value:
                 if sub not in ann.model_fields:
                     _unknown("sweep key", f"{key}.{sub}", known)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smollab.bench_knobs import as_overrides
+from smollab.lab.bench.knobs import as_overrides
 
 
 def _n(v: Any, fmt: str) -> str:
@@ -116,9 +116,9 @@ def write_plot(result: dict[str, Any], path: Path) -> Path | None:
     rows = [r for r in result.get("results", []) if r.get("status") == "ok"]
     if not rows:
         return None
-    from smollab.report.plots import _plt, _save
+    from smollab.report.plots import pyplot, save_figure
 
-    plt = _plt()
+    plt = pyplot()
     names = [r["variant"] for r in rows][::-1]
     speed = [r.get("speedup") or 0.0 for r in rows][::-1]
     mem = [r.get("peak_mem_mb") or 0.0 for r in rows][::-1]
@@ -137,6 +137,6 @@ def write_plot(result: dict[str, Any], path: Path) -> Path | None:
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"smollab bench: {Path(str(result.get('workload'))).name} ({result.get('kind')}, "
                  f"{result.get('device', '?')}); orange = outside tolerance")  # fmt: skip
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return path

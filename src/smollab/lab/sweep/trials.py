@@ -1,0 +1,370 @@
+"""The trials of a sweep (`Trials`): their identity, which one runs next, what a previous sweep
+process left behind, how each ending is told to Optuna, and results.csv.
+
+Each trial is one child run with its own run directory `<dir>/trials/<NNN>-<short params>-s<seed>`,
+and that directory is the trial's identity: a rerun of the same command finds finished runs
+(kept), interrupted ones (continued from their checkpoints by the child's `run.resume=auto`) and
+failed ones (retried in place).
+
+How a child's ending maps to Optuna (status is always kept as the user attribute `status`):
+
+| child status                  | Optuna state | why |
+|-------------------------------|--------------|-----|
+| completed                     | COMPLETE     | the metric (final value, or at `at_step`) |
+| diverged, degenerate, stuck   | PRUNED       | a result for the report, but samplers must steer away from it: TPE ranks pruned trials below every complete one, while FAIL trials are ignored (and would be proposed again) |
+| pruned (by the sweep's pruner)| PRUNED       | stopped by SIGINT, then `set_status(run, "pruned", evidence)` |
+| failed (crash, no metric)     | FAIL         | nothing was learned about the point; retried on a rerun |
+| interrupted (sweep stopped)   | RUNNING      | left open: the rerun continues the same trial and run dir |
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from smollab.errors import UserError
+from smollab.lab import children as ch
+from smollab.lab.sweep.spec import SweepSpec
+from smollab.lab.sweep.study import distributions
+from smollab.runs import FINISHED, SWEEP_RESULTS, RunView, atomic_write_text
+
+TRIALS = "trials"  # the sweep dir's folder of trial run directories
+FAILURE_STATUSES = ("diverged", "degenerate", "stuck")
+
+
+# ---- reading a run ----------------------------------------------------------------------------
+
+
+def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float | None:
+    m = spec.metric
+    pts = [
+        (r["step"], r[m.name])
+        for r in rows
+        if r.get(m.name) is not None and r.get("step") is not None
+    ]
+    if m.at_step is not None:
+        if not rows or max(r["step"] or 0 for r in rows) < m.at_step:
+            return None
+        pts = [p for p in pts if p[0] <= m.at_step]
+    if not pts:
+        return None
+    vals = [v for _, v in pts]
+    if m.reduce == "best":
+        finite = [v for v in vals if math.isfinite(v)]
+        if not finite:
+            return vals[-1]
+        return min(finite) if m.goal == "min" else max(finite)
+    return vals[-1]
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A trial's summary.json; empty while missing or half-written (a child may be writing it)."""
+    try:
+        return RunView(run_dir).summary()
+    except (UserError, OSError):
+        return {}
+
+
+def reported_steps(trial: Any) -> list[int]:
+    """Steps a trial has already reported to the pruner (in an earlier sweep process too)."""
+    try:
+        return list(trial.storage.get_trial(trial._trial_id).intermediate_values)
+    except Exception:
+        return []
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+# ---- trial names ------------------------------------------------------------------------------
+
+
+def short_key(key: str, keys: list[str]) -> str:
+    last = key.split(".")[-1]
+    clashes = [k for k in keys if k.split(".")[-1] == last]
+    return last if len(clashes) == 1 else key.replace(".", "_")
+
+
+def fmt_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def trial_name(number: int, params: dict[str, Any], seed: int) -> str:
+    keys = list(params)
+    parts = [f"{short_key(k, keys)}{fmt_value(v)}" for k, v in params.items()]
+    name = "-".join([f"{number:03d}", *parts, f"s{seed}"])
+    name = re.sub(r"[^A-Za-z0-9._=+-]", "_", name)
+    if len(name) > 80:
+        name = name[:72] + "-s" + str(seed)
+    return name
+
+
+# ---- the trials of a sweep ----------------------------------------------------------------
+
+
+@dataclass
+class NextTrial:
+    trial: Any  # optuna.trial.Trial
+    name: str  # its run directory under trials/
+    params: dict[str, Any]
+    seed: int
+
+
+@dataclass
+class Ending:
+    """How a trial ended, as the study records it (status and reason also as user attributes)."""
+
+    status: str
+    reason: str | None
+    steps: int | None
+    metric: float | None  # only for a completed trial with a finite metric
+
+
+class Live(NamedTuple):
+    """A running trial's progress so far, for its results.csv row."""
+
+    steps: int | None
+    wall_s: float
+
+
+# conclude(trial, name, status, summary, exit code, wall seconds): the scheduler records an ending
+Conclude = Callable[[Any, str, "str | None", dict[str, Any], "int | None", float], None]
+
+
+class Trials:
+    """A sweep's trials, held in its Optuna study and named by their run directories.
+
+    It owns what a trial is (its point, seed and run directory), the queue of trials a previous
+    sweep process left open, the tally of failures, and results.csv. It launches nothing: the
+    scheduler (`smollab.lab.sweep.scheduler.Sweep`) asks it for the next trial and tells it how
+    each ended.
+    """
+
+    def __init__(self, spec: SweepSpec, study: Any, sweep_dir: Path, say: Callable[[str], None]):
+        self.spec = spec
+        self.study = study
+        self.dir = sweep_dir
+        self.trials_dir = sweep_dir / TRIALS
+        self.say = say
+        self.resume_queue: list[Any] = []  # FrozenTrials to continue
+        self.fails_in_a_row = 0
+        self.successes = 0
+
+    # ---- identity -------------------------------------------------------------------------
+
+    def point(self, t: Any) -> tuple[dict[str, Any], int]:
+        params = {k: t.params[k] for k in self.spec.space if k in t.params}
+        seed = t.params.get("seed", t.user_attrs.get("seed", self.spec.seeds[0]))
+        return params, int(seed)
+
+    def run_dir_name(self, t: Any) -> str:
+        name = t.user_attrs.get("run_dir")
+        if name:
+            return name
+        params, seed = self.point(t)
+        return trial_name(t.number, params, seed)
+
+    def run_dir(self, name: str) -> Path:
+        return self.trials_dir / name
+
+    def latest_by_dir(self) -> dict[str, Any]:
+        """The latest study trial of each run directory (a retry supersedes the failed one)."""
+        from optuna.trial import TrialState
+
+        latest: dict[str, Any] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state != TrialState.WAITING:
+                latest[self.run_dir_name(t)] = t
+        return latest
+
+    def _fresh_count(self) -> int:
+        """Trials that count towards the grid or n_trials x seeds (retries do not)."""
+        return sum(
+            1 for t in self.study.get_trials(deepcopy=False) if not t.user_attrs.get("retry")
+        )
+
+    def _waiting(self) -> bool:
+        from optuna.trial import TrialState
+
+        return bool(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def remaining(self) -> int:
+        """Trials still to launch (an estimate for the thread split)."""
+        from optuna.trial import TrialState
+
+        waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+        fresh_left = max(0, self.spec.total_runs() - self._fresh_count())
+        return len(self.resume_queue) + waiting + fresh_left
+
+    def progress(self) -> tuple[int, int]:
+        done = sum(1 for t in self.latest_by_dir().values() if t.state.is_finished())
+        return done, max(self.spec.total_runs(), done)
+
+    # ---- what runs next -------------------------------------------------------------------
+
+    def settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
+        """After a previous parent: finished runs are recorded (through `conclude`), open ones
+        queued to continue, failed ones enqueued again (same run dir) when `retry_failed`."""
+        from optuna.trial import TrialState
+
+        for name, t in self.latest_by_dir().items():
+            run_dir = self.run_dir(name)
+            if t.state == TrialState.RUNNING:
+                if ch.reap_stale(run_dir, stop_timeout):
+                    self.say(f"trial {name}: stopped a child left by the previous sweep process")
+                summary = read_summary(run_dir)
+                status = summary.get("status")
+                if status in FINISHED:
+                    wall = float(t.user_attrs.get("wall_s", 0.0))
+                    conclude(self.attach(t), name, status, summary, 0, wall)
+                else:
+                    self.resume_queue.append(t)
+            elif t.state == TrialState.FAIL and self.spec.retry_failed:
+                params, seed = self.point(t)
+                fixed = dict(params)
+                if self.spec.sampler == "grid":
+                    fixed["seed"] = seed
+                self.study.enqueue_trial(fixed, user_attrs={"run_dir": name, "seed": seed, "retry": True,
+                                                            "wall_s": t.user_attrs.get("wall_s", 0.0)})  # fmt: skip
+                self.say(
+                    f"trial {name}: failed before ({t.user_attrs.get('reason', '?')}); retrying"
+                )
+        if self.resume_queue:
+            self.say(
+                f"resuming {len(self.resume_queue)} unfinished trial(s) from their checkpoints"
+            )
+
+    def attach(self, frozen: Any) -> Any:
+        import optuna
+
+        return optuna.trial.Trial(self.study, frozen._trial_id)
+
+    def next_trial(self) -> NextTrial | None:
+        """The next trial to launch: an open one to continue first, else one asked of the study."""
+        if self.resume_queue:
+            frozen = self.resume_queue.pop(0)
+            params, seed = self.point(frozen)
+            return NextTrial(self.attach(frozen), self.run_dir_name(frozen), params, seed)
+        if not self._waiting() and self._fresh_count() >= self.spec.total_runs():
+            return None
+        trial = self.study.ask(distributions(self.spec))
+        params = {k: trial.params[k] for k in self.spec.space}
+        seed = int(trial.params.get("seed", trial.user_attrs.get("seed", self.spec.seeds[0])))
+        name = trial.user_attrs.get("run_dir") or trial_name(trial.number, params, seed)
+        trial.set_user_attr("run_dir", name)
+        trial.set_user_attr("seed", seed)
+        fresh = not trial.user_attrs.get("retry") and not trial.user_attrs.get("sibling")
+        if self.spec.sampler != "grid" and fresh:
+            for s in self.spec.seeds[1:]:  # the same configuration once per further seed
+                self.study.enqueue_trial(params, user_attrs={"seed": s, "sibling": True})
+        return NextTrial(trial, name, params, seed)
+
+    # ---- endings --------------------------------------------------------------------------
+
+    def record(self, trial: Any, run_dir: Path, status: str | None, summary: dict[str, Any],
+               code: int | None, wall: float, stopping: bool) -> Ending:  # fmt: skip
+        """Tell Optuna how a trial ended (see the module docstring for the mapping)."""
+        from optuna.trial import TrialState
+
+        rows = RunView(run_dir).metrics()
+        steps = (
+            int(rows[-1]["step"])
+            if rows and rows[-1].get("step") is not None
+            else summary.get("steps")
+        )
+        reason = summary.get("evidence")
+        attrs: dict[str, Any] = {"steps": steps, "wall_s": round(wall, 2)}
+        if status == "completed":
+            value = metric_value(rows, self.spec)
+            if value is None or not math.isfinite(value):
+                status, state = "failed", TrialState.FAIL
+                reason = (
+                    f"metric {self.spec.metric.label} is {'not logged' if value is None else value}"
+                )
+            else:
+                state = TrialState.COMPLETE
+                attrs["metric"] = value
+        elif status in FAILURE_STATUSES or status == "pruned":
+            state = TrialState.PRUNED
+        elif (stopping or code in (130, -2)) and status in ("interrupted", "running", None):
+            status, state = "interrupted", None  # left RUNNING: the rerun continues it
+            reason = reason or "sweep stopped"
+        else:
+            state = TrialState.FAIL
+            reason = (summary.get("evidence") if status == "failed" else None) or ch.last_log_line(
+                run_dir
+            )
+            status = "failed"
+        attrs.update(status=status, reason=reason)
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        if state is not None:
+            self.study.tell(trial, attrs.get("metric") if state == TrialState.COMPLETE else None,
+                            state=state)  # fmt: skip
+        if status == "failed":
+            self.fails_in_a_row += 1
+        elif status != "interrupted":
+            self.fails_in_a_row, self.successes = 0, self.successes + 1
+        return Ending(status=status, reason=reason, steps=steps, metric=attrs.get("metric"))
+
+    def all_failing(self, concurrency: int) -> bool:
+        """No trial has succeeded and enough failed in a row (at least 2, at most 4, about one per
+        slot) to say the workload itself is broken: launching more would only repeat it."""
+        return self.fails_in_a_row >= max(2, min(concurrency, 4)) and not self.successes
+
+    # ---- results.csv ----------------------------------------------------------------------
+
+    def rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
+        """One row per run directory; `live` holds the running trials' progress."""
+        from optuna.trial import TrialState
+
+        rows = []
+        for name, t in sorted(self.latest_by_dir().items(), key=lambda kv: kv[0]):
+            params, seed = self.point(t)
+            ua = t.user_attrs
+            now = live.get(name)
+            if t.state == TrialState.RUNNING:
+                status = "running" if now is not None else ua.get("status") or "interrupted"
+            elif t.state == TrialState.FAIL:
+                status = "failed"
+            else:
+                status = ua.get("status", t.state.name.lower())
+            steps = now.steps if now is not None else ua.get("steps")
+            wall = now.wall_s if now is not None else ua.get("wall_s")
+            value = t.value if t.state == TrialState.COMPLETE else None
+            row = {"trial": name[:3] if name[:3].isdigit() else t.number, **params, "seed": seed,
+                   "status": status, self.spec.metric.label: value, "steps": steps,
+                   "wall_s": None if wall is None else round(wall, 1),
+                   "reason": ua.get("reason") if status not in ("running", "completed") else None,
+                   "run_dir": f"{TRIALS}/{name}"}  # fmt: skip
+            rows.append(row)
+        return rows
+
+    def write_results(self, live: Mapping[str, Live]) -> None:
+        fields = ["trial", *self.spec.space, "seed", "status", self.spec.metric.label, "steps",
+                  "wall_s", "reason", "run_dir"]  # fmt: skip
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in self.rows(live):
+            w.writerow({k: ("" if v is None else _csv(v)) for k, v in r.items()})
+        atomic_write_text(self.dir / SWEEP_RESULTS, buf.getvalue())
+
+
+def _csv(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return v
