@@ -93,7 +93,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.engine.sample import sample_texts
+        from smollab.engine.sample_texts import sample_texts
 
         if a.n < 1 or a.max_new_tokens < 1:
             raise UserError("--n and --max-new-tokens must be at least 1")
@@ -137,10 +137,10 @@ def _config(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         import yaml
 
-        from smollab.config import SCHEMAS, load_config, to_dict
+        from smollab.config import SCHEMAS, guess_command, load_config, to_dict
 
         path, overrides = split_config(a.args)
-        name = a.for_command or _guess_command(path)
+        name = a.for_command or guess_command(path)
         if name not in SCHEMAS:
             raise UserError(f"--command {name}: one of {', '.join(sorted(SCHEMAS))}")
         cfg = load_config(name, path, overrides)
@@ -148,12 +148,6 @@ def _config(p: argparse.ArgumentParser) -> None:
         return 0
 
     show.set_defaults(run=run)
-
-
-def _guess_command(path: str | None) -> str:
-    from smollab.config import guess_command, read_yaml
-
-    return guess_command(read_yaml(path)) if path else "pretrain"
 
 
 @command("demo", "the whole loop offline in minutes: data, pretraining, GRPO, a report")

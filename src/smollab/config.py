@@ -212,7 +212,6 @@ class RewardSpec(BaseModel):
         return v
 
 
-
 def _default_rewards() -> list[RewardSpec]:
     return [RewardSpec(name="happy_binary")]
 
@@ -250,9 +249,12 @@ def register(command: str, schema: type[Section]) -> None:
 # Loading
 
 
-def guess_command(tree: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> str:
-    """The training command a recipe (its YAML mapping) and overrides are for: GRPO if they have
-    a `grpo` or `reward` section, otherwise pretraining."""
+def guess_command(
+    recipe: dict[str, Any] | str | Path | None, overrides: list[str] | tuple[str, ...] = ()
+) -> str:
+    """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
+    they have a `grpo` or `reward` section, otherwise pretraining."""
+    tree = read_yaml(recipe) if isinstance(recipe, str | Path) else (recipe or {})
     if "grpo" in tree or "reward" in tree or any(o.startswith(("grpo.", "reward")) for o in overrides):
         return "grpo"
     return "pretrain"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.runs import FINISHED, SUMMARY, RunView, atomic_write_json
+from smollab.runs import FINISHED, REPORT, SUMMARY, RunView, atomic_write_json
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"
@@ -200,7 +200,7 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
     save()
 
     # ---- 4. report ----------------------------------------------------------------------------
-    _banner(4, "report", f"samples before and after RL, plots, {out / 'report.md'}")
+    _banner(4, "report", f"samples before and after RL, plots, {out / REPORT}")
     t0 = time.perf_counter()
     from smollab.report.demo_report import write_report
 
@@ -217,10 +217,10 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
         "grpo": " ".join([f"smollab grpo configs/{GRPO_RECIPE}", *grpo_ov]),
     }
     summary["commands"] = commands
-    write_report(out / "report.md", summary)
+    write_report(out / REPORT, summary)
     seconds["report"] = round(time.perf_counter() - t0, 2)
     save()
-    write_report(out / "report.md", summary)  # again, now with the report's own seconds
+    write_report(out / REPORT, summary)  # again, now with the report's own seconds
     return summary
 
 
@@ -296,10 +296,8 @@ def samples_before_after(cfg, base_dir: Path, rl_dir: Path) -> list[dict[str, An
             gen = torch.Generator(device=sampler.device).manual_seed(cfg.run.seed + 1234)
             r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k, generator=gen)  # fmt: skip
-            ids = [row[: int(m.sum())].tolist()
-                   for row, m in zip(r.completion_ids, r.completion_mask, strict=True)]  # fmt: skip
-            texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
-            total, _ = pool(prompt_texts, texts, ids)
+            texts = r.completion_texts(tokenizer)
+            total, _ = pool(prompt_texts, texts, r.completion_rows())
             for i, (text, reward) in enumerate(zip(texts, total.tolist(), strict=True)):
                 out[i][tag] = text
                 out[i][f"{tag}_reward"] = reward

@@ -32,6 +32,9 @@ SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
 PLOTS = "plots"  # png figures redrawn from metrics.csv
 TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
+REPORT = "report.md"  # `smollab report` of a run or sweep directory (and the demo's)
+CHILD_LOG = "child.log"  # a lab-launched run: its process's stdout and stderr
+CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
 
@@ -263,10 +266,7 @@ class RunDir:
         return final
 
     def step_checkpoints(self) -> list[Path]:
-        if not self.ckpt_dir.is_dir():
-            return []
-        steps = [p for p in self.ckpt_dir.glob("step_*") if p.name.split("_")[1].isdigit()]
-        return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
+        return RunView(self.path).step_checkpoints()
 
     def latest_checkpoint(self) -> Path | None:
         steps = [p for p in self.step_checkpoints() if (p / TRAINER_STATE).exists()]
@@ -339,6 +339,12 @@ class RunView:
         """The last logged value of a metrics column (None if never logged)."""
         rows = [r for r in self.metrics() if r.get(key) is not None]
         return rows[-1][key] if rows else None
+
+    def step_checkpoints(self) -> list[Path]:
+        """checkpoints/step_<N>/ directories, oldest first."""
+        d = self.checkpoints_dir
+        steps = [p for p in d.glob("step_*") if p.name.split("_")[1].isdigit()] if d.is_dir() else []
+        return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
 
     def log_lines(self) -> list[str]:
         try:

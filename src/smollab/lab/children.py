@@ -24,8 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PIDFILE = ".child.pid"
-CHILD_LOG = "child.log"
+from smollab.runs import CHILD_LOG, CHILD_PID
 
 
 def cpu_count() -> int:
@@ -91,7 +90,7 @@ class Child:
         if code is not None:
             _LIVE.discard(self)
             with contextlib.suppress(OSError):
-                (self.run_dir / PIDFILE).unlink()
+                (self.run_dir / CHILD_PID).unlink()
         return code
 
     def interrupt(self, reason: str | None = None) -> None:
@@ -167,7 +166,7 @@ def launch(
     child = Child(name=name, run_dir=run_dir, argv=argv, threads=threads, proc=proc)
     _LIVE.add(child)
     with contextlib.suppress(OSError):
-        (run_dir / PIDFILE).write_text(f"{proc.pid}\n")
+        (run_dir / CHILD_PID).write_text(f"{proc.pid}\n")
     return child
 
 
@@ -227,7 +226,7 @@ def pid_alive(pid: int, must_contain: str | None = None) -> bool:
 
 def reap_stale(run_dir: Path, timeout: float = 60.0) -> bool:
     """If a previous parent's child still runs in `run_dir`, stop it and wait. True if one did."""
-    pidfile = Path(run_dir) / PIDFILE
+    pidfile = Path(run_dir) / CHILD_PID
     try:
         pid = int(pidfile.read_text().strip())
     except (OSError, ValueError):

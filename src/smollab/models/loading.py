@@ -27,11 +27,11 @@ def resolve_model_dir(path: str) -> Path | str:
         if path.startswith((".", "/", "~")) or path.count("/") > 1:
             raise UserError(f"model.path: no such directory {path}")
         return path  # hub id such as "gpt2" or "SimpleStories/SimpleStories-1.25M"
-    ckpts = RunView(p).checkpoints_dir
-    if ckpts.is_dir():
-        if (ckpts / "final").is_dir():
-            return ckpts / "final"
-        steps = sorted(ckpts.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))
+    view = RunView(p)
+    if view.checkpoints_dir.is_dir():
+        if (view.checkpoints_dir / "final").is_dir():
+            return view.checkpoints_dir / "final"
+        steps = view.step_checkpoints()
         if not steps:
             raise UserError(f"model.path: run directory {p} has no checkpoint yet")
         return steps[-1]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.runs import METRICS, SUMMARY, RunView, atomic_write_text
+from smollab.runs import METRICS, REPORT, SUMMARY, RunView, atomic_write_text
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
@@ -73,6 +73,6 @@ def write_run_report(run_dir: str | Path) -> Path:
         for p in images:
             lines.append(f"![{p.stem}]({p.relative_to(d)})")
             lines.append("")
-    path = d / "report.md"
+    path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -13,7 +13,7 @@ from typing import Any
 
 from smollab.report.sweep_data import FAILURES, _f, is_lr_sweep, load_sweep, lr_curves
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
-from smollab.runs import atomic_write_text
+from smollab.runs import REPORT, atomic_write_text
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:
@@ -153,6 +153,6 @@ def write_sweep_report(
         for p in images:
             lines.append(f"![{p.stem}]({p.name})")
             lines.append("")
-    path = d / "report.md"
+    path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -6,6 +6,7 @@ are pure functions of logged values, so a sweep can re-apply them to any run's m
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,6 +81,8 @@ class RLWatch:
 
     def __init__(self, limits, flags: dict[str, str] | None = None):
         self.limits = limits  # the `failure` config section
+        if isinstance(flags, str):  # checkpoints written before the run scaffold saved JSON text
+            flags = json.loads(flags)
         self.flags = dict(flags or {})  # status -> evidence, saved with the run's state
         self.streak = 0
 

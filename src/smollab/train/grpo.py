@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from smollab.config import GRPOConfig
+from smollab.data.prepare import ensure_prepared
 from smollab.device import make_adamw, peak_memory_mb, setup_runtime, synchronize
 from smollab.engine.policy import policy_logprobs, replay_blocker
 from smollab.engine.reference import build_reference
@@ -60,6 +61,8 @@ def train(cfg: GRPOConfig) -> dict:
     rt = setup_runtime(cfg.perf)
 
     # ---- tokenizer and prompts ----------------------------------------------------------
+    if not g.prompts_file:  # the prompts are stories of the data directory
+        ensure_prepared(cfg.data, exact=False)
     tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
     train_prompts, eval_prompts = grpo_prompts(g, cfg.data.dir, tokenizer)
 

@@ -60,8 +60,9 @@ def resume(run: RunDir, model: torch.nn.Module, optimizer, scaler, lora: bool) -
     rng = state.pop("rng", None)
     if rng is not None:
         torch.set_rng_state(rng["cpu"])
-        if rng.get("cuda") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        if rng.get("cuda") and torch.cuda.is_available():  # as many GPUs as are here now
+            for i, gpu_state in enumerate(rng["cuda"][: torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(gpu_state, i)
     run.log(f"resumed from {run.resume_from.name} at step {state['step']}", echo=True)
     return state
 

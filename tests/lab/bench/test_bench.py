@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.config import load_config
+from smollab.config import guess_command, load_config
 from smollab.errors import UserError
 from smollab.lab.bench import knobs as bench_knobs
 from smollab.lab.bench import measure as bench_measure
@@ -71,8 +71,8 @@ def test_cuda_and_the_loop_source_decide_the_rest():
 def test_grpo_plan():
     cfg = load_config("grpo", GRPO, [])
     assert (
-        bench_knobs.guess_kind(GRPO, []) == "grpo"
-        and bench_knobs.guess_kind(PRETRAIN, []) == "pretrain"
+        guess_command(GRPO, []) == "grpo"
+        and guess_command(PRETRAIN, []) == "pretrain"
     )
     runs, skipped = bench_knobs.plan(bench_knobs.select(None, "grpo"), "grpo", cfg, "cpu")
     runs, skipped = dict(runs), dict(skipped)

@@ -127,7 +127,10 @@ def test_threshold_pruner_stops_a_trial(micro_pretrain, tmp_path):
 def test_status_mapping_threads_and_rerun(fake_child, micro_data, tmp_path):
     """completed -> COMPLETE, diverged -> PRUNED, crash -> FAIL; a rerun keeps finished trials
     and retries the failed one in its own run dir."""
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 20.0, 200.0]}, threads=4)
+    # The first poll comes after both quick endings (crash, divergence), so the last trial is
+    # launched alone whatever order they end in; a 50 ms poll made the thread count a race.
+    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 20.0, 200.0]}, threads=4,
+                          poll_s=0.5)  # fmt: skip
     spec = load_spec(spec_path)
     counts = run_sweep(spec)
     assert counts == {"completed": 1, "diverged": 1, "failed": 1}

@@ -3,7 +3,7 @@ with which values, which are skipped and why, and which join the combination.
 
 A knob that cannot apply is listed as skipped with the reason, never run and reported as if it
 worked: CUDA-only knobs off CUDA, a knob whose config key the loop does not read (the loops'
-own table, `smollab.train.knobs.UNREAD`, says which and why), and anything the runtime itself
+own table, `smollab.train.unread_keys.UNREAD`, says which and why), and anything the runtime itself
 reported as skipped in the variant's training.log.
 
 That table imports nothing heavy: the parent never imports torch.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.train.knobs import unread_reason
+from smollab.lab.spec_common import override_value
+from smollab.train.unread_keys import unread_reason
 
 
 @dataclass(frozen=True)
@@ -64,20 +64,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
 ]}  # fmt: skip
 
 
-def guess_kind(path: str | Path, overrides: list[str]) -> str:
-    from smollab.config import guess_command, read_yaml
-
-    return guess_command(read_yaml(path), overrides)
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return "null" if v is None else str(v)
-
-
 def as_overrides(d: dict[str, Any]) -> list[str]:
-    return [f"{k}={_fmt(v)}" for k, v in d.items()]
+    return [f"{k}={override_value(v)}" for k, v in d.items()]
 
 
 def knob_values(knob: Knob, cfg) -> tuple[dict[str, Any], dict[str, Any]]:

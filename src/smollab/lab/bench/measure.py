@@ -24,7 +24,7 @@ from typing import Any
 
 from smollab.errors import UserError
 from smollab.lab import children as ch
-from smollab.runs import RunView, read_json
+from smollab.runs import CHILD_LOG, RunView, read_json
 
 STOP_GRACE_S = 30.0  # a variant stopped by Ctrl-C may save its state this long before SIGKILL
 
@@ -126,7 +126,7 @@ def within_tolerance(kind: str, value: float | None, base: float | None, tol: fl
 def _tail(run_dir: Path, n: int = 3) -> str:
     """The child's last printed lines (child.log without its launch lines)."""
     try:
-        text = (run_dir / ch.CHILD_LOG).read_text(errors="replace")
+        text = (run_dir / CHILD_LOG).read_text(errors="replace")
     except OSError:
         return ""
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("$ ")]

@@ -26,7 +26,6 @@ from smollab.lab.bench.knobs import (
     as_overrides,
     baseline_values,
     combination,
-    guess_kind,
     plan,
     select,
 )
@@ -52,9 +51,9 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     disagreement shows how much noise there was. Each result records the load average at its
     start.
     """
-    from smollab.config import load_config
+    from smollab.config import guess_command, load_config
 
-    kind = kind or guess_kind(workload, overrides)
+    kind = kind or guess_command(workload, overrides)
     cfg = load_config(kind, workload, overrides)  # bad workloads stop here, before any run
     names = select(knobs, kind)
     steps = steps or DEFAULT_STEPS[kind]

@@ -33,7 +33,9 @@ from smollab.lab.sweep.trials import (
     reported_steps,
 )
 from smollab.runs import (
+    CHILD_LOG,
     FINISHED,
+    REPORT,
     SWEEP_META,
     SWEEP_RESULTS,
     RunView,
@@ -242,7 +244,7 @@ class Sweep:
                   f"[{done}/{total} done, {len(self.running)} running]")  # fmt: skip
         if self.trials.all_failing(self.concurrency):
             self.abort = (
-                f"every trial fails so far; the last: {end.reason} (see {run_dir / ch.CHILD_LOG})"
+                f"every trial fails so far; the last: {end.reason} (see {run_dir / CHILD_LOG})"
             )
         self.write_results()
         self.write_report(plots=False)
@@ -314,7 +316,7 @@ class Sweep:
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         self._say(f"sweep {'stopped' if self.stop else 'done'}: {summary}; "
-                  f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / 'report.md'}")  # fmt: skip
+                  f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / REPORT}")  # fmt: skip
         if self.abort and not self.stop:
             raise UserError(self.abort)
         if self.stop:

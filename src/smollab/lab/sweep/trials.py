@@ -64,7 +64,7 @@ def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float 
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A trial's summary.json; empty while missing or half-written (a child may be writing it)."""
+    """A trial's summary.json; empty while missing or unreadable."""
     try:
         return RunView(run_dir).summary()
     except (UserError, OSError):

@@ -13,7 +13,7 @@ UNREAD: dict[str, dict[str, str]] = {
         "perf.pin_memory": "it slices batches from a memmap in-process, no DataLoader",
     },
     "grpo": {
-        "perf.compile": "perf.compile is ignored there",
+        "perf.compile": "it never compiles (the lean sampler decodes eagerly)",
         "train.grad_accum": "one optimizer step per generated batch",
         "perf.num_workers": "prompts are token lists in memory, no DataLoader",
         "perf.pin_memory": "no DataLoader",
