@@ -38,5 +38,7 @@ def test_user_errors_exit_2_with_one_line(capsys, tmp_path):
 
 
 def test_entry_point_runs_as_module():
-    out = subprocess.run([sys.executable, "-m", "smollab", "--help"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "smollab", "--help"], capture_output=True, text=True
+    )
     assert out.returncode == 0 and "pretrain" in out.stdout

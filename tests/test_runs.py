@@ -44,8 +44,9 @@ def test_checkpoints_atomic_keep_last_and_state(tmp_path):
     model = AutoModelForCausalLM.from_config(preset_config("micro"))
     run = RunDir.start(tmp_path, {}, "auto", "pretrain")
     for step in (1, 2, 3):
-        run.save_checkpoint(f"step_{step}", model, state={"step": step, "t": torch.ones(2)},
-                            keep_last=2)
+        run.save_checkpoint(
+            f"step_{step}", model, state={"step": step, "t": torch.ones(2)}, keep_last=2
+        )
     assert [p.name for p in run.step_checkpoints()] == ["step_2", "step_3"]
     assert run.latest_checkpoint().name == "step_3"
     assert (run.latest_checkpoint() / "model.safetensors").exists()

@@ -38,7 +38,9 @@ def _config_args(p: argparse.ArgumentParser) -> None:
 @command("data", "prepare data: corpus, tokenizer and memmapped token files")
 def _data(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True)
-    prep = sub.add_parser("prepare", help="write corpus, tokenizer, train.bin and val.bin into data.dir")
+    prep = sub.add_parser(
+        "prepare", help="write corpus, tokenizer, train.bin and val.bin into data.dir"
+    )
     _config_args(prep)
 
     def run(a: argparse.Namespace) -> int:
@@ -77,7 +79,9 @@ def _training_command(name: str, help_text: str) -> None:
 
 
 _training_command("pretrain", "pretrain a causal LM; writes a run directory")
-_training_command("grpo", "GRPO fine-tuning (full or LoRA) against reward functions; writes a run directory")
+_training_command(
+    "grpo", "GRPO fine-tuning (full or LoRA) against reward functions; writes a run directory"
+)
 
 
 @command("sample", "generate text from a run directory or checkpoint")
@@ -171,12 +175,16 @@ def _demo(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-@command("bench", "measure each performance knob alone on a workload: step time, throughput, memory")
+@command(
+    "bench", "measure each performance knob alone on a workload: step time, throughput, memory"
+)
 def _bench(p: argparse.ArgumentParser) -> None:
     from smollab.lab.bench.knobs import KNOBS
 
     p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
-    p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload")
+    p.add_argument(
+        "overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload"
+    )
     p.add_argument("--knobs", default=None,
                    help=f"comma-separated subset of: {', '.join(KNOBS)} (default: all)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
@@ -196,7 +204,9 @@ def _bench(p: argparse.ArgumentParser) -> None:
 
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:
-            raise UserError("bench: give a workload recipe first, e.g. configs/pretrain/simplestories-1.25m.yaml")
+            raise UserError(
+                "bench: give a workload recipe first, e.g. configs/pretrain/simplestories-1.25m.yaml"
+            )
         knobs = [k.strip() for k in a.knobs.split(",") if k.strip()] if a.knobs else None
         result = run_bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, kind=a.kind,
                            tolerance=a.tolerance, min_speedup=a.min_speedup, timeout=a.timeout,

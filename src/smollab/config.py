@@ -37,7 +37,9 @@ class LoraConfig(Section):
 
 class ModelConfig(Section):
     preset: str | None = Field("simplestories-1.25m", description="see `smollab models`")
-    path: str | None = Field(None, description="HF model directory, run dir or hub id; wins over preset")
+    path: str | None = Field(
+        None, description="HF model directory, run dir or hub id; wins over preset"
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
@@ -50,12 +52,18 @@ class ModelConfig(Section):
 class DataConfig(Section):
     dir: str = Field("data/stories", description="where corpus, tokenizer and token files live")
     source: Literal["offline", "simplestories", "tinystories", "files"] = "offline"
-    files: list[str] = Field(default_factory=list, description=".txt or .jsonl files (source=files)")
+    files: list[str] = Field(
+        default_factory=list, description=".txt or .jsonl files (source=files)"
+    )
     text_key: str = Field("story", description="field of each .jsonl record that holds the text")
     num_stories: int = Field(50_000, ge=10, description="offline corpus size")
-    max_stories: int | None = Field(None, ge=10, description="cap on stories taken from a hub dataset")
+    max_stories: int | None = Field(
+        None, ge=10, description="cap on stories taken from a hub dataset"
+    )
     test_fraction: float = Field(0.05, gt=0, lt=0.5)
-    tokenizer: Literal["wordpiece", "bpe"] = Field("wordpiece", description="SimpleStories or CS336 style")
+    tokenizer: Literal["wordpiece", "bpe"] = Field(
+        "wordpiece", description="SimpleStories or CS336 style"
+    )
     vocab_size: int | None = Field(
         None, ge=64, le=65535, description="default: 4096 for wordpiece, 10000 for bpe"
     )
@@ -192,7 +200,9 @@ class FailureConfig(Section):
     patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")
     stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
     stuck_margin: float = Field(0.05, ge=0)
-    baseline_steps: int = Field(5, ge=1, description="steps averaged for baseline and recent reward")
+    baseline_steps: int = Field(
+        5, ge=1, description="steps averaged for baseline and recent reward"
+    )
 
 
 class RewardSpec(BaseModel):
@@ -255,7 +265,11 @@ def guess_command(
     """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
     they have a `grpo` or `reward` section, otherwise pretraining."""
     tree = read_yaml(recipe) if isinstance(recipe, str | Path) else (recipe or {})
-    if "grpo" in tree or "reward" in tree or any(o.startswith(("grpo.", "reward")) for o in overrides):
+    if (
+        "grpo" in tree
+        or "reward" in tree
+        or any(o.startswith(("grpo.", "reward")) for o in overrides)
+    ):
         return "grpo"
     return "pretrain"
 

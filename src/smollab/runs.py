@@ -38,8 +38,16 @@ CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
 
-STATUSES = ("running", "completed", "diverged", "degenerate", "stuck", "pruned", "failed",
-            "interrupted")
+STATUSES = (
+    "running",
+    "completed",
+    "diverged",
+    "degenerate",
+    "stuck",
+    "pruned",
+    "failed",
+    "interrupted",
+)
 FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")  # results, never rerun
 
 
@@ -113,7 +121,9 @@ class Metrics:
         self.columns = columns
         if resume_step is not None and path.exists():
             with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if r.get("step") and int(r["step"]) <= resume_step]
+                rows = [
+                    r for r in csv.DictReader(f) if r.get("step") and int(r["step"]) <= resume_step
+                ]
             self._rewrite(rows)
         elif not path.exists() or resume_step is None:
             self._rewrite([])
@@ -343,7 +353,9 @@ class RunView:
     def step_checkpoints(self) -> list[Path]:
         """checkpoints/step_<N>/ directories, oldest first."""
         d = self.checkpoints_dir
-        steps = [p for p in d.glob("step_*") if p.name.split("_")[1].isdigit()] if d.is_dir() else []
+        steps = (
+            [p for p in d.glob("step_*") if p.name.split("_")[1].isdigit()] if d.is_dir() else []
+        )
         return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
 
     def log_lines(self) -> list[str]:

@@ -44,7 +44,9 @@ def test_full_forward_matches_hf(tie):
     hf = micro_llama(tie)
     lean = LeanLlama.from_hf(hf)
     assert lean.mlp_width == 48  # 45 padded with zero weights: the padding must change nothing
-    assert not lean.wgu[:, 45:48].any() and not lean.wgu[:, 93:].any() and not lean.wd[..., 45:].any()
+    assert (
+        not lean.wgu[:, 45:48].any() and not lean.wgu[:, 93:].any() and not lean.wd[..., 45:].any()
+    )
     ids, _ = batch()
     with torch.inference_mode():
         torch.testing.assert_close(lean(ids), hf(ids).logits, atol=TOL, rtol=0)

@@ -20,8 +20,18 @@ def test_full_finetune_end_to_end(micro_grpo, tmp_path):
     assert summary["status"] == "completed" and summary["steps"] == 6
     rows = read_metrics(run / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
-    for key in ("reward_mean", "kl", "entropy", "completion_len", "unique_fraction", "jaccard",
-                "clip_frac", "grad_norm", "gen_s", "train_s"):
+    for key in (
+        "reward_mean",
+        "kl",
+        "entropy",
+        "completion_len",
+        "unique_fraction",
+        "jaccard",
+        "clip_frac",
+        "grad_norm",
+        "gen_s",
+        "train_s",
+    ):
         assert rows[-1][key] is not None, key
     assert rows[2]["eval_reward_mean"] is not None  # evaluated at step 3
     assert rows[-1]["kl"] >= 0
@@ -74,8 +84,16 @@ def test_failure_rules_stop_or_flag(micro_grpo, tmp_path):
     deg = _run([*micro_grpo, "failure.max_jaccard=0.0", "failure.patience=2"])
     assert deg["status"] == "degenerate" and deg["steps"] < 6
     assert "Jaccard" in deg["evidence"]
-    stuck = _run([*micro_grpo, f"run.dir={tmp_path / 's'}", "failure.stuck_grace_steps=4",
-                  "failure.baseline_steps=1", "failure.stuck_margin=2", "failure.action=flag"])
+    stuck = _run(
+        [
+            *micro_grpo,
+            f"run.dir={tmp_path / 's'}",
+            "failure.stuck_grace_steps=4",
+            "failure.baseline_steps=1",
+            "failure.stuck_margin=2",
+            "failure.action=flag",
+        ]
+    )
     assert stuck["status"] == "completed" and "stuck" in stuck["flags"]
     div = _run([*micro_grpo, f"run.dir={tmp_path / 'd'}", "failure.max_kl=1e-9", "grpo.beta=0.1"])
     assert div["status"] == "diverged" and "kl" in div["evidence"]
@@ -86,7 +104,9 @@ def test_user_reward_module(micro_grpo, tmp_path, monkeypatch):
         "def short(completions, **kw):\n    return [1.0 / (1 + len(c)) for c in completions]\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    summary = _run([*micro_grpo, "reward=[{name: 'myrewards:short', weight: 2.0}, {name: happy_count}]"])
+    summary = _run(
+        [*micro_grpo, "reward=[{name: 'myrewards:short', weight: 2.0}, {name: happy_count}]"]
+    )
     assert summary["status"] == "completed"
     rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
     assert rows[0]["reward/myrewards:short"] is not None

@@ -69,8 +69,16 @@ def test_resume_after_crash_is_exact(micro_pretrain, tmp_path, monkeypatch):
 
 
 def test_divergence_is_a_result(micro_pretrain, tmp_path):
-    summary = _run([*micro_pretrain, "optim.lr=50", "optim.warmup_steps=0", "optim.grad_clip=0",
-                    "train.log_interval=1", "train.diverge_factor=1.5"])
+    summary = _run(
+        [
+            *micro_pretrain,
+            "optim.lr=50",
+            "optim.warmup_steps=0",
+            "optim.grad_clip=0",
+            "train.log_interval=1",
+            "train.diverge_factor=1.5",
+        ]
+    )
     assert summary["status"] == "diverged"
     assert "loss" in summary["evidence"]
     assert summary["steps"] < 20
@@ -134,6 +142,8 @@ def test_ddp_two_processes_on_cpu(micro_pretrain, tmp_path):
 def test_checkpoint_names_the_tokenizers_eos(micro_pretrain, tmp_path):
     _run(micro_pretrain)
     cfg = json.loads((tmp_path / "run" / "checkpoints" / "final" / "config.json").read_text())
-    tok = json.loads((tmp_path / "run" / "checkpoints" / "final" / "tokenizer_config.json").read_text())
+    tok = json.loads(
+        (tmp_path / "run" / "checkpoints" / "final" / "tokenizer_config.json").read_text()
+    )
     assert tok["eos_token"] == "[EOS]"
     assert cfg["eos_token_id"] == 1 and cfg["pad_token_id"] == 1 and cfg["bos_token_id"] is None

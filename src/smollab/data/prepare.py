@@ -80,7 +80,9 @@ def _key(config: dict) -> dict:
     """The fields that decide the content: not `dir`, and vocab_size None means its default."""
     out = {k: v for k, v in config.items() if k != "dir"}
     if out.get("vocab_size") is None:
-        out["vocab_size"] = SPECIALS[out["tokenizer"]][2] if out.get("tokenizer") in SPECIALS else None
+        out["vocab_size"] = (
+            SPECIALS[out["tokenizer"]][2] if out.get("tokenizer") in SPECIALS else None
+        )
     return out
 
 
@@ -125,7 +127,9 @@ def prepare(cfg: DataConfig, log: Callable[[str], None] = print) -> dict:
         return _build(d, cfg, log)
 
 
-def ensure_prepared(cfg: DataConfig, exact: bool = True, log: Callable[[str], None] = print) -> dict:
+def ensure_prepared(
+    cfg: DataConfig, exact: bool = True, log: Callable[[str], None] = print
+) -> dict:
     """The meta of a data directory ready for use, prepared here only if it has to be.
 
     `exact`: the directory must hold what `cfg` describes (pretraining, whose tokens are the

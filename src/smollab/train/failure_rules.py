@@ -18,7 +18,9 @@ class Failure:
     evidence: str
 
 
-def diverged_loss(loss: float, start_loss: float | None, factor: float, step: int) -> Failure | None:
+def diverged_loss(
+    loss: float, start_loss: float | None, factor: float, step: int
+) -> Failure | None:
     """NaN or inf loss, or loss above `factor` x its starting value."""
     if not math.isfinite(loss):
         return Failure("diverged", f"loss is {loss} at step {step}")

@@ -60,7 +60,9 @@ def peak_flops(device: torch.device, autocast_dtype: torch.dtype | None) -> floa
         for frag, (half, single) in GPU_PEAK_TFLOPS.items():
             if frag in name:
                 tf32 = torch.backends.cuda.matmul.allow_tf32
-                return 1e12 * (half if autocast_dtype is not None else single if tf32 else single / 2)
+                return 1e12 * (
+                    half if autocast_dtype is not None else single if tf32 else single / 2
+                )
         return None
     if device.type != "cpu":
         return None

@@ -89,7 +89,9 @@ def train(cfg: PretrainConfig) -> dict:
     model.to(rt.device)
 
     # ---- run directory: resume or start -------------------------------------------------
-    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "pretrain") if dist.main else (None, None)
+    run, finished = (
+        scaffold.open_run(run_dir_for(cfg), cfg, "pretrain") if dist.main else (None, None)
+    )
     if finished is not None:
         return finished
     log = run.log if run else (lambda *a, **k: None)
@@ -139,7 +141,9 @@ def train(cfg: PretrainConfig) -> dict:
     params = list(model.parameters())
     try:
         while step < tc.max_steps:
-            if (tc.max_tokens and tokens >= tc.max_tokens) or (tc.max_time and train_s >= tc.max_time):
+            if (tc.max_tokens and tokens >= tc.max_tokens) or (
+                tc.max_time and train_s >= tc.max_time
+            ):
                 break
             t0 = time.perf_counter()
             lr = lr_at(step, oc, tc.max_steps)
@@ -150,7 +154,11 @@ def train(cfg: PretrainConfig) -> dict:
                                  batch_generator(cfg.run.seed, step, micro, dist.rank))  # fmt: skip
                 x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
                 last_micro = micro == tc.grad_accum - 1
-                with contextlib.nullcontext() if last_micro or not dist.enabled else ddp_model.no_sync():
+                with (
+                    contextlib.nullcontext()
+                    if last_micro or not dist.enabled
+                    else ddp_model.no_sync()
+                ):
                     with rt.autocast():
                         logits = ddp_model(input_ids=x).logits
                         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())

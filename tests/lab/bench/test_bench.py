@@ -70,10 +70,7 @@ def test_cuda_and_the_loop_source_decide_the_rest():
 
 def test_grpo_plan():
     cfg = load_config("grpo", GRPO, [])
-    assert (
-        guess_command(GRPO, []) == "grpo"
-        and guess_command(PRETRAIN, []) == "pretrain"
-    )
+    assert guess_command(GRPO, []) == "grpo" and guess_command(PRETRAIN, []) == "pretrain"
     runs, skipped = bench_knobs.plan(bench_knobs.select(None, "grpo"), "grpo", cfg, "cpu")
     runs, skipped = dict(runs), dict(skipped)
     assert runs["completion_len"] == {"grpo.max_completion_length": 32}
