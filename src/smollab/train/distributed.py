@@ -1,18 +1,31 @@
-"""DDP under torchrun, detected from the environment: NCCL on CUDA, gloo on CPU."""
+"""DDP under torchrun, detected from the environment: NCCL on CUDA, gloo on CPU.
+
+Ranks must take every decision together: a rank that leaves the loop, or returns, while another
+waits in a collective leaves that one hanging (NCCL) or crashing (gloo: "connection closed by
+peer"). So a decision taken on one rank reaches the others through `broadcast_object` (rank 0's
+choice) or `any_rank` (stop when any rank must).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
+from smollab.errors import UserError
 
-@dataclass
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
 class Dist:
     rank: int = 0
     world: int = 1
     local_rank: int = 0
+    device: torch.device = torch.device("cpu")  # where collectives' tensors live (NCCL: the GPU)
 
     @property
     def main(self) -> bool:
@@ -23,18 +36,62 @@ class Dist:
         return self.world > 1
 
 
+SINGLE = Dist()
+
+
 def setup(device: torch.device) -> tuple[Dist, torch.device]:
     """Join the process group when launched by torchrun; a single process needs nothing."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return Dist(), device
+        return Dist(device=device), device
     import torch.distributed as dist
 
-    d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+    rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
     if device.type == "cuda":
-        device = torch.device("cuda", d.local_rank)
+        device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return d, device
+    return Dist(rank, world, local, device), device
+
+
+def single_process_only(command: str) -> None:
+    """Refuse torchrun for a loop that does not shard its work: each rank would run the whole
+    loop into the same run directory, N copies racing on its files."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise UserError(f"smollab {command} does not run under torchrun (WORLD_SIZE={world}): "
+                        "run it as one process")  # fmt: skip
+
+
+def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
+    """DDP around `model` (it starts by broadcasting rank 0's weights and buffers), or `model`."""
+    if not d.enabled:
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
+
+
+def broadcast_object(obj: T, d: Dist) -> T:
+    """Rank 0's `obj` on every rank: a small picklable decision (a path, a summary)."""
+    if not d.enabled:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, device=d.device)
+    return box[0]
+
+
+def any_rank(flag: bool, d: Dist) -> bool:
+    """True on every rank when `flag` is true on any: the one way ranks agree to leave a loop, so
+    a rank whose own clock or numbers say stop takes the others with it."""
+    if not d.enabled:
+        return bool(flag)
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if flag else 0.0], device=d.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
 
 
 def all_reduce_mean(value: torch.Tensor, d: Dist) -> torch.Tensor:
@@ -44,6 +101,22 @@ def all_reduce_mean(value: torch.Tensor, d: Dist) -> torch.Tensor:
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
         value /= d.world
     return value
+
+
+def replicas_agree(tensors: Iterable[torch.Tensor], d: Dist) -> bool:
+    """Whether every rank holds the same values, compared by float64 sums per tensor (one
+    all-reduce of max(s) and max(-s)). DDP keeps replicas equal bit for bit (the same gradients
+    after the all-reduce, the same optimizer state, the same arithmetic), so any difference is
+    drift, such as a rank resumed with another optimizer state."""
+    if not d.enabled:
+        return True
+    import torch.distributed as dist
+
+    sums = torch.stack([t.detach().to(d.device, torch.float64).sum() for t in tensors])
+    sums = torch.nan_to_num(sums, nan=0.0)  # a diverged run's NaN weights still compare
+    both = torch.cat([sums, -sums])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX)
+    return torch.equal(both[: len(sums)], -both[len(sums) :])
 
 
 def barrier(d: Dist) -> None:

@@ -26,7 +26,7 @@ from smollab.models.presets import count_parameters
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import scaffold
+from smollab.train import distributed, scaffold
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
 from smollab.train.grpo_loss import group_advantages, grpo_loss
@@ -54,6 +54,7 @@ def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
 
 
 def train(cfg: GRPOConfig) -> dict:
+    distributed.single_process_only("grpo")  # DDP for GRPO is not written yet
     t_start = time.time()
     g, tc, oc = cfg.grpo, cfg.train, cfg.optim
     lora = cfg.model.lora.enabled

@@ -88,11 +88,10 @@ def train(cfg: PretrainConfig) -> dict:
         model.gradient_checkpointing_enable()
     model.to(rt.device)
 
-    # ---- run directory: resume or start -------------------------------------------------
-    run, finished = (
-        scaffold.open_run(run_dir_for(cfg), cfg, "pretrain") if dist.main else (None, None)
-    )
+    # ---- run directory: resume or start (rank 0 writes it; every rank resumes alike) -----
+    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "pretrain", dist)
     if finished is not None:
+        distributed.teardown(dist)
         return finished
     log = run.log if run else (lambda *a, **k: None)
     log(rt.describe(), echo=True)
@@ -104,18 +103,10 @@ def train(cfg: PretrainConfig) -> dict:
               {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
-    state = scaffold.resume(run, model, optimizer, rt.scaler, lora=False) if run else {}
+    state = scaffold.resume(run, model, optimizer, rt.scaler, lora=False, dist=dist)
     step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
     train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
     start_loss = state.get("start_loss")
-    if dist.enabled:  # every rank starts from rank 0's weights and step
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        for p in model.parameters():
-            torch.distributed.broadcast(p.data, 0)
-        step_t = torch.tensor([step, tokens], dtype=torch.long)
-        torch.distributed.broadcast(step_t, 0)
-        step, tokens = int(step_t[0]), int(step_t[1])
     if run:
         run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
         run.update_summary(status="running", params_total=total_params,
@@ -123,9 +114,7 @@ def train(cfg: PretrainConfig) -> dict:
                            world_size=dist.world, data=meta.get("source"))  # fmt: skip
         log(f"model {cfg.model.path or cfg.model.preset}: {total_params:,} parameters "
             f"({non_embed:,} non-embedding)", echo=True)  # fmt: skip
-    fwd = maybe_compile(model, rt)
-    ddp_model = DDP(fwd, device_ids=[rt.device.index] if rt.device.type == "cuda" else None) \
-        if dist.enabled else fwd  # fmt: skip
+    ddp_model = distributed.wrap(maybe_compile(model, rt), dist)
     unwrapped = model
 
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
@@ -141,9 +130,11 @@ def train(cfg: PretrainConfig) -> dict:
     params = list(model.parameters())
     try:
         while step < tc.max_steps:
-            if (tc.max_tokens and tokens >= tc.max_tokens) or (
+            # Ranks leave together, on one all-reduced flag: train_s is each rank's own clock.
+            over_budget = (tc.max_tokens and tokens >= tc.max_tokens) or (
                 tc.max_time and train_s >= tc.max_time
-            ):
+            )
+            if distributed.any_rank(over_budget or status != "completed", dist):
                 break
             t0 = time.perf_counter()
             lr = lr_at(step, oc, tc.max_steps)
@@ -201,12 +192,12 @@ def train(cfg: PretrainConfig) -> dict:
                         run.save_checkpoint("best", unwrapped, tokenizer)
                 if status == "diverged":
                     log(f"diverged: {evidence}", echo=True)
-                    break
 
-            if run and step % tc.save_interval == 0 and not last:
+            if run and status == "completed" and step % tc.save_interval == 0 and not last:
                 scaffold.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
                                     tc.keep_last, tokens=tokens, train_s=train_s,
                                     best_val=best_val, start_loss=start_loss)  # fmt: skip
+        scaffold.check_replicas(run, dist, model, optimizer, rt.scaler)
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:

@@ -1,6 +1,8 @@
 """What every training loop repeats around its own step: open or resume the run directory, take an
 optimizer step, save resumable state, and wrap up. Loops call these in order, top to bottom; the
-loop itself (batches, losses, metrics) stays in each loop's `train()`.
+loop itself (batches, losses, metrics) stays in each loop's `train()`. Under DDP rank 0 alone
+writes the run directory; every rank learns from it where to resume and loads the same state, and
+at the end `check_replicas` confirms they still agree.
 
 Resumable state is the optimizer, the GradScaler, torch's RNG streams and whatever the loop adds
 (its step counters); weights are the checkpoint's safetensors (a LoRA run: its adapter only).
@@ -16,18 +18,24 @@ import torch
 
 from smollab.config import DataConfig, ModelConfig, TrainingConfig, to_dict
 from smollab.runs import RunDir, load_trainer_state
+from smollab.train import distributed
+from smollab.train.distributed import SINGLE, Dist
 
 
-def open_run(path: Path, cfg: TrainingConfig, command: str) -> tuple[RunDir, dict | None]:
+def open_run(
+    path: Path, cfg: TrainingConfig, command: str, dist: Dist = SINGLE
+) -> tuple[RunDir | None, dict | None]:
     """Start `path` or find where to resume it. The second value is the summary of a run that had
-    already finished: the loop returns it and does nothing else."""
-    run = RunDir.start(path, to_dict(cfg), cfg.run.resume, command)
-    if not run.already_done:
-        return run, None
-    summary = run.read_summary()
-    print(f"run {run.path} already {summary['status']}; nothing to do", flush=True)
-    run.close()
-    return run, summary
+    already finished: the loop returns it and does nothing else. Under DDP rank 0 alone writes the
+    directory (the others get None) and tells every rank whether it had finished, so all return."""
+    run = RunDir.start(path, to_dict(cfg), cfg.run.resume, command) if dist.main else None
+    finished = distributed.broadcast_object(
+        run.read_summary() if run and run.already_done else None, dist
+    )
+    if finished is not None and run:
+        print(f"run {run.path} already {finished['status']}; nothing to do", flush=True)
+        run.close()
+    return run, finished
 
 
 def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig, data_tokens: bool):
@@ -46,25 +54,45 @@ def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig, data_tokens
     return load_tokenizer(Path(data_cfg.dir) / "tokenizer")
 
 
-def resume(run: RunDir, model: torch.nn.Module, optimizer, scaler, lora: bool) -> dict[str, Any]:
+def resume(
+    run: RunDir | None, model: torch.nn.Module, optimizer, scaler, lora: bool, dist: Dist = SINGLE
+) -> dict[str, Any]:
     """Load the weights, optimizer, scaler and RNG of `run.resume_from` into the given objects and
-    return the loop's own saved fields ({} when the run starts fresh)."""
-    if not run.resume_from:
+    return the loop's own saved fields ({} when the run starts fresh).
+
+    Under DDP rank 0 picks the checkpoint and every rank loads it from the shared filesystem (the
+    data directory is shared already), so replicas continue with the same optimizer, scaler and
+    RNG: cheaper than broadcasting an optimizer state twice the model's size through pickles."""
+    ckpt = distributed.broadcast_object(run.resume_from if run else None, dist)
+    if not ckpt:
         return {}
-    state = load_trainer_state(run.resume_from)
-    _load_weights(model, run.resume_from, lora)
+    state = load_trainer_state(ckpt)
+    _load_weights(model, ckpt, lora)
     optimizer.load_state_dict(state.pop("optimizer"))
     scaler_state = state.pop("scaler", None)
     if scaler is not None and scaler_state is not None:
         scaler.load_state_dict(scaler_state)
-    rng = state.pop("rng", None)
-    if rng is not None:
-        torch.set_rng_state(rng["cpu"])
-        if rng.get("cuda") and torch.cuda.is_available():  # as many GPUs as are here now
-            for i, gpu_state in enumerate(rng["cuda"][: torch.cuda.device_count()]):
-                torch.cuda.set_rng_state(gpu_state, i)
-    run.log(f"resumed from {run.resume_from.name} at step {state['step']}", echo=True)
+    _restore_rng(state.pop("rng", None), dist)
+    if run:
+        run.log(f"resumed from {ckpt.name} at step {state['step']}", echo=True)
     return state
+
+
+def _restore_rng(rng: dict[str, Any] | None, dist: Dist) -> None:
+    """torch's global streams, for what draws from them (dropout). Every rank seeds them alike and
+    draws the same shapes, so under DDP they are equal on all ranks and rank 0's saved copy (of
+    its own GPU, cuda:0) restores each rank's (`check_replicas` verifies this at the end)."""
+    if rng is None:
+        return
+    torch.set_rng_state(rng["cpu"])
+    gpus = rng.get("cuda")
+    if not gpus or not torch.cuda.is_available():
+        return
+    if dist.enabled:
+        torch.cuda.set_rng_state(gpus[0], dist.device)
+    else:  # as many GPUs as are here now
+        for i, gpu_state in enumerate(gpus[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(gpu_state, i)
 
 
 def _load_weights(model: torch.nn.Module, ckpt: Path, lora: bool) -> None:
@@ -105,6 +133,27 @@ def save_state(
     if scaler is not None:
         state["scaler"] = scaler.state_dict()
     run.save_checkpoint(f"step_{step}", model, tokenizer, state, keep_last)
+
+
+def check_replicas(run: RunDir | None, dist: Dist, model, optimizer, scaler) -> None:
+    """Under DDP, after every rank left the loop together: do all replicas hold the same weights,
+    optimizer state, loss scale and RNG? Logged ("replicas agree") and kept in the summary as
+    `replicas_agree`, so a drift (a bug) shows instead of averaging silently into the gradients."""
+    if not dist.enabled:
+        return
+    held = [*model.parameters(), *model.buffers(), torch.get_rng_state()]
+    held += [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    if scaler is not None:
+        held.append(torch.tensor(scaler.get_scale()))
+    if dist.device.type == "cuda":
+        held.append(torch.cuda.get_rng_state(dist.device))
+    agree = distributed.replicas_agree(held, dist)
+    if run:
+        run.update_summary(replicas_agree=agree)
+        what = "weights, optimizer state and RNG"
+        run.log(f"replicas agree: {what} equal on all {dist.world} ranks" if agree else
+                f"replicas DISAGREE: {what} differ between ranks (a bug: please report it)",
+                echo=True)  # fmt: skip
 
 
 def finish(run: RunDir, status: str, model, tokenizer, log_line: str, *, merged: bool = False,
