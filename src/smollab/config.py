@@ -30,9 +30,12 @@ class Section(BaseModel):
 
         Rules of the form "set but not used" ask this: a key set to its default changes nothing,
         and `smollab config show`, which prints every key, must give a loadable recipe."""
-        fields = type(self).model_fields
-        return [n for n in names if n in self.model_fields_set
-                and self.__dict__[n] != fields[n].get_default(call_default_factory=True)]  # fmt: skip
+        fields, out = type(self).model_fields, []
+        for n in names:
+            default = fields[n].get_default(call_default_factory=True)
+            if n in self.model_fields_set and self.__dict__[n] != default:
+                out.append(n)
+        return out
 
 
 class LoraConfig(Section):

@@ -16,10 +16,10 @@ Imports nothing of smollab (config imports this) and no torch: the bench parent 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from smollab.config import DataConfig, GRPOConfig, PretrainConfig, TrainingConfig
+# The rules take config sections (config.DataConfig, PretrainConfig, GRPOConfig, ...): config
+# imports this module, so the types are named, not imported.
 
 _NO_MODEL = "it writes the corpus, tokenizer and token files of data.dir; no model is built"
 _RL = "GRPO settings, read by `smollab grpo`"
@@ -67,7 +67,8 @@ def not_read(command: str, key: str) -> str | None:
     return None
 
 
-def data_rules(d: DataConfig) -> None:
+def data_rules(d: Any) -> None:
+    """Rules of the data section (`config.DataConfig`), in every command."""
     hub = d.source in ("simplestories", "tinystories")
     if d.source == "files" and not d.files:
         raise ValueError("data.source=files needs data.files (a list of .txt or .jsonl paths)")
@@ -91,7 +92,7 @@ def data_rules(d: DataConfig) -> None:
                          "split (the fraction applies only with data.max_stories)")  # fmt: skip
 
 
-def shared_rules(c: TrainingConfig) -> None:
+def shared_rules(c: Any) -> None:
     """Model, data, optim, train and run rules of every training command."""
     m, o, t, r = c.model, c.optim, c.train, c.run
     if m.path and m.preset is not None and m.changed("preset"):
@@ -122,7 +123,8 @@ def shared_rules(c: TrainingConfig) -> None:
                          "is set")  # fmt: skip
 
 
-def pretrain_rules(c: PretrainConfig) -> None:
+def pretrain_rules(c: Any) -> None:
+    """Rules of `config.PretrainConfig` beyond the shared ones."""
     t, p = c.train, c.perf
     if not t.eval_interval and t.changed("eval_tokens"):
         raise ValueError("train.eval_tokens sizes each evaluation, and train.eval_interval=0 "
@@ -131,14 +133,16 @@ def pretrain_rules(c: PretrainConfig) -> None:
         raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
 
 
-def grpo_rules(c: GRPOConfig) -> None:
+def grpo_rules(c: Any) -> None:
+    """Rules of `config.GRPOConfig` beyond the shared ones."""
     g, f = c.grpo, c.failure
     if c.train.batch_size % g.num_generations:
         raise ValueError(f"train.batch_size={c.train.batch_size} must be a multiple of "
                          f"grpo.num_generations={g.num_generations}")  # fmt: skip
     if g.epsilon_high is not None and g.epsilon_high < g.epsilon:
         raise ValueError(f"grpo.epsilon_high={g.epsilon_high:g} is below grpo.epsilon="
-                         f"{g.epsilon:g}: the upper clip is the wider one (DAPO's clip-higher)")  # fmt: skip
+                         f"{g.epsilon:g}: the upper clip is the wider one (DAPO's "
+                         "clip-higher)")  # fmt: skip
     if g.num_iterations == 1 and (keys := g.changed("epsilon", "epsilon_high")):
         raise ValueError(f"grpo.{keys[0]} clips the ratio to the sampling policy, which is 1 "
                          "when each batch is used once (grpo.num_iterations=1)")  # fmt: skip
@@ -158,5 +162,6 @@ def grpo_rules(c: GRPOConfig) -> None:
                          "turns evaluation off")  # fmt: skip
     if f.stuck_grace_steps < 2 * f.baseline_steps:
         raise ValueError(f"failure.stuck_grace_steps={f.stuck_grace_steps} is below 2 x "
-                         f"failure.baseline_steps={f.baseline_steps}: `stuck` compares the first "
-                         "and the last baseline_steps rewards, so it could not fire that early")  # fmt: skip
+                         f"failure.baseline_steps={f.baseline_steps}: `stuck` compares the "
+                         "first and the last baseline_steps rewards, so it could not fire that "
+                         "early")  # fmt: skip
