@@ -7,15 +7,95 @@ from smollab.errors import UserError
 from smollab.runs import RunDir, atomic_write_json, read_metrics
 
 
-def test_start_writes_config_log_and_refuses_overwrite(tmp_path):
+def test_start_writes_config_and_log(tmp_path):
     run = RunDir.start(tmp_path / "r", {"a": 1}, "auto", "pretrain")
     run.update_summary(status="running")
     run.close()
     assert json.loads((tmp_path / "r" / "config.json").read_text()) == {"a": 1}
     log = (tmp_path / "r" / "training.log").read_text()
     assert "versions" in log and "torch=" in log
-    with pytest.raises(UserError, match="already holds a run"):
-        RunDir.start(tmp_path / "r", {"a": 1}, "never", "pretrain")
+
+
+def _cfg(*overrides):
+    from smollab.config import load_config, to_dict
+
+    return to_dict(load_config("pretrain", None, ["optim.warmup_steps=0", *overrides]))
+
+
+def _finished_run(path, config, status="completed"):
+    run = RunDir.start(path, config, "auto", "pretrain")
+    run.update_summary(status=status)
+    run.close()
+
+
+def test_a_changed_config_is_refused_naming_the_keys(tmp_path):
+    _finished_run(tmp_path / "r", _cfg("run.dir=r"))
+    new = _cfg("run.dir=r", "optim.lr=3e-3", "train.max_steps=900", "train.batch_size=8",
+               "perf.precision=bf16")  # fmt: skip
+    with pytest.raises(UserError) as e:
+        RunDir.start(tmp_path / "r", new, "auto", "pretrain")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"run.dir {tmp_path / 'r'} holds a run")
+    assert "optim.lr 0.001 -> 0.003" in msg and "train.max_steps 1000 -> 900" in msg
+    assert "and 1 more" in msg  # the first three keys are named
+    assert "a new run.dir" in msg and "run.resume=never" in msg
+    # nothing of the old run was touched
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["optim"]["lr"] == 1e-3
+
+
+def test_the_same_config_reuses_a_finished_run_and_resumes_an_open_one(tmp_path):
+    cfg = _cfg("run.dir=r")
+    _finished_run(tmp_path / "done", cfg)
+    again = RunDir.start(tmp_path / "done", cfg, "auto", "pretrain")
+    assert again.already_done and again.read_summary()["status"] == "completed"
+    again.close()
+    _finished_run(tmp_path / "open", cfg, status="interrupted")
+    again = RunDir.start(tmp_path / "open", cfg, "auto", "pretrain")
+    assert not again.already_done
+    again.close()
+
+
+def test_keys_free_on_rerun_and_keys_from_other_versions(tmp_path):
+    from smollab.runs import config_changes
+
+    old = _cfg("run.dir=a")
+    # how to open the run, where it is and how many threads it gets are not the run
+    assert config_changes(old, _cfg("run.dir=./a", "run.resume=never", "perf.threads=3"),
+                          "pretrain") == []  # fmt: skip
+    # a key the old config lacks counts as its default; a key removed since is not compared
+    older = json.loads(json.dumps(old))
+    del older["train"]["keep_last"]
+    older["perf"]["num_workers"] = 0
+    assert config_changes(older, old, "pretrain") == []
+    assert config_changes(older, _cfg("train.keep_last=3"), "pretrain") == [
+        "train.keep_last 2 -> 3"
+    ]
+
+
+def test_resume_never_starts_over_and_removes_only_the_run(tmp_path):
+    from smollab.runs import CHILD_LOG, RUN_FILES
+
+    d = tmp_path / "r"
+    _finished_run(d, _cfg())
+    for name in ("metrics.csv", "samples.jsonl", "report.md", CHILD_LOG, "notes.txt"):
+        (d / name).write_text("x")
+    for name in ("checkpoints/final", "plots"):
+        (d / name).mkdir(parents=True)
+    run = RunDir.start(d, _cfg("optim.lr=0.5"), "never", "pretrain")
+    assert not run.already_done and run.resume_from is None
+    run.close()
+    left = {p.name for p in d.iterdir()}
+    assert left == {"config.json", "training.log", CHILD_LOG, "notes.txt"}  # new config and log
+    assert set(RUN_FILES) >= {"config.json", "metrics.csv", "summary.json", "samples.jsonl",
+                              "training.log", "checkpoints", "plots", "report.md"}  # fmt: skip
+    assert json.loads((d / "config.json").read_text())["optim"]["lr"] == 0.5
+    assert (d / "training.log").read_text().count("versions") == 1  # the old log went too
+    # a directory that holds no run: nothing is removed
+    other = tmp_path / "plain"
+    other.mkdir()
+    (other / "plots").mkdir()
+    RunDir.start(other, _cfg(), "never", "pretrain").close()
+    assert (other / "plots").is_dir()
 
 
 def test_metrics_resume_drops_rows_after_checkpoint(tmp_path):

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from smollab.config_rules import data_rules, grpo_rules, not_read, pretrain_rules, shared_rules
 from smollab.errors import UserError
 
 
@@ -23,6 +24,18 @@ class Section(BaseModel):
     """Base of every section: unknown keys are errors, assignments are validated."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    def changed(self, *names: str) -> list[str]:
+        """Those of `names` set (YAML or command line) to a value other than their default.
+
+        Rules of the form "set but not used" ask this: a key set to its default changes nothing,
+        and `smollab config show`, which prints every key, must give a loadable recipe."""
+        fields, out = type(self).model_fields, []
+        for n in names:
+            default = fields[n].get_default(call_default_factory=True)
+            if n in self.model_fields_set and self.__dict__[n] != default:
+                out.append(n)
+        return out
 
 
 class LoraConfig(Section):
@@ -36,17 +49,24 @@ class LoraConfig(Section):
 
 
 class ModelConfig(Section):
+    """The model of pretraining, which trains every weight: a preset or a model to continue."""
+
     preset: str | None = Field("simplestories-1.25m", description="see `smollab models`")
     path: str | None = Field(
         None, description="HF model directory, run dir or hub id; wins over preset"
     )
-    lora: LoraConfig = Field(default_factory=LoraConfig)
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if self.preset is None and self.path is None:
             raise ValueError("set model.preset or model.path")
         return self
+
+
+class FinetuneModelConfig(ModelConfig):
+    """The model of a fine-tuning command: every weight, or LoRA adapters on it."""
+
+    lora: LoraConfig = Field(default_factory=LoraConfig)
 
 
 class DataConfig(Section):
@@ -72,29 +92,36 @@ class DataConfig(Section):
 
 class OptimConfig(Section):
     lr: float = Field(1e-3, gt=0)
-    min_lr: float = Field(1e-4, ge=0)
+    min_lr: float = Field(1e-4, ge=0, description="where cosine and wsd end")
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
     eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0, description="global-norm clip; 0 disables")
     schedule: Literal["cosine", "constant", "wsd"] = "cosine"
-    warmup_steps: int = Field(100, ge=0)
+    warmup_steps: int = Field(100, ge=0, description="below train.max_steps; 0: none")
     decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction spent decaying")
 
 
 class TrainConfig(Section):
+    """What every training loop reads: the budget, the batch and the intervals."""
+
     max_steps: int = Field(1000, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
     max_time: float | None = Field(None, gt=0, description="seconds of training")
     batch_size: int = Field(32, ge=1)
+    log_interval: int = Field(10, ge=1)
+    eval_interval: int = Field(100, ge=0, description="0: no evaluation")
+    save_interval: int = Field(500, ge=0, description="0: no periodic checkpoints")
+    keep_last: int = Field(2, ge=1, description="periodic checkpoints kept")
+
+
+class PretrainTrainConfig(TrainConfig):
+    """Pretraining also counts tokens, cuts token windows and accumulates micro-batches."""
+
+    max_tokens: int | None = Field(None, ge=1)
     seq_len: int = Field(128, ge=2)
     grad_accum: int = Field(1, ge=1)
-    log_interval: int = Field(10, ge=1)
-    eval_interval: int = Field(100, ge=1)
     eval_tokens: int = Field(65_536, ge=1, description="fixed validation budget per evaluation")
-    save_interval: int = Field(500, ge=1)
-    keep_last: int = Field(2, ge=1, description="periodic checkpoints kept")
     diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
 
 
@@ -102,8 +129,6 @@ class PerfConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     tf32: bool = True
-    compile: bool = False
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
     threads: int | None = Field(None, ge=1)
     optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = "auto"
     grad_checkpointing: bool = False
@@ -111,14 +136,21 @@ class PerfConfig(Section):
     retain_freed_memory: bool = Field(
         True, description="CPU on Linux: glibc malloc keeps freed memory (no page faults per step)"
     )
-    num_workers: int = Field(0, ge=0)
-    pin_memory: bool = False
+
+
+class CompiledPerfConfig(PerfConfig):
+    """The perf section of a loop that can torch.compile its model (pretraining)."""
+
+    compile: bool = False
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
 
 
 class RunConfig(Section):
     dir: str | None = Field(None, description="exact run directory; default runs/<name>")
-    name: str | None = None
-    resume: Literal["auto", "never"] = "auto"
+    name: str | None = Field(None, description="names the default run directory (no run.dir)")
+    resume: Literal["auto", "never"] = Field(
+        "auto", description="auto: continue or reuse the run in run.dir; never: start it over"
+    )
     seed: int = 0
 
 
@@ -134,20 +166,32 @@ class TrainingConfig(Section):
 
 
 class PretrainConfig(TrainingConfig):
-    pass
+    train: PretrainTrainConfig = Field(default_factory=PretrainTrainConfig)
+    perf: CompiledPerfConfig = Field(default_factory=CompiledPerfConfig)
+
+    @model_validator(mode="after")
+    def _rules(self) -> PretrainConfig:
+        shared_rules(self)
+        pretrain_rules(self)
+        return self
 
 
 class DataPrepareConfig(Section):
     data: DataConfig = Field(default_factory=DataConfig)
+
+    @model_validator(mode="after")
+    def _rules(self) -> DataPrepareConfig:
+        data_rules(self.data)
+        return self
 
 
 class RLOptimConfig(OptimConfig):
     """RL fine-tuning defaults: a small constant LR, no warmup, no weight decay."""
 
     lr: float = Field(1e-5, gt=0)
-    min_lr: float = Field(0.0, ge=0)
+    min_lr: float = Field(0.0, ge=0, description="where cosine and wsd end")
     weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int = Field(0, ge=0, description="below train.max_steps; 0: none")
     schedule: Literal["cosine", "constant", "wsd"] = "constant"
 
 
@@ -157,8 +201,8 @@ class RLTrainConfig(TrainConfig):
     max_steps: int = Field(200, ge=1)
     batch_size: int = Field(32, ge=1, description="completions per optimizer step")
     log_interval: int = Field(1, ge=1)
-    eval_interval: int = Field(25, ge=1)
-    save_interval: int = Field(50, ge=1)
+    eval_interval: int = Field(25, ge=0, description="0: no evaluation")
+    save_interval: int = Field(50, ge=0, description="0: no periodic checkpoints")
 
 
 class GRPOSection(Section):
@@ -172,13 +216,13 @@ class GRPOSection(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="0 disables")
     beta: float = Field(0.02, ge=0, description="KL penalty weight (k3 estimator)")
-    epsilon: float = Field(0.2, gt=0)
-    epsilon_high: float | None = Field(None, gt=0)
+    epsilon: float = Field(0.2, gt=0, description="ratio clip; acts with num_iterations > 1")
+    epsilon_high: float | None = Field(None, gt=0, description="upper clip (default: epsilon)")
     num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     mask_truncated_completions: bool = False
-    ref_on_cpu: bool = Field(False, description="full FT: keep the frozen reference on the CPU")
+    ref_on_cpu: bool = Field(False, description="keep the KL reference on the CPU (beta > 0)")
     replay: bool = Field(True, description="first policy forward of a batch replays the sampler's "
                          "decode (no matmuls); off: computed")  # fmt: skip
     reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
@@ -205,10 +249,8 @@ class FailureConfig(Section):
     )
 
 
-class RewardSpec(BaseModel):
+class RewardSpec(Section):
     """One term of the reward: `weight * name(completions, **params)`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="built-in reward name, or module:function for your own")
     weight: float = Field(1.0, description="multiplies this function's values in the total")
@@ -227,6 +269,7 @@ def _default_rewards() -> list[RewardSpec]:
 
 
 class GRPOConfig(TrainingConfig):
+    model: FinetuneModelConfig = Field(default_factory=FinetuneModelConfig)
     optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
     train: RLTrainConfig = Field(default_factory=RLTrainConfig)
     grpo: GRPOSection = Field(default_factory=GRPOSection)
@@ -234,12 +277,9 @@ class GRPOConfig(TrainingConfig):
     failure: FailureConfig = Field(default_factory=FailureConfig)
 
     @model_validator(mode="after")
-    def _batch_fits_groups(self) -> GRPOConfig:
-        if self.train.batch_size % self.grpo.num_generations:
-            raise ValueError(
-                f"train.batch_size={self.train.batch_size} must be a multiple of "
-                f"grpo.num_generations={self.grpo.num_generations}"
-            )
+    def _rules(self) -> GRPOConfig:
+        shared_rules(self)
+        grpo_rules(self)
         return self
 
 
@@ -333,20 +373,28 @@ def _known_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def _check_keys(
-    schema: type[BaseModel], tree: dict[str, Any], root: type[BaseModel], prefix: str = ""
-) -> None:
-    """Unknown keys get a did-you-mean (over full dotted keys) before pydantic sees them."""
+    schema: type[BaseModel], tree: dict[str, Any], root: type[BaseModel], command: str | None,
+    prefix: str = "",
+) -> None:  # fmt: skip
+    """Before pydantic sees them: a key another command reads is refused with the reason this
+    one does not (`config_rules.NOT_READ`); any other unknown key gets a did-you-mean over the
+    full dotted keys."""
     known = set(schema.model_fields)
     for name, value in tree.items():
         dotted = f"{prefix}{name}"
         if name not in known:
+            while isinstance(value, dict) and value:  # name the leaf the user wrote
+                name, value = next(iter(value.items()))
+                dotted = f"{dotted}.{name}"
+            if command and (why := not_read(command, dotted)):
+                raise UserError(f"config key {dotted}: {command} does not read it ({why})")
             candidates = _known_keys(root)
             close = difflib.get_close_matches(dotted, candidates, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]}?)" if close else ""
             raise UserError(f"unknown config key {dotted}{hint}")
         ann = schema.model_fields[name].annotation
         if isinstance(ann, type) and issubclass(ann, BaseModel) and isinstance(value, dict):
-            _check_keys(ann, value, root, dotted + ".")
+            _check_keys(ann, value, root, command, dotted + ".")
 
 
 def format_validation_error(err: ValidationError) -> str:
@@ -359,7 +407,8 @@ def format_validation_error(err: ValidationError) -> str:
 
 
 def validate(schema: type[Section], tree: dict[str, Any]) -> Section:
-    _check_keys(schema, tree, schema)
+    command = next((c for c, s in SCHEMAS.items() if s is schema), None)
+    _check_keys(schema, tree, schema, command)
     try:
         return schema.model_validate(tree)
     except ValidationError as err:

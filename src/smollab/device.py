@@ -92,12 +92,13 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
     elif perf.tf32:
         skipped.append(f"tf32 (CUDA only; {device.type} has no TF32)")
 
-    use_compile = perf.compile
-    if perf.compile and device.type == "mps":
+    use_compile = getattr(perf, "compile", False)  # only a loop that compiles has the key
+    compile_mode = getattr(perf, "compile_mode", "default")
+    if use_compile and device.type == "mps":
         skipped.append("compile (inductor does not target MPS well; running eager)")
         use_compile = False
     if use_compile:
-        chosen.append(f"compile {perf.compile_mode}")
+        chosen.append(f"compile {compile_mode}")
 
     impl = perf.optimizer_impl
     if impl == "auto":
@@ -109,12 +110,10 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
 
     if perf.grad_checkpointing:
         chosen.append("gradient checkpointing")
-    if perf.pin_memory and device.type != "cuda":
-        skipped.append("pin_memory (CUDA only)")
 
     return Runtime(
         device=device, precision=precision, autocast_dtype=autocast_dtype, scaler=scaler,
-        compile=use_compile, compile_mode=perf.compile_mode, optimizer_impl=impl,
+        compile=use_compile, compile_mode=compile_mode, optimizer_impl=impl,
         chosen=chosen, skipped=skipped,
     )  # fmt: skip
 

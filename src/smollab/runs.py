@@ -38,6 +38,17 @@ CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
 
+# What a run writes, removed when run.resume=never starts it over (a lab parent's CHILD_LOG and
+# CHILD_PID stay: the parent has them open for the child it launched into this directory).
+RUN_FILES = (CONFIG, METRICS, SUMMARY, LOG, SAMPLES, CHECKPOINTS, PLOTS, REPORT)
+
+# Keys that may differ when a run is continued: how to open it, not what it computes.
+RERUN_FREE = {
+    "run.resume": "auto continues, never starts over",
+    "run.dir": "the directory itself, however it was spelled",
+    "perf.threads": "speed only; the lab gives a resumed trial the CPU share free at the time",
+}
+
 STATUSES = (
     "running",
     "completed",
@@ -179,15 +190,28 @@ class RunDir:
     def start(cls, path: str | Path, config: dict[str, Any], resume: str, command: str) -> RunDir:
         """Open `path` for a run; `resume_from` tells the loop where to continue, if anywhere.
 
-        A completed run is never overwritten: with resume=auto its existing result stands
-        (`already_done`), and with resume=never an existing directory is an error.
+        A directory holding a run continues it (resume=auto) only under the same config: a
+        finished run's result stands (`already_done`), an unfinished one resumes; any other
+        config is refused with the keys that differ. resume=never starts the run over: the
+        previous run's files go first.
         """
         run = cls(path)
+        if resume == "never" and RunView(run.path).is_run():
+            for name in RUN_FILES:
+                p = run.path / name
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink(missing_ok=True)
         existing = (run.path / CONFIG).exists()
-        if existing and resume == "never":
-            raise UserError(
-                f"run.dir {run.path} already holds a run: use run.resume=auto or another run.dir"
-            )
+        if existing:
+            changes = config_changes(RunView(run.path).config(), config, command)
+            if changes:
+                more = f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+                raise UserError(
+                    f"run.dir {run.path} holds a run with another config ({', '.join(changes[:3])}"
+                    f"{more}): give a new run.dir, or run.resume=never to start it over"
+                )
         run.path.mkdir(parents=True, exist_ok=True)
         run.resume_from = run.latest_checkpoint() if existing else None
         prev = run.read_summary() if existing else {}
@@ -281,6 +305,24 @@ class RunDir:
     def latest_checkpoint(self) -> Path | None:
         steps = [p for p in self.step_checkpoints() if (p / TRAINER_STATE).exists()]
         return steps[-1] if steps else None
+
+
+def config_changes(old: dict[str, Any], new: dict[str, Any], command: str) -> list[str]:
+    """`key old -> new` for each key whose value in `new` differs from the recorded `old` config
+    (keys in RERUN_FREE aside). A key the recorded config lacks (written before the key existed)
+    counts as its default; a key only the recorded config has (since removed) is not compared."""
+    from smollab.config import SCHEMAS, flatten, to_dict
+
+    before, after = flatten(old), flatten(new)
+    defaults = flatten(to_dict(SCHEMAS[command]())) if command in SCHEMAS else {}
+    missing = object()
+    out = []
+    for key, value in after.items():
+        was = before.get(key, defaults.get(key, missing))
+        if key not in RERUN_FREE and was != value:
+            shown = "(none)" if was is missing else json.dumps(was)
+            out.append(f"{key} {shown} -> {json.dumps(value)}")
+    return out
 
 
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:

@@ -137,7 +137,13 @@ def ensure_prepared(
     any prepared directory at `cfg.dir` is used as it is, and one is prepared only if none is.
     """
     if not exact and (Path(cfg.dir).expanduser() / META).exists():
-        return load_meta(Path(cfg.dir).expanduser())
+        meta = load_meta(Path(cfg.dir).expanduser())
+        was = meta.get("config", {})
+        for key in cfg.changed(*(k for k in type(cfg).model_fields if k != "dir")):
+            if key in was and was[key] != getattr(cfg, key):  # set, yet the directory differs
+                raise UserError(f"data.{key}={getattr(cfg, key)}: data.dir {cfg.dir} was prepared "
+                                f"with {was[key]} and is used as it is; give another data.dir")  # fmt: skip
+        return meta
     return prepare(cfg, log=log)
 
 

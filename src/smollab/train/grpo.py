@@ -214,7 +214,7 @@ def train(cfg: GRPOConfig) -> dict:
                     status, evidence = failure.status, failure.evidence
                     break
 
-            if step % tc.save_interval == 0 and step < tc.max_steps:
+            if tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
                 scaffold.save_state(run, step, policy, tokenizer, optimizer, rt.scaler, tc.keep_last,
                                     reward_history=history, flags=watch.flags)  # fmt: skip
     except KeyboardInterrupt:

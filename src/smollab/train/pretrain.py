@@ -120,7 +120,10 @@ def train(cfg: PretrainConfig) -> dict:
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
     peak = peak_flops(rt.device, rt.autocast_dtype)
     flops_tok = flops_per_token(model.config, tc.seq_len)
-    val_batches = eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)
+    val_batches = (  # train.eval_interval=0: no evaluation, so no val_loss and no best/
+        eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)
+        if tc.eval_interval else None
+    )  # fmt: skip
     progress = Progress(tc.max_steps, enabled=dist.main, start=step)
 
     # ---- the loop -----------------------------------------------------------------------
@@ -167,8 +170,8 @@ def train(cfg: PretrainConfig) -> dict:
             window_t += dt
 
             last = step >= tc.max_steps
-            do_eval = step % tc.eval_interval == 0 or last
-            if step % tc.log_interval == 0 or step == 1 or do_eval:
+            do_eval = bool(tc.eval_interval) and (step % tc.eval_interval == 0 or last)
+            if step % tc.log_interval == 0 or step == 1 or do_eval or last:
                 loss_now = distributed.all_reduce_mean(window_loss / window_steps, dist).item()
                 start_loss = loss_now if start_loss is None else start_loss
                 failure = diverged_loss(loss_now, start_loss, tc.diverge_factor, step)
@@ -193,7 +196,8 @@ def train(cfg: PretrainConfig) -> dict:
                 if status == "diverged":
                     log(f"diverged: {evidence}", echo=True)
 
-            if run and status == "completed" and step % tc.save_interval == 0 and not last:
+            periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
+            if run and status == "completed" and periodic_save:
                 scaffold.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
                                     tc.keep_last, tokens=tokens, train_s=train_s,
                                     best_val=best_val, start_loss=start_loss)  # fmt: skip

@@ -50,20 +50,18 @@ def test_pretrain_plan_on_cpu():
     assert runs["sdpa"] == {"perf.attn_implementation": "sdpa"}
     # the same tokens per optimizer step: half batches, twice the accumulation
     assert runs["grad_accum"] == {"train.batch_size": 16, "train.grad_accum": 2}
-    assert set(skipped) == {"tf32", "pin_memory", "workers"}
+    assert set(skipped) == {"tf32"}
     assert "CUDA" in skipped["tf32"] and "device is cpu" in skipped["tf32"]
-    assert "CUDA" in skipped["pin_memory"]
-    assert "does not use it" in skipped["workers"] and "memmap" in skipped["workers"]
 
 
-def test_cuda_and_the_loop_source_decide_the_rest():
+def test_cuda_and_the_unread_table_decide_the_rest():
     cfg = _pretrain_cfg()
-    runs, skipped = bench_knobs.plan(["tf32", "pin_memory", "workers"], "pretrain", cfg, "cuda")
-    assert dict(runs) == {"tf32": {"perf.tf32": True}}
-    assert "does not use it" in dict(skipped)["pin_memory"]  # no DataLoader to pin for
-    # a loop that reads perf.num_workers gets the knob measured (the rule follows the loops' table)
-    runs, _ = bench_knobs.plan(["workers"], "pretrain", cfg, "cpu", unread=lambda loop, key: None)
-    assert dict(runs) == {"workers": {"perf.num_workers": 2}}
+    runs, skipped = bench_knobs.plan(["tf32", "compile"], "pretrain", cfg, "cuda")
+    assert dict(runs) == {"tf32": {"perf.tf32": True}, "compile": {"perf.compile": True}}
+    # a key the command does not read skips its knob, with the table's reason
+    runs, skipped = bench_knobs.plan(["compile"], "pretrain", cfg, "cuda",
+                                     unread=lambda command, key: "no compiler here")  # fmt: skip
+    assert not runs and "no compiler here" in dict(skipped)["compile"]
     runs, skipped = bench_knobs.plan(["compile", "fused"], "pretrain", cfg, "mps")
     assert not runs and set(dict(skipped)) == {"compile", "fused"}
 
@@ -77,6 +75,10 @@ def test_grpo_plan():
     assert runs["reward_workers"] == {"grpo.reward_workers": 2}
     assert "does not use it" in skipped["compile"] and "does not use it" in skipped["grad_accum"]
     assert "bf16" in runs and "sdpa" in runs and "grad_ckpt" in runs
+    # the baseline forces no key the grpo schema refuses
+    base = bench_knobs.baseline_values(bench_knobs.select(None, "grpo"), "grpo", cfg)
+    assert "perf.compile" not in base and "train.grad_accum" not in base
+    load_config("grpo", GRPO, bench_knobs.as_overrides(base))
     _, skipped = bench_knobs.plan(["completion_len"], "pretrain", _pretrain_cfg(), "cpu")
     assert "grpo workloads only" in dict(skipped)["completion_len"]
     with pytest.raises(UserError, match="unknown nope"):

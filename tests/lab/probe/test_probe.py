@@ -225,7 +225,8 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
     spec = ProbeSpec(
         command="grpo", dir=str(tmp_path / "probe"), threads=4, max_k=4, warmup=2, steps=8
     )
-    overrides = [o for o in workload if not o.startswith(("train.seq_len", "train.batch_size"))]
+    overrides = [o for o in workload
+                 if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))]  # fmt: skip
     overrides += ["train.batch_size=8", "grpo.num_generations=4", "model.path=unused"]
     result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
     steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}

@@ -12,7 +12,7 @@ from smollab.lab.sweep.trials import trial_name
 
 SPEC = """\
 command: pretrain
-overrides: {model.preset: micro, train: {max_steps: 20}}
+overrides: {model.preset: micro, optim.warmup_steps: 2, train: {max_steps: 20}}
 space:
   optim.lr: [1e-4, 1e-3, 1e-2]
 metric: {name: val_loss, goal: min}
@@ -30,7 +30,8 @@ def spec_file(tmp_path):
 def test_loads_with_numbers_flattened_keys_and_default_dir(spec_file):
     spec = load_spec(spec_file)
     assert spec.space == {"optim.lr": [1e-4, 1e-3, 1e-2]}  # 1e-4 without a dot is a number
-    assert spec.overrides == {"model.preset": "micro", "train.max_steps": 20}
+    assert spec.overrides == {"model.preset": "micro", "optim.warmup_steps": 2,
+                              "train.max_steps": 20}  # fmt: skip
     assert spec.dir == "sweeps/lr" and spec.total_runs() == 3 and spec.sampler == "grid"
 
 

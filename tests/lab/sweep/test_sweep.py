@@ -48,7 +48,8 @@ def micro_overrides(micro_pretrain: list[str]) -> dict:
 def fake_spec(tmp_path, micro_data, **fields):
     base = dict(command="pretrain",
                 overrides={"data.dir": str(micro_data), "data.num_stories": 400,
-                           "data.vocab_size": 256, "perf.device": "cpu", "train.max_steps": 10},
+                           "data.vocab_size": 256, "perf.device": "cpu", "train.max_steps": 10,
+                           "optim.warmup_steps": 0},
                 space={"optim.lr": [0.1]}, metric={"name": "val_loss", "goal": "min"},
                 concurrency=2, dir=str(tmp_path / "sweep"), poll_s=0.05)  # fmt: skip
     for k, v in fields.items():
@@ -105,7 +106,7 @@ def test_micro_grid_sweep_end_to_end(micro_pretrain, tmp_path):
 
 
 def test_threshold_pruner_stops_a_trial(micro_pretrain, tmp_path):
-    over = micro_overrides(micro_pretrain) | {"train.max_steps": 100_000}
+    over = micro_overrides(micro_pretrain) | {"train.max_steps": 100_000, "optim.min_lr": 0}
     spec = write_spec(tmp_path / "p.yaml", command="pretrain", overrides=over,
                       space={"optim.lr": [1e-7]}, metric={"name": "val_loss"},
                       pruner={"type": "threshold", "metric": "train_loss", "upper": 5.0,

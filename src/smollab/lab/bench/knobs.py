@@ -2,9 +2,9 @@
 with which values, which are skipped and why, and which join the combination.
 
 A knob that cannot apply is listed as skipped with the reason, never run and reported as if it
-worked: CUDA-only knobs off CUDA, a knob whose config key the loop does not read (the loops'
-own table, `smollab.train.unread_keys.UNREAD`, says which and why), and anything the runtime itself
-reported as skipped in the variant's training.log.
+worked: CUDA-only knobs off CUDA, a knob whose config key the workload's command does not read
+(`smollab.config_rules.NOT_READ` says which and why; the command's schema refuses the key), and
+anything the runtime itself reported as skipped in the variant's training.log.
 
 That table imports nothing heavy: the parent never imports torch.
 """
@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from smollab.config_rules import not_read
 from smollab.errors import UserError
 from smollab.lab.spec_common import override_value
-from smollab.train.unread_keys import unread_reason
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,6 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("grad_ckpt", "gradient checkpointing", "perf.grad_checkpointing",
          {"perf.grad_checkpointing": False}, {"perf.grad_checkpointing": True}),
     Knob("grad_accum", "2x accumulation of half batches (same tokens/step)", "train.grad_accum"),
-    Knob("workers", "data loader workers (2)", "perf.num_workers", {"perf.num_workers": 0},
-         {"perf.num_workers": 2}),
-    Knob("pin_memory", "pinned host memory", "perf.pin_memory", {"perf.pin_memory": False},
-         {"perf.pin_memory": True}, cuda_only="pinned memory only speeds up host-to-CUDA copies",
-         runtime_word="pin_memory"),
     Knob("sdpa", "SDPA attention (vs eager)", "perf.attn_implementation",
          {"perf.attn_implementation": "eager"}, {"perf.attn_implementation": "sdpa"}),
     Knob("completion_len", "grpo.max_completion_length halved", "grpo.max_completion_length",
@@ -93,22 +88,23 @@ def select(names: list[str] | None, kind: str) -> list[str]:
 
 
 def baseline_values(names: list[str], kind: str, cfg) -> dict[str, Any]:
-    """Every benched knob off (values of knobs that later turn out skipped are harmless)."""
+    """Every benched knob off (values of knobs that later turn out skipped are harmless), except
+    those whose key the command does not read: its schema would refuse them."""
     out: dict[str, Any] = {}
     for n in names:
         k = KNOBS[n]
-        if kind in k.kinds:
+        if kind in k.kinds and not not_read(kind, k.key):
             with contextlib.suppress(ValueError):
                 out.update(knob_values(k, cfg)[0])
     return out
 
 
 def plan(names: list[str], kind: str, cfg, device: str,
-         unread: Callable[[str, str], str | None] = unread_reason,
+         unread: Callable[[str, str], str | None] = not_read,
          ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:  # fmt: skip
     """([(knob, switched-on values)], [(knob, reason skipped)]) on `device` (cpu, cuda, mps).
 
-    `unread(loop, key)`: why the loop ignores a config key, or None when it reads it.
+    `unread(command, key)`: why the command does not read a config key, or None when it does.
     """
     runs, skipped = [], []
     for n in names:

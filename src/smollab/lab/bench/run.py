@@ -71,8 +71,11 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     ensure_prepared(cfg.data, exact=kind == "pretrain", log=lambda _: None)
 
     forced = [f"train.max_steps={steps}", "train.log_interval=1", f"train.eval_interval={steps}",
-              f"train.save_interval={steps + 1}", "train.max_time=null", "train.max_tokens=null",
-              "run.resume=never"]  # fmt: skip
+              f"train.save_interval={steps + 1}", "train.max_time=null", "run.resume=never"]  # fmt: skip
+    if cfg.optim.warmup_steps >= steps:  # the schedule's warmup must end within the run
+        forced.append(f"optim.warmup_steps={steps - 1}")
+    if kind == "pretrain":
+        forced.append("train.max_tokens=null")
     if kind == "grpo":
         forced.append("failure.action=flag")  # every variant runs all its steps
     base_vals = baseline_values(names, kind, cfg)

@@ -66,10 +66,10 @@ def workload_signature(command: str, cfg) -> dict[str, Any]:
     sig = {
         "command": command,
         "model": cfg.model.path or cfg.model.preset,
-        "lora_r": cfg.model.lora.r if cfg.model.lora.enabled else 0,
+        "lora_r": lora.r if (lora := getattr(cfg.model, "lora", None)) and lora.enabled else 0,
         "batch_size": cfg.train.batch_size,
         "precision": cfg.perf.precision,
-        "compile": cfg.perf.compile,
+        "compile": getattr(cfg.perf, "compile", False),  # GRPO's perf has no compile key
         "grad_checkpointing": cfg.perf.grad_checkpointing,
     }
     if command == "grpo":

@@ -1,0 +1,167 @@
+"""What a config may not say: keys a command does not read, and combinations of keys that could
+not be honoured. `config.validate` refuses either in one line that names the keys.
+
+- `NOT_READ`: the keys a command does not read although another command does, each with the
+  reason (`config key train.grad_accum: grpo does not read it (one optimizer step per generated
+  batch)`); `smollab bench` skips a knob whose key the workload's command does not read. An entry
+  is a dotted key or a whole section (`grpo` covers `grpo.beta`). tests/train/test_config_keys.py
+  checks the table against the schemas both ways.
+- The rules across keys (`shared_rules`, `data_rules`, `pretrain_rules`, `grpo_rules`) run on a
+  validated config.
+  "Set" means set in YAML or on the command line to a value other than the default
+  (`Section.changed`): a default changes nothing, and `smollab config show` prints every key.
+
+Imports nothing of smollab (config imports this) and no torch: the bench parent reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The rules take config sections (config.DataConfig, PretrainConfig, GRPOConfig, ...): config
+# imports this module, so the types are named, not imported.
+
+_NO_MODEL = "it writes the corpus, tokenizer and token files of data.dir; no model is built"
+_RL = "GRPO settings, read by `smollab grpo`"
+_NO_COMPILE = "it never compiles; the lean sampler decodes eagerly, which measured faster"
+
+NOT_READ: dict[str, dict[str, str]] = {
+    "pretrain": {
+        "model.lora": "pretraining trains every weight; LoRA is for `smollab grpo`",
+        "grpo": _RL,
+        "reward": "pretraining minimizes the next-token loss; rewards are for `smollab grpo`",
+        "failure": "the RL failure rules; pretraining stops on divergence (train.diverge_factor)",
+    },
+    "grpo": {
+        "train.max_tokens": "it counts optimizer steps, not tokens (train.max_steps, max_time)",
+        "train.seq_len": (
+            "prompts are grpo.prompt_tokens long, completions grpo.max_completion_length"
+        ),
+        "train.grad_accum": "one optimizer step per generated batch",
+        "train.eval_tokens": "it evaluates on grpo.eval_prompts held-out prompts",
+        "train.diverge_factor": "divergence is a KL above failure.max_kl or a non-finite loss",
+        "perf.compile": _NO_COMPILE,
+        "perf.compile_mode": _NO_COMPILE,
+    },
+    "data": {
+        "model": _NO_MODEL,
+        "optim": _NO_MODEL,
+        "train": _NO_MODEL,
+        "perf": _NO_MODEL,
+        "run": "it writes data.dir, not a run directory",
+        "grpo": _RL,
+        "reward": _RL,
+        "failure": _RL,
+    },
+}
+
+
+def not_read(command: str, key: str) -> str | None:
+    """Why `command` does not read config `key` (the entry of its longest dotted prefix), or
+    None when this table has no entry for it."""
+    table = NOT_READ.get(command, {})
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        if (why := table.get(".".join(parts[:n]))) is not None:
+            return why
+    return None
+
+
+def data_rules(d: Any) -> None:
+    """Rules of the data section (`config.DataConfig`), in every command."""
+    hub = d.source in ("simplestories", "tinystories")
+    if d.source == "files" and not d.files:
+        raise ValueError("data.source=files needs data.files (a list of .txt or .jsonl paths)")
+    if d.files and d.source != "files":
+        raise ValueError(f"data.files is set but data.source={d.source} (files are read only "
+                         "with data.source=files)")  # fmt: skip
+    if d.changed("max_stories") and not hub:
+        raise ValueError(f"data.max_stories caps a hub dataset; data.source={d.source} does not "
+                         "read it (the offline corpus has data.num_stories)")  # fmt: skip
+    if d.changed("num_stories") and d.source != "offline":
+        raise ValueError(f"data.num_stories sizes the offline corpus; data.source={d.source} "
+                         "does not read it")  # fmt: skip
+    if d.changed("text_key") and not any(f.lower().endswith(".jsonl") for f in d.files):
+        raise ValueError("data.text_key names the text field of .jsonl records, and data.files "
+                         "holds no .jsonl file")  # fmt: skip
+    if hub and d.changed("seed"):
+        raise ValueError(f"data.seed: data.source={d.source} keeps the dataset's own splits and "
+                         "order, so nothing is drawn at random")  # fmt: skip
+    if hub and d.changed("test_fraction") and d.max_stories is None:
+        raise ValueError(f"data.test_fraction: data.source={d.source} uses the dataset's own test "
+                         "split (the fraction applies only with data.max_stories)")  # fmt: skip
+
+
+def shared_rules(c: Any) -> None:
+    """Model, data, optim, train and run rules of every training command."""
+    m, o, t, r = c.model, c.optim, c.train, c.run
+    if m.path and m.preset is not None and m.changed("preset"):
+        raise ValueError(f"model.preset={m.preset} and model.path={m.path} are both set; the "
+                         "path wins, so drop model.preset (or set it to null)")  # fmt: skip
+    lora = getattr(m, "lora", None)  # fine-tuning commands only
+    keys = lora.changed("r", "alpha", "dropout", "targets") if lora is not None else []
+    if keys and not lora.enabled:
+        raise ValueError(f"model.lora.{keys[0]} is set but model.lora.enabled is false")
+    data_rules(c.data)
+    if o.schedule == "constant" and o.changed("min_lr"):
+        raise ValueError(f"optim.min_lr={o.min_lr:g} is set but optim.schedule=constant never "
+                         "decays")  # fmt: skip
+    if o.schedule != "constant" and o.min_lr > o.lr:
+        raise ValueError(f"optim.min_lr={o.min_lr:g} is above optim.lr={o.lr:g}: the "
+                         f"{o.schedule} schedule would rise to it")  # fmt: skip
+    if o.schedule != "wsd" and o.changed("decay_fraction"):
+        raise ValueError(f"optim.decay_fraction is the wsd schedule's; optim.schedule="
+                         f"{o.schedule} does not read it")  # fmt: skip
+    if o.warmup_steps and o.warmup_steps >= t.max_steps:
+        raise ValueError(f"optim.warmup_steps={o.warmup_steps} must be below train.max_steps="
+                         f"{t.max_steps} (0: no warmup)")  # fmt: skip
+    if not t.save_interval and t.changed("keep_last"):
+        raise ValueError("train.keep_last counts periodic checkpoints, and train.save_interval=0 "
+                         "writes none")  # fmt: skip
+    if r.dir and r.changed("name"):
+        raise ValueError(f"run.name={r.name} names the default run directory, and run.dir={r.dir} "
+                         "is set")  # fmt: skip
+
+
+def pretrain_rules(c: Any) -> None:
+    """Rules of `config.PretrainConfig` beyond the shared ones."""
+    t, p = c.train, c.perf
+    if not t.eval_interval and t.changed("eval_tokens"):
+        raise ValueError("train.eval_tokens sizes each evaluation, and train.eval_interval=0 "
+                         "turns evaluation off")  # fmt: skip
+    if p.changed("compile_mode") and not p.compile:
+        raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
+
+
+def grpo_rules(c: Any) -> None:
+    """Rules of `config.GRPOConfig` beyond the shared ones."""
+    g, f = c.grpo, c.failure
+    if c.train.batch_size % g.num_generations:
+        raise ValueError(f"train.batch_size={c.train.batch_size} must be a multiple of "
+                         f"grpo.num_generations={g.num_generations}")  # fmt: skip
+    if g.epsilon_high is not None and g.epsilon_high < g.epsilon:
+        raise ValueError(f"grpo.epsilon_high={g.epsilon_high:g} is below grpo.epsilon="
+                         f"{g.epsilon:g}: the upper clip is the wider one (DAPO's "
+                         "clip-higher)")  # fmt: skip
+    if g.num_iterations == 1 and (keys := g.changed("epsilon", "epsilon_high")):
+        raise ValueError(f"grpo.{keys[0]} clips the ratio to the sampling policy, which is 1 "
+                         "when each batch is used once (grpo.num_iterations=1)")  # fmt: skip
+    if g.prompts_file and g.changed("prompt_tokens"):
+        raise ValueError("grpo.prompt_tokens cuts story openings into prompts, and "
+                         "grpo.prompts_file's prompts are used whole")  # fmt: skip
+    if g.beta == 0 and g.ref_on_cpu:
+        raise ValueError("grpo.ref_on_cpu places the KL reference, and grpo.beta=0 builds none")
+    if g.beta == 0 and f.changed("max_kl"):
+        raise ValueError("failure.max_kl watches the KL to the reference, and grpo.beta=0 "
+                         "measures none")  # fmt: skip
+    if g.export_merged and not c.model.lora.enabled:
+        raise ValueError("grpo.export_merged merges LoRA adapters, and model.lora.enabled is "
+                         "false (final/ already holds the full weights)")  # fmt: skip
+    if not c.train.eval_interval and g.changed("eval_prompts"):
+        raise ValueError("grpo.eval_prompts sizes each evaluation, and train.eval_interval=0 "
+                         "turns evaluation off")  # fmt: skip
+    if f.stuck_grace_steps < 2 * f.baseline_steps:
+        raise ValueError(f"failure.stuck_grace_steps={f.stuck_grace_steps} is below 2 x "
+                         f"failure.baseline_steps={f.baseline_steps}: `stuck` compares the "
+                         "first and the last baseline_steps rewards, so it could not fire that "
+                         "early")  # fmt: skip

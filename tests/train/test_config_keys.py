@@ -1,0 +1,268 @@
+"""Every config key is honoured or refused: each key of a command's schema is read when that
+command runs, and each key another command reads is refused by this one with its reason.
+
+Reads are recorded by replacing `Section.__getattribute__` while micro runs of every command
+go through the real CLI in-process; sections are mapped to dotted paths from the resolved
+config, so a read of `cfg.train.max_steps` counts for `train.max_steps`. Recording starts after
+the config is validated (the rules across keys read fields too, and that is not honouring them).
+`model_dump` (hence `to_dict` and the data directory's fingerprint) reads no field through
+`__getattribute__`, so writing a key down never counts as reading it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import typing
+
+import pytest
+
+from smollab import config
+from smollab.cli import main
+from smollab.config import SCHEMAS, Section, set_dotted, to_dict, validate
+from smollab.config_rules import NOT_READ, not_read
+from smollab.errors import UserError
+
+# Keys that only a path these tests cannot take reads, and why.
+UNREACHABLE = {
+    "data.max_stories": "only a hub source (simplestories, tinystories) reads it: a download",
+}
+
+
+def leaf_keys(schema: type[Section], prefix: str = "") -> set[str]:
+    """Every dotted key that holds a value; a list of sections (reward) counts its items' keys."""
+    out: set[str] = set()
+    for name, field in schema.model_fields.items():
+        ann = field.annotation
+        item = typing.get_args(ann)[0] if typing.get_origin(ann) is list else None
+        sub = ann if isinstance(ann, type) and issubclass(ann, Section) else None
+        sub = sub or (item if isinstance(item, type) and issubclass(item, Section) else None)
+        out |= leaf_keys(sub, f"{prefix}{name}.") if sub else {prefix + name}
+    return out
+
+
+def section_paths(cfg: Section, prefix: str = "") -> dict[int, str]:
+    """id(section object) -> its dotted prefix in the resolved config."""
+    out = {id(cfg): prefix}
+    for name in type(cfg).model_fields:
+        value = cfg.__dict__[name]
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, Section):
+                out |= section_paths(v, f"{prefix}{name}.")
+    return out
+
+
+class Recorder:
+    """Notes (id(section), field) for each field read while `active`."""
+
+    def __init__(self) -> None:
+        self.reads: set[tuple[int, str]] = set()
+        self.configs: list[Section] = []
+        self.active = False
+
+    def keys(self) -> set[str]:
+        paths: dict[int, str] = {}
+        for cfg in self.configs:
+            paths |= section_paths(cfg)
+        return {paths[i] + name for i, name in self.reads if i in paths}
+
+
+@contextlib.contextmanager
+def recording(monkeypatch):
+    rec = Recorder()
+    real_load = config.load_config
+
+    def spy(self, name):
+        if rec.active and name in type(self).model_fields:
+            rec.reads.add((id(self), name))
+        return object.__getattribute__(self, name)
+
+    def load_config(*a, **k):  # the CLI imports it at call time: this is what it gets
+        cfg = real_load(*a, **k)
+        rec.configs.append(cfg)
+        rec.active = True
+        return cfg
+
+    monkeypatch.setattr(Section, "__getattribute__", spy)
+    monkeypatch.setattr(config, "load_config", load_config)
+    try:
+        yield rec
+    finally:
+        rec.active = False
+        monkeypatch.undo()
+
+
+def _story_files(tmp_path) -> list[str]:
+    """A .jsonl corpus (texts under the default text_key, `story`) and a .txt one."""
+    from smollab.data.stories import generate_stories
+
+    stories = generate_stories(300, seed=1)
+    jl, txt = tmp_path / "stories.jsonl", tmp_path / "more.txt"
+    jl.write_text("".join(json.dumps({"story": s}) + "\n" for s in stories[:200]))
+    txt.write_text("\n\n".join(stories[200:]))
+    return [str(jl), str(txt)]
+
+
+MICRO = ["data.vocab_size=256", "train.max_steps=3",
+         "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
+         "train.log_interval=1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def covered(micro_model, tmp_path_factory):
+    """The keys each command read, over micro runs that reach every conditional read."""
+    tmp = tmp_path_factory.mktemp("keys")
+    files = _story_files(tmp)
+    files_data = ["data.source=files", f"data.files=[{','.join(files)}]", "data.vocab_size=256"]
+    pretrain = ["model.preset=micro", *MICRO, "train.batch_size=2", "train.seq_len=16",
+                "train.eval_tokens=64", "optim.warmup_steps=1"]  # fmt: skip
+    grpo = [*MICRO, "train.batch_size=8", "grpo.num_generations=4",
+            "grpo.max_completion_length=8", "grpo.eval_prompts=2", "optim.schedule=wsd",
+            "optim.min_lr=1e-6", "optim.lr=1e-4"]  # fmt: skip
+    runs = {
+        "data": [
+            ["data", "prepare", f"data.dir={tmp / 'd1'}", "data.num_stories=100",
+             "data.vocab_size=256"],
+            ["data", "prepare", f"data.dir={tmp / 'd2'}", *files_data],
+        ],
+        "pretrain": [  # offline data and cosine; files data, wsd and the default run dir
+            ["pretrain", *pretrain, f"data.dir={tmp / 'p1'}", "data.num_stories=400",
+             f"run.dir={tmp / 'pre1'}"],
+            ["pretrain", *pretrain, f"data.dir={tmp / 'p2'}", *files_data[:2],
+             "optim.schedule=wsd", "optim.decay_fraction=0.5", "run.name=keys"],
+        ],
+        "grpo": [  # full fine-tuning with a failure flagged; LoRA on a preset and files data,
+            # each batch used twice
+            ["grpo", *grpo, f"model.path={micro_model}", f"data.dir={tmp / 'g1'}",
+             "data.num_stories=400", f"run.dir={tmp / 'grpo1'}", "failure.max_jaccard=0",
+             "failure.patience=1", "failure.action=flag"],
+            ["grpo", *grpo, "model.preset=micro", f"data.dir={tmp / 'g2'}", *files_data[:2],
+             "model.lora.enabled=true",
+             "model.lora.r=2", "grpo.export_merged=true", "grpo.num_iterations=2",
+             "grpo.epsilon_high=0.3", "run.name=keys"],
+        ],
+    }  # fmt: skip
+    out: dict[str, set[str]] = {}
+    mp = pytest.MonkeyPatch()
+    mp.chdir(tmp)  # run.name without run.dir: runs/<name> under here
+    try:
+        for command, argvs in runs.items():
+            out[command] = set()
+            for argv in argvs:
+                with recording(pytest.MonkeyPatch()) as rec:
+                    assert main(argv) == 0, argv
+                out[command] |= rec.keys()
+    finally:
+        mp.undo()
+    return out
+
+
+@pytest.mark.parametrize("command", sorted(SCHEMAS))
+def test_every_key_of_the_schema_is_read(covered, command):
+    unread = leaf_keys(SCHEMAS[command]) - covered[command] - set(UNREACHABLE)
+    assert not unread, f"{command} accepts keys it never read: {sorted(unread)}"
+
+
+def _any_value(key: str):
+    """A valid value of `key` from a schema that has it (its default)."""
+    for schema in SCHEMAS.values():
+        if key in leaf_keys(schema):
+            tree = to_dict(schema())
+            for part in key.split("."):
+                tree = tree[0] if isinstance(tree, list) else tree
+                tree = tree[part]
+            return tree
+    raise KeyError(key)
+
+
+@pytest.mark.parametrize("command", sorted(SCHEMAS))
+def test_keys_of_other_commands_are_refused_with_the_reason(command):
+    known = leaf_keys(SCHEMAS[command])
+    others = set().union(*(leaf_keys(s) for s in SCHEMAS.values())) - known
+    assert others  # every command lacks some key another one has
+    for key in sorted(others):
+        assert not_read(command, key), f"config_rules.NOT_READ[{command!r}] lacks {key}"
+        tree: dict = {}
+        set_dotted(tree, key, _any_value(key))
+        with pytest.raises(UserError) as e:
+            validate(SCHEMAS[command], tree)
+        msg = str(e.value)
+        assert msg.startswith(f"config key {key}: {command} does not read it (") and "\n" not in msg
+
+
+def test_the_table_names_no_key_its_command_reads():
+    every = set().union(*(leaf_keys(s) for s in SCHEMAS.values()))
+    for command, table in NOT_READ.items():
+        known = leaf_keys(SCHEMAS[command])
+        for entry in table:
+            under = {k for k in every if k == entry or k.startswith(entry + ".")}
+            assert under, f"NOT_READ[{command!r}][{entry!r}] names no key of any command"
+            assert not under & known, f"{command} reads {sorted(under & known)}"
+
+
+def test_model_dump_is_no_read_and_a_field_read_is(monkeypatch):
+    cfg = config.load_config("grpo", None, ["model.lora.enabled=true"])
+    with recording(monkeypatch) as rec:
+        rec.configs.append(cfg)
+        rec.active = True
+        to_dict(cfg)
+        cfg.model_dump()
+        assert rec.keys() == set()
+        assert cfg.model.lora.r == 8 and cfg.reward[0].name == "happy_binary"
+        assert rec.keys() & leaf_keys(SCHEMAS["grpo"]) == {"model.lora.r", "reward.name"}
+
+
+def _without(overrides: list[str], *keys: str) -> list[str]:
+    return [o for o in overrides if o.split("=", 1)[0] not in keys]
+
+
+def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micro_grpo, tmp_path):
+    from smollab.config import load_config
+    from smollab.runs import RunView
+    from smollab.train import grpo, pretrain
+
+    off = ["train.eval_interval=0", "train.save_interval=0"]
+    s = pretrain.train(load_config("pretrain", None, [
+        *_without(micro_pretrain, "train.eval_tokens"), *off, "train.max_steps=7"]))  # fmt: skip
+    run = RunView(tmp_path / "run")
+    assert s["status"] == "completed" and s["final_val_loss"] is None and s["best_val_loss"] is None
+    assert [int(r["step"]) for r in run.metrics()] == [1, 5, 7]  # the last step is logged
+    assert all(r["val_loss"] is None for r in run.metrics())
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["final"]  # no best/, step_N/
+    s = grpo.train(load_config("grpo", None, [
+        *_without(micro_grpo, "grpo.eval_prompts"), *off, "train.max_steps=3"]))  # fmt: skip
+    run = RunView(tmp_path / "grpo")
+    assert s["status"] == "completed" and s["base_eval_reward"] is None
+    assert all(r["eval_reward_mean"] is None for r in run.metrics())
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["final"]
+
+
+def test_a_rerun_with_another_config_stops_and_never_starts_over(micro_pretrain, tmp_path, capsys):
+    args = ["pretrain", *micro_pretrain, "train.max_steps=4"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main([*args, "optim.lr=3e-3"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and "holds a run with another config (optim.lr 0.01 -> 0.003)" in err
+    )
+    assert main([*args, "optim.lr=3e-3", "run.resume=never"]) == 0
+    run = tmp_path / "run"
+    assert json.loads((run / "config.json").read_text())["optim"]["lr"] == 3e-3
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert main([*args, "optim.lr=3e-3"]) == 0  # the same config again: its result stands
+    assert "already completed; nothing to do" in capsys.readouterr().out
+
+
+def test_grpo_refuses_data_keys_its_prepared_directory_contradicts(micro_grpo, micro_data, capsys):
+    """GRPO uses a prepared data.dir as it is: a data key set to something else is refused."""
+    from smollab.config import DataConfig
+    from smollab.data.prepare import ensure_prepared
+
+    assert main(["grpo", *micro_grpo, "data.num_stories=1000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"data.num_stories=1000: data.dir {micro_data} was prepared with 400" in err
+    # the same values, and keys left at their defaults, are fine
+    cfg = DataConfig(dir=str(micro_data), num_stories=400, vocab_size=256)
+    assert ensure_prepared(cfg, exact=False)["vocab_size"] == 256
