@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from smollab.config import DataConfig, ModelConfig, TrainingConfig, to_dict
+from smollab.errors import UserError
 from smollab.runs import RunDir, load_trainer_state
 from smollab.train import distributed
 from smollab.train.distributed import SINGLE, Dist
@@ -27,11 +28,19 @@ def open_run(
 ) -> tuple[RunDir | None, dict | None]:
     """Start `path` or find where to resume it. The second value is the summary of a run that had
     already finished: the loop returns it and does nothing else. Under DDP rank 0 alone writes the
-    directory (the others get None) and tells every rank whether it had finished, so all return."""
-    run = RunDir.start(path, to_dict(cfg), cfg.run.resume, command) if dist.main else None
-    finished = distributed.broadcast_object(
-        run.read_summary() if run and run.already_done else None, dist
+    directory (the others get None) and tells every rank whether it had finished, or why it
+    refused to open (a changed config), so all return or raise together instead of hanging."""
+    run, refused = None, None
+    if dist.main:
+        try:
+            run = RunDir.start(path, to_dict(cfg), cfg.run.resume, command)
+        except UserError as e:
+            refused = str(e)
+    refused, finished = distributed.broadcast_object(
+        (refused, run.read_summary() if run and run.already_done else None), dist
     )
+    if refused:
+        raise UserError(refused)
     if finished is not None and run:
         print(f"run {run.path} already {finished['status']}; nothing to do", flush=True)
         run.close()
