@@ -53,6 +53,7 @@ def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF)
 
 
+@scaffold.records_failure
 def train(cfg: GRPOConfig) -> dict:
     t_start = time.time()
     g, tc, oc = cfg.grpo, cfg.train, cfg.optim
@@ -104,6 +105,7 @@ def train(cfg: GRPOConfig) -> dict:
     state = scaffold.resume(run, policy, optimizer, rt.scaler, lora)
     step, history = int(state.get("step", 0)), list(state.get("reward_history", []))
     watch = RLWatch(cfg.failure, state.get("flags"))
+    watch.streak = int(state.get("rl_streak", 0))
     per_fn_cols = [f"reward/{r.key}" for r in rewards] if len(rewards) > 1 else []
     run.open_metrics(COLUMNS + per_fn_cols, resume_step=step if run.resume_from else None)
     run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
@@ -215,7 +217,8 @@ def train(cfg: GRPOConfig) -> dict:
 
             if step % tc.save_interval == 0 and step < tc.max_steps:
                 scaffold.save_state(run, step, policy, tokenizer, optimizer, rt.scaler, tc.keep_last,
-                                    reward_history=history, flags=watch.flags)  # fmt: skip
+                                    reward_history=history, flags=watch.flags,
+                                    rl_streak=watch.streak)  # fmt: skip
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:

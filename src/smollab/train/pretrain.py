@@ -57,6 +57,7 @@ def evaluate(model, batches, rt) -> float:
     return total / max(len(batches), 1)
 
 
+@scaffold.records_failure
 def train(cfg: PretrainConfig) -> dict:
     """Run (or resume, or report the finished result of) one pretraining run; returns its summary."""
     t_start = time.time()
@@ -136,8 +137,8 @@ def train(cfg: PretrainConfig) -> dict:
 
     # ---- the loop -----------------------------------------------------------------------
     status, evidence, val_loss = "completed", None, None
-    window_loss = torch.zeros((), device=rt.device)
-    window_steps, window_t, window_tokens = 0, 0.0, 0
+    window_loss = torch.full((), float(state.get("window_loss", 0.0)), device=rt.device)
+    window_steps, window_t, window_tokens = int(state.get("window_steps", 0)), 0.0, 0
     params = list(model.parameters())
     try:
         while step < tc.max_steps:
@@ -206,7 +207,9 @@ def train(cfg: PretrainConfig) -> dict:
             if run and step % tc.save_interval == 0 and not last:
                 scaffold.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
                                     tc.keep_last, tokens=tokens, train_s=train_s,
-                                    best_val=best_val, start_loss=start_loss)  # fmt: skip
+                                    best_val=best_val, start_loss=start_loss,
+                                    window_loss=float(window_loss),
+                                    window_steps=window_steps)  # fmt: skip
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:
