@@ -94,7 +94,7 @@ def train(cfg: GRPOConfig) -> dict:
                            (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
-    pool = RewardPool(cfg.reward, workers=g.reward_workers)
+    pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
 
     # ---- run directory and resume ---------------------------------------------------------
     run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "grpo")
