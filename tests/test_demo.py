@@ -63,3 +63,21 @@ def test_report_renders_odd_samples_in_one_table_row():
     })  # fmt: skip
     assert "0.25 before RL -> 0.95 after 50 GRPO steps" in md
     assert "| once \\| upon | a time | 0 | happy | 1 |" in md
+
+
+def test_a_failing_stage_leaves_the_demo_summary_failed(tmp_path, monkeypatch, capsys):
+    import smollab.train.pretrain
+    from smollab.errors import RunFailed
+
+    def fails(cfg):
+        raise RunFailed("RewardError: reward x raised ValueError: no (after 3 steps)")
+
+    monkeypatch.setattr(smollab.train.pretrain, "train", fails)
+    threads = torch.get_num_threads()
+    try:
+        assert main(["demo", "--dir", str(tmp_path), "--quick"]) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert "smollab: error: RewardError: reward x raised" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["evidence"].startswith("RewardError: ")

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from smollab.errors import UserError
+from smollab.errors import RunFailed, UserError
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
 
@@ -316,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"smollab: error: {e}", file=sys.stderr)
         return 2
+    except RunFailed as e:  # recorded in its run directory: status failed, traceback in the log
+        print(f"smollab: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("smollab: interrupted", file=sys.stderr)
         return 130

@@ -226,6 +226,8 @@ class GRPOSection(Section):
     replay: bool = Field(True, description="first policy forward of a batch replays the sampler's "
                          "decode (no matmuls); off: computed")  # fmt: skip
     reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
+    reward_timeout_s: float = Field(120.0, ge=0, description="limit per reward function call; "
+                                    "longer is an error naming it (0 = none)")  # fmt: skip
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
     log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
     export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")

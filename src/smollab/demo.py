@@ -20,13 +20,15 @@ Running the command again reuses every finished stage and redoes only what is mi
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from pathlib import Path
 from typing import Any
 
-from smollab.errors import UserError
-from smollab.runs import FINISHED, REPORT, SUMMARY, RunView, atomic_write_json
+from smollab.atomic_files import atomic_write_json, one_line
+from smollab.errors import RunFailed, UserError
+from smollab.runs import FINISHED, REPORT, SUMMARY, RunView
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"
@@ -122,8 +124,35 @@ def _banner(i: int, name: str, what: str) -> None:
 
 
 def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
-    """Run (or finish, or reuse) every stage; write report.md and summary.json; return the summary."""
-    out = Path(out)
+    """Run (or finish, or reuse) every stage; write report.md and summary.json; return the summary.
+    A stage that raises leaves summary.json `failed` (or `interrupted`) with its evidence."""
+    try:
+        return _run_demo(Path(out), quick)
+    except BaseException as e:
+        _record_end(Path(out) / SUMMARY, e)
+        raise
+
+
+def _record_end(path: Path, e: BaseException) -> None:
+    """Mark this invocation's summary (status running) failed or interrupted; best effort."""
+    import json
+
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if summary.get("status") != "running":
+        return
+    if isinstance(e, KeyboardInterrupt):
+        summary.update(status="interrupted", evidence="interrupted")
+    else:
+        why = e.evidence if isinstance(e, RunFailed) else f"{type(e).__name__}: {one_line(e)}"
+        summary.update(status="failed", evidence=why)
+    with contextlib.suppress(Exception):
+        atomic_write_json(path, summary)
+
+
+def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     pre_cfg, grpo_cfg = build_configs(out, quick)  # a bad recipe stops before any work
     overrides = stage_overrides(out, quick)
@@ -180,10 +209,10 @@ def run_demo(out: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
     summary["pretrain"]["run_dir"] = pre_cfg.run.dir
     save()
     if pre.get("status") != "completed":
-        summary["status"] = "failed"
+        why = f"pretraining ended {pre.get('status')} ({pre.get('evidence')})"
+        summary.update(status="failed", evidence=why)
         save()
-        raise UserError(f"pretraining ended {pre.get('status')} ({pre.get('evidence')}); "
-                        f"see {RunView(pre_cfg.run.dir).log_path}")  # fmt: skip
+        raise RunFailed(f"{why}; see {RunView(pre_cfg.run.dir).log_path}")
 
     # ---- 3. GRPO ------------------------------------------------------------------------------
     rewards = ", ".join(r.name for r in grpo_cfg.reward)

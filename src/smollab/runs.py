@@ -11,16 +11,27 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import (
+    _json_default,
+    atomic_write,
+    atomic_write_json,
+    fsync_dir,
+    fsync_file,
+    one_line,
+    read_json,
+    writing,
+)
 from smollab.errors import UserError
 
 # ---- the names ------------------------------------------------------------------------------
@@ -62,36 +73,6 @@ STATUSES = (
 FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")  # results, never rerun
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=_json_default) + "\n")
-
-
-def _json_default(obj: Any) -> Any:
-    if hasattr(obj, "item"):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"file not found: {path}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
-
-
 def git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
@@ -124,37 +105,54 @@ class Metrics:
     """metrics.csv: one row per logged step, appended and flushed, never a duplicate step.
 
     The columns are fixed when the run starts. On resume, rows after the checkpoint's step are
-    dropped (they will be logged again), so the file holds each step exactly once.
+    dropped (they will be logged again), and so is a row cut short by a kill, so the file holds
+    each step exactly once; a fresh start (`resume_step` None) empties it.
     """
 
     def __init__(self, path: Path, columns: list[str], resume_step: int | None):
         self.path = path
         self.columns = columns
+        rows = []
         if resume_step is not None and path.exists():
             with open(path, newline="") as f:
-                rows = [
-                    r for r in csv.DictReader(f) if r.get("step") and int(r["step"]) <= resume_step
-                ]
-            self._rewrite(rows)
-        elif not path.exists() or resume_step is None:
-            self._rewrite([])
+                rows = [r for r in csv.DictReader(f) if _row_step(r) <= resume_step]
+        atomic_write(path, self._writer_of(rows), newline="")
         self._file = open(path, "a", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
 
-    def _rewrite(self, rows: list[dict[str, Any]]) -> None:
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
+    def _writer_of(self, rows: list[dict[str, Any]]) -> Callable[[Any], None]:
+        def write(f) -> None:
             w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
-        os.replace(tmp, self.path)
+
+        return write
 
     def append(self, row: dict[str, Any]) -> None:
-        self._writer.writerow({k: _fmt(v) for k, v in row.items()})
-        self._file.flush()
+        with writing(self.path):
+            self._writer.writerow({k: _fmt(v) for k, v in row.items()})
+            self._file.flush()
 
     def close(self) -> None:
         self._file.close()
+
+
+def _row_step(row: dict[str, Any]) -> float:
+    """The step of a whole metrics row; infinity (never kept) for a row a kill cut short."""
+    if None in row or None in row.values():  # fewer or more cells than the header
+        return math.inf
+    try:
+        return int(row["step"])
+    except (KeyError, TypeError, ValueError):
+        return math.inf
+
+
+def _sample_step(line: str) -> float:
+    """The step of a whole samples.jsonl record; infinity for a line a kill cut short."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, TypeError, KeyError):
+        return math.inf
 
 
 def _fmt(v: Any) -> Any:
@@ -236,18 +234,28 @@ class RunDir:
     def log(self, msg: str, echo: bool = False) -> None:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
         if self._log_file:
-            self._log_file.write(line + "\n")
-            self._log_file.flush()
+            with writing(self.path / LOG):
+                self._log_file.write(line + "\n")
+                self._log_file.flush()
         if echo:
             print(msg, flush=True)
 
     def open_metrics(self, columns: list[str], resume_step: int | None) -> Metrics:
+        """Open metrics.csv for appending. Every append-only file of the run (metrics.csv,
+        samples.jsonl) is cut back to `resume_step` first, or emptied on a fresh start, so a
+        resumed run logs each step once."""
+        samples = self.path / SAMPLES
+        if samples.exists():
+            upto = -1 if resume_step is None else resume_step
+            with open(samples) as f:
+                keep = [x.rstrip("\n") + "\n" for x in f if _sample_step(x) <= upto]
+            atomic_write(samples, lambda f: f.writelines(keep))
         self.metrics = Metrics(self.path / METRICS, columns, resume_step)
         return self.metrics
 
     def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
         """Add generations (prompt, completion, reward, step) to samples.jsonl, flushed."""
-        with open(self.path / SAMPLES, "a") as f:
+        with writing(self.path / SAMPLES), open(self.path / SAMPLES, "a") as f:
             f.writelines(json.dumps(r, default=_json_default) + "\n" for r in records)
 
     def update_summary(self, **fields: Any) -> dict[str, Any]:
@@ -272,8 +280,10 @@ class RunDir:
     ) -> Path:  # fmt: skip
         """Write checkpoints/<name>/ in HF layout (+ trainer state) atomically.
 
-        The directory is written under a temporary name and renamed, so a reader (or a resume
-        after kill -9) sees either the whole checkpoint or none of it.
+        The directory is written under a temporary name, fsynced and renamed, so a reader (or a
+        resume after kill -9) sees either the whole checkpoint or none of it. `keep_last` prunes
+        the oldest step checkpoints up to this one (newer ones, left by a run that resumed from
+        an earlier checkpoint, are rewritten as it gets there).
         """
         import torch
         from transformers.utils import logging as hf_logging
@@ -281,23 +291,64 @@ class RunDir:
         hf_logging.disable_progress_bar()  # a bar per save of a 1M-parameter model is noise
         self.ckpt_dir.mkdir(exist_ok=True)
         final = self.ckpt_dir / name
-        tmp = self.ckpt_dir / f".{name}.tmp"
+        tmp, old = self.ckpt_dir / f".{name}.tmp", self.ckpt_dir / f".{name}.old"
         shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        if state is not None:
-            torch.save(state, tmp / TRAINER_STATE)
-        old = self.ckpt_dir / f".{name}.old"
-        if final.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(final, old)
-        os.replace(tmp, final)
+        try:
+            with writing(final):
+                model.save_pretrained(tmp, safe_serialization=True)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(tmp)
+                if state is not None:
+                    with open(tmp / TRAINER_STATE, "wb") as f:  # a file: a full disk is ENOSPC
+                        torch.save(state, f)
+                for f in tmp.rglob("*"):
+                    if f.is_file():
+                        fsync_file(f)
+                fsync_dir(tmp)
+                if final.exists():
+                    shutil.rmtree(old, ignore_errors=True)
+                    os.replace(final, old)
+                os.replace(tmp, final)
+                fsync_dir(self.ckpt_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(old, ignore_errors=True)
         if keep_last is not None and name.startswith("step_"):
-            for stale in self.step_checkpoints()[:-keep_last]:
-                shutil.rmtree(stale, ignore_errors=True)
+            upto = [p for p in self.step_checkpoints() if _ckpt_step(p) <= _ckpt_step(final)]
+            for stale in upto[:-keep_last]:
+                self._remove_checkpoint(stale)
         return final
+
+    def _remove_checkpoint(self, ckpt: Path) -> None:
+        """Rename away, then delete: a kill mid-delete leaves a hidden leftover, not half a step."""
+        gone = ckpt.with_name(f".{ckpt.name}.old")
+        shutil.rmtree(gone, ignore_errors=True)
+        os.replace(ckpt, gone)
+        shutil.rmtree(gone, ignore_errors=True)
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove what a killed writer left: `.<name>.tmp` checkpoint directories, `.<name>.old`
+        ones (restored as `<name>` when a kill fell between the two renames of best/ or final/),
+        and temporary files of dead processes. Returns what it did, for the log."""
+        done = []
+        if self.ckpt_dir.is_dir():
+            for p in sorted(self.ckpt_dir.glob(".*.tmp")):
+                shutil.rmtree(p, ignore_errors=True)
+                done.append(f"removed {p.name}")
+            for p in sorted(self.ckpt_dir.glob(".*.old")):
+                whole = self.ckpt_dir / p.name[1 : -len(".old")]
+                if not whole.exists() and not whole.name.startswith("step_"):
+                    os.replace(p, whole)
+                    done.append(f"restored {whole.name}")
+                else:
+                    shutil.rmtree(p, ignore_errors=True)
+                    done.append(f"removed {p.name}")
+        for p in sorted(self.path.glob(".*.tmp*")):
+            pid = p.name.rsplit(".tmp", 1)[1]
+            if p.is_file() and (not pid.isdigit() or not _alive(int(pid))):
+                p.unlink(missing_ok=True)
+                done.append(f"removed {p.name}")
+        return done
 
     def step_checkpoints(self) -> list[Path]:
         return RunView(self.path).step_checkpoints()
@@ -325,11 +376,49 @@ def config_changes(old: dict[str, Any], new: dict[str, Any], command: str) -> li
     return out
 
 
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used: unreadable, cut short, or not this model's. One line
+    naming it (never PyTorch's advice to unpickle with weights_only=False)."""
+
+
 def load_trainer_state(ckpt: Path) -> dict[str, Any]:
     """Trainer state saved by `save_checkpoint`; `weights_only=True` never unpickles objects."""
+    import pickle
+
     import torch
 
-    return torch.load(Path(ckpt) / TRAINER_STATE, map_location="cpu", weights_only=True)
+    path = Path(ckpt) / TRAINER_STATE
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # its message advises weights_only=False: never
+        why = _first_sentence(str(e).partition("WeightsUnpickler error:")[2]) or "refused"
+        raise CheckpointError(f"{path}: unreadable as plain data (weights-only load: {why})") from e
+    except Exception as e:
+        raise CheckpointError(
+            f"{path}: unreadable ({_first_sentence(str(e)) or type(e).__name__})"
+        ) from e
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of the first non-empty line: PyTorch's errors go on with advice."""
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return one_line(line.split(". ")[0], 200)
+
+
+def _ckpt_step(p: Path) -> int:
+    return int(p.name.split("_")[1])
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def default_run_dir(command: str, parts: Iterable[str]) -> Path:

@@ -34,6 +34,19 @@ def bad_module(tmp_path, monkeypatch):
 
             def ids_len(completions, completion_ids=None, **kwargs):
                 return [float(len(i)) for i in completion_ids]
+
+            def slow(completions, **kwargs):
+                import time
+                try:
+                    time.sleep(60)
+                except Exception:  # the time limit is not an Exception to swallow
+                    pass
+                return [0.0] * len(completions)
+
+            def deaf(completions, **kwargs):  # as if stuck in C code: no signal gets in
+                import signal, time
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+                time.sleep(60)
             """
         )
     )
@@ -94,3 +107,32 @@ def test_process_pool_matches_inline_and_reports_errors(bad_module):
         pytest.raises(RewardError, match=r"nan_c returned nan for completion 2 \('c'\)"),
     ):
         pool(None, ["a", "b", "c", "d"], None)
+
+
+def test_a_reward_call_over_its_time_limit_is_an_error_naming_it(bad_module):
+    import signal
+
+    before = signal.getsignal(signal.SIGALRM)
+    pool = RewardPool([{"name": "happy_binary"}, {"name": f"{bad_module}:slow"}], timeout_s=0.2)
+    with pytest.raises(RewardError, match=r"reward bad_rewards_mod:slow took longer than 0.2 s"):
+        pool(["p", "p"], ["a", "b"], None)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) is before
+    with (
+        RewardPool([{"name": f"{bad_module}:slow"}], workers=1, timeout_s=0.2) as pool,
+        pytest.raises(RewardError, match=r"reward bad_rewards_mod:slow took longer than 0.2 s"),
+    ):
+        pool(None, ["a", "b"], None)
+
+
+def test_a_worker_deaf_to_the_time_limit_is_stopped(bad_module, monkeypatch):
+    monkeypatch.setattr(RewardPool, "WORKER_MARGIN_S", 0.5)
+    pool = RewardPool([{"name": f"{bad_module}:deaf"}], workers=1, timeout_s=0.2)
+    workers = list(pool._executor._processes.values())
+    with pytest.raises(RewardError, match=r"a worker did not answer within 0.7 s"):
+        pool(None, ["a", "b"], None)
+    for w in workers:
+        w.join(timeout=30)
+        assert not w.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool(None, ["a", "b"], None)

@@ -6,6 +6,7 @@ from safetensors.torch import load_file
 
 from smollab.cli import main
 from smollab.config import load_config
+from smollab.errors import RunFailed
 from smollab.runs import read_metrics
 from smollab.train import grpo
 
@@ -67,7 +68,7 @@ def test_resume_after_crash_is_exact(micro_grpo, tmp_path, monkeypatch, lora):
         return real(*a, **k)
 
     monkeypatch.setattr(grpo, "group_advantages", crash_at_step_5)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
         _run([*micro_grpo, *extra])
     monkeypatch.setattr(grpo, "group_advantages", real)
     assert _run([*micro_grpo, *extra])["status"] == "completed"

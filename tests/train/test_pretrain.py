@@ -1,9 +1,7 @@
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ from safetensors.torch import load_file
 
 from smollab.cli import main
 from smollab.config import load_config
+from smollab.errors import RunFailed
 from smollab.runs import read_metrics
 from smollab.train import pretrain
 
@@ -55,7 +54,7 @@ def test_resume_after_crash_is_exact(micro_pretrain, tmp_path, monkeypatch):
         return real(*a, **k)
 
     monkeypatch.setattr(pretrain, "get_batch", crash_at_step_13)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
         _run(micro_pretrain)
     monkeypatch.setattr(pretrain, "get_batch", real)
     resumed = _run(micro_pretrain)
@@ -102,30 +101,6 @@ def _env():
     src = str(Path(pretrain.__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     return env
-
-
-def test_kill_9_then_resume_matches_uninterrupted(micro_pretrain, tmp_path):
-    args = [*micro_pretrain, "train.max_steps=60", "train.save_interval=7", "train.log_interval=1"]
-    ref = _run([*args, f"run.dir={tmp_path / 'ref'}"])
-    assert ref["status"] == "completed"
-    cmd = [sys.executable, "-m", "smollab", "pretrain", *args]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = tmp_path / "run" / "metrics.csv"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        rows = read_metrics(metrics) if metrics.exists() else []
-        if rows and rows[-1]["step"] >= 17:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert subprocess.run(cmd, env=_env(), capture_output=True).returncode == 0
-    steps = [int(r["step"]) for r in read_metrics(metrics)]
-    assert steps == list(range(1, 61))
-    a = load_file(tmp_path / "ref" / "checkpoints" / "final" / "model.safetensors")
-    b = load_file(tmp_path / "run" / "checkpoints" / "final" / "model.safetensors")
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
 
 
 def test_ddp_two_processes_on_cpu(micro_pretrain, tmp_path):

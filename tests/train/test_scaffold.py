@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from smollab.runs import RunDir  # noqa: E402
-from smollab.train import scaffold  # noqa: E402
+from smollab.train import checkpoints, scaffold  # noqa: E402
 from tests.engine.test_sampler import micro_llama  # noqa: E402
 
 
@@ -41,7 +41,7 @@ def test_save_state_then_resume_restores_everything(tmp_path):
     _step(model, opt, scaler, 1.0)
     run = RunDir.start(tmp_path / "run", {"x": 1}, "auto", "test")
     torch.manual_seed(123)
-    scaffold.save_state(run, 3, model, None, opt, scaler, keep_last=2, tokens=42)
+    checkpoints.save_state(run, 3, model, None, opt, scaler, keep_last=2, tokens=42)
     after_save = torch.rand(4)
     run.close()
 
@@ -49,7 +49,7 @@ def test_save_state_then_resume_restores_everything(tmp_path):
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-3)
     fresh_scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
     again = RunDir.start(tmp_path / "run", {"x": 1}, "auto", "test")
-    state = scaffold.resume(again, fresh, fresh_opt, fresh_scaler, lora=False)
+    state = checkpoints.resume(again, fresh, fresh_opt, fresh_scaler, lora=False)
     again.close()
     assert state == {"step": 3, "tokens": 42}
     torch.testing.assert_close(torch.rand(4), after_save)  # RNG continues where it was saved

@@ -6,8 +6,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
-from smollab.runs import METRICS, REPORT, SUMMARY, RunView, atomic_write_text
+from smollab.runs import METRICS, REPORT, SUMMARY, RunView
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",

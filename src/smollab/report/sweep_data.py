@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import read_json
 from smollab.errors import UserError
-from smollab.runs import SWEEP_META, SWEEP_RESULTS, RunView, read_json
+from smollab.runs import SWEEP_META, SWEEP_RESULTS, RunView
 from smollab.sweep_metric import Metric
 
 FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")

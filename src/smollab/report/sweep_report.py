@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import atomic_write_text
 from smollab.report.sweep_data import FAILURES, _f, is_lr_sweep, load_sweep, lr_curves
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
-from smollab.runs import REPORT, atomic_write_text
+from smollab.runs import REPORT
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:

@@ -14,6 +14,10 @@ parent's main module, so a script that makes a pool must guard its entry with
 `if __name__ == "__main__":`) and is reused for every batch; completions are cut into one contiguous chunk per worker and each worker runs every
 function on its chunk. User functions must be importable (`module:function`), which they are by
 construction of the registry.
+
+A hang is an error, not a stuck run: each function call has `timeout_s` (SIGALRM, inline on the
+main thread and inside each worker), and a worker that does not answer within the limit of all
+its calls and a margin (stuck in C code a signal cannot interrupt) is killed with the pool.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import contextlib
 import multiprocessing as mp
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -38,12 +43,20 @@ class RewardPool:
     `total` is the weighted sum of the functions' values; `per_fn` holds each function's RAW
     (unweighted) values under its key (the spec name, `name#2` for a repeat). Any exception in a
     function, a value that is not a finite number, or a result of the wrong length raises a
-    RewardError (a UserError) naming the function. Use as a context manager or call close().
+    RewardError (a UserError) naming the function, and so does a call longer than `timeout_s`
+    (0: no limit). Use as a context manager or call close().
     """
 
-    def __init__(self, specs: Sequence[RewardSpec | dict[str, Any]], workers: int = 0):
+    WORKER_MARGIN_S = 10.0  # beyond the calls' own limits: the round trip, a busy machine
+
+    def __init__(
+        self, specs: Sequence[RewardSpec | dict[str, Any]], workers: int = 0, timeout_s: float = 0.0
+    ):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise UserError(f"RewardPool: workers must be an integer >= 0, got {workers!r}")
+        if not timeout_s >= 0:
+            raise UserError(f"RewardPool: timeout_s must be >= 0, got {timeout_s!r}")
+        self.timeout_s = float(timeout_s)
         self.rewards = validate_specs(specs)
         self.keys = [r.key for r in self.rewards]
         self.weights = {r.key: r.weight for r in self.rewards}
@@ -63,12 +76,29 @@ class RewardPool:
             for f in [self._executor.submit(registry._worker_ping) for _ in range(workers)]:
                 self._result(f)
 
-    def _result(self, future: Any) -> Any:
+    def _result(self, future: Any, timeout: float | None = None) -> Any:
         try:
-            return future.result()
+            return future.result(timeout=timeout)
         except BrokenProcessPool as e:
             self.close()
             raise RewardError(f"reward worker process died ({e}); try reward workers=0") from e
+        except FutureTimeout:
+            self._kill()
+            raise RewardError(
+                f"rewards {', '.join(self.keys)}: a worker did not answer within {timeout:g} s "
+                f"(grpo.reward_timeout_s={self.timeout_s:g} per call); it was stopped"
+            ) from None
+
+    def _kill(self) -> None:
+        """Stop the workers now, one stuck in a call included (shutdown alone waits for it)."""
+        ex, self._executor = self._executor, None
+        if ex is None:
+            return
+        procs = list(getattr(ex, "_processes", {}).values())  # no public handle before 3.14
+        ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            with contextlib.suppress(Exception):
+                p.kill()
 
     def __call__(
         self,
@@ -83,7 +113,9 @@ class RewardPool:
         if self._executor is None and self.workers > 0:
             raise RuntimeError("RewardPool is closed")
         if self._executor is None or n < 2:
-            values = compute_rewards(self.rewards, prompts, completions, completion_ids)
+            values = compute_rewards(
+                self.rewards, prompts, completions, completion_ids, timeout_s=self.timeout_s
+            )
         else:
             chunks = min(self.workers, n)
             bounds = [n * i // chunks for i in range(chunks + 1)]
@@ -94,10 +126,16 @@ class RewardPool:
                     completions[a:b],
                     None if completion_ids is None else completion_ids[a:b],
                     a,
+                    self.timeout_s,
                 )
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)
             ]
-            parts = [self._result(f) for f in futures]  # in order: the first error wins
+            wait = (
+                self.timeout_s * len(self.rewards) + self.WORKER_MARGIN_S
+                if self.timeout_s
+                else None
+            )
+            parts = [self._result(f, wait) for f in futures]  # in order: the first error wins
             values = {k: [x for p in parts for x in p[k]] for k in self.keys}
         per_fn = {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
         total = torch.zeros(n, dtype=torch.float64)

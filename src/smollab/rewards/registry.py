@@ -16,10 +16,13 @@ This module imports no torch: pool workers import it and nothing heavier.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import inspect
 import math
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,22 +168,57 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
     return out
 
 
+class _TimedOut(BaseException):
+    """Raised into a reward function by SIGALRM: not an Exception, so the function's own
+    `except Exception` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise _TimedOut in the body after `seconds` (SIGALRM). A limit needs the main thread (only
+    it receives signals) and a free interval timer; without them, or with `seconds` 0, none."""
+    if (seconds <= 0 or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()
+            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):  # fmt: skip
+        yield
+        return
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _TimedOut
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def compute_rewards(
     rewards: Sequence[ResolvedReward],
     prompts: list[str] | None,
     completions: list[str],
     completion_ids: list[list[int]] | None = None,
     offset: int = 0,
+    timeout_s: float = 0.0,
 ) -> dict[str, list[float]]:
     """Each function's raw (unweighted) values, checked: RewardError names the function and the
-    exception, wrong length, or non-finite value (`offset` makes indices global for a chunk)."""
+    exception, wrong length, non-finite value, or a call longer than `timeout_s` (0: no limit;
+    see `time_limit`). `offset` makes indices global for a chunk."""
     n = len(completions)
     out: dict[str, list[float]] = {}
     for r in rewards:
         try:
-            values = r.fn(
-                prompts=prompts, completions=completions, completion_ids=completion_ids, **r.params
-            )
+            with time_limit(timeout_s):
+                values = r.fn(
+                    prompts=prompts, completions=completions, completion_ids=completion_ids,
+                    **r.params,
+                )  # fmt: skip
+        except _TimedOut:
+            raise RewardError(
+                f"reward {r.key} took longer than {timeout_s:g} s (grpo.reward_timeout_s)"
+            ) from None
         except UserError as e:
             msg = _one_line(e)
             raise RewardError(msg if msg.startswith(r.name) else f"reward {r.key}: {msg}") from e
@@ -226,5 +264,6 @@ def _worker_run(
     completions: list[str],
     completion_ids: list[list[int]] | None,
     offset: int,
+    timeout_s: float = 0.0,
 ) -> dict[str, list[float]]:
-    return compute_rewards(_WORKER_REWARDS, prompts, completions, completion_ids, offset)
+    return compute_rewards(_WORKER_REWARDS, prompts, completions, completion_ids, offset, timeout_s)

@@ -9,7 +9,7 @@ choice) or `any_rank` (stop when any rank must).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -80,6 +80,26 @@ def broadcast_object(obj: T, d: Dist) -> T:
     box = [obj]
     dist.broadcast_object_list(box, src=0, device=d.device)
     return box[0]
+
+
+def rank0_decides(decide: Callable[[], T], d: Dist) -> T:
+    """Rank 0 runs `decide` and every rank gets its value, or every rank raises its UserError (a
+    changed config, no usable checkpoint): a refusal on rank 0 alone would leave the others
+    waiting in the next collective."""
+    if not d.enabled:
+        return decide()
+    value, refused = None, None
+    if d.main:
+        try:
+            value = decide()
+        except UserError as e:
+            refused = e
+    value, message = broadcast_object((value, str(refused) if refused else None), d)
+    if refused:
+        raise refused
+    if message:
+        raise UserError(message)
+    return value
 
 
 def any_rank(flag: bool, d: Dist) -> bool:

@@ -26,7 +26,8 @@ from smollab.models.presets import count_parameters
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import distributed, scaffold
+from smollab.train import checkpoints, distributed, scaffold
+from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
 from smollab.train.grpo_loss import group_advantages, grpo_loss
@@ -53,6 +54,7 @@ def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
     return torch.Generator().manual_seed(hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF)
 
 
+@records_failure
 def train(cfg: GRPOConfig) -> dict:
     distributed.single_process_only("grpo")  # DDP for GRPO is not written yet
     t_start = time.time()
@@ -94,7 +96,7 @@ def train(cfg: GRPOConfig) -> dict:
                            (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
-    pool = RewardPool(cfg.reward, workers=g.reward_workers)
+    pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
 
     # ---- run directory and resume ---------------------------------------------------------
     run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "grpo")
@@ -102,9 +104,10 @@ def train(cfg: GRPOConfig) -> dict:
         pool.close()
         return finished
     run.log(rt.describe(), echo=True)
-    state = scaffold.resume(run, policy, optimizer, rt.scaler, lora)
+    state = checkpoints.resume(run, policy, optimizer, rt.scaler, lora)
     step, history = int(state.get("step", 0)), list(state.get("reward_history", []))
     watch = RLWatch(cfg.failure, state.get("flags"))
+    watch.streak = int(state.get("rl_streak", 0))
     per_fn_cols = [f"reward/{r.key}" for r in rewards] if len(rewards) > 1 else []
     run.open_metrics(COLUMNS + per_fn_cols, resume_step=step if run.resume_from else None)
     run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
@@ -215,8 +218,9 @@ def train(cfg: GRPOConfig) -> dict:
                     break
 
             if tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
-                scaffold.save_state(run, step, policy, tokenizer, optimizer, rt.scaler, tc.keep_last,
-                                    reward_history=history, flags=watch.flags)  # fmt: skip
+                checkpoints.save_state(run, step, policy, tokenizer, optimizer, rt.scaler,
+                                       tc.keep_last, reward_history=history, flags=watch.flags,
+                                       rl_streak=watch.streak)  # fmt: skip
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:

@@ -22,7 +22,8 @@ from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model
 from smollab.models.presets import count_parameters
 from smollab.runs import RunView, default_run_dir
-from smollab.train import distributed, scaffold
+from smollab.train import checkpoints, distributed, scaffold
+from smollab.train.crash_record import records_failure
 from smollab.train.failure_rules import diverged_loss
 from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
@@ -57,6 +58,7 @@ def evaluate(model, batches, rt) -> float:
     return total / max(len(batches), 1)
 
 
+@records_failure
 def train(cfg: PretrainConfig) -> dict:
     """Run (or resume, or report the finished result of) one pretraining run; returns its summary."""
     t_start = time.time()
@@ -103,7 +105,7 @@ def train(cfg: PretrainConfig) -> dict:
               {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
-    state = scaffold.resume(run, model, optimizer, rt.scaler, lora=False, dist=dist)
+    state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=False, dist=dist)
     step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
     train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
     start_loss = state.get("start_loss")
@@ -128,8 +130,8 @@ def train(cfg: PretrainConfig) -> dict:
 
     # ---- the loop -----------------------------------------------------------------------
     status, evidence, val_loss = "completed", None, None
-    window_loss = torch.zeros((), device=rt.device)
-    window_steps, window_t, window_tokens = 0, 0.0, 0
+    window_loss = torch.full((), float(state.get("window_loss", 0.0)), device=rt.device)
+    window_steps, window_t, window_tokens = int(state.get("window_steps", 0)), 0.0, 0
     params = list(model.parameters())
     try:
         while step < tc.max_steps:
@@ -198,9 +200,11 @@ def train(cfg: PretrainConfig) -> dict:
 
             periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
             if run and status == "completed" and periodic_save:
-                scaffold.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
-                                    tc.keep_last, tokens=tokens, train_s=train_s,
-                                    best_val=best_val, start_loss=start_loss)  # fmt: skip
+                checkpoints.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
+                                       tc.keep_last, tokens=tokens, train_s=train_s,
+                                       best_val=best_val, start_loss=start_loss,
+                                       window_loss=float(window_loss),
+                                       window_steps=window_steps)  # fmt: skip
         scaffold.check_replicas(run, dist, model, optimizer, rt.scaler)
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"

@@ -1,11 +1,9 @@
-"""What every training loop repeats around its own step: open or resume the run directory, take an
-optimizer step, save resumable state, and wrap up. Loops call these in order, top to bottom; the
-loop itself (batches, losses, metrics) stays in each loop's `train()`. Under DDP rank 0 alone
-writes the run directory; every rank learns from it where to resume and loads the same state, and
-at the end `check_replicas` confirms they still agree.
-
-Resumable state is the optimizer, the GradScaler, torch's RNG streams and whatever the loop adds
-(its step counters); weights are the checkpoint's safetensors (a LoRA run: its adapter only).
+"""What every training loop repeats around its own step: open the run directory (or find it
+finished, or refuse a changed config), find the tokenizer, take an optimizer step, check that DDP
+replicas agree, and wrap up. Loops call these in order, top to bottom, with `checkpoints.resume`
+and `checkpoints.save_state` between; the loop itself (batches, losses, metrics) stays in each
+loop's `train()`, which `crash_record.records_failure` decorates. Under DDP rank 0 alone writes
+the run directory and every decision it takes reaches the other ranks.
 """
 
 from __future__ import annotations
@@ -17,9 +15,8 @@ from typing import Any
 import torch
 
 from smollab.config import DataConfig, ModelConfig, TrainingConfig, to_dict
-from smollab.errors import UserError
-from smollab.runs import RunDir, load_trainer_state
-from smollab.train import distributed
+from smollab.runs import RunDir
+from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist
 
 
@@ -27,23 +24,26 @@ def open_run(
     path: Path, cfg: TrainingConfig, command: str, dist: Dist = SINGLE
 ) -> tuple[RunDir | None, dict | None]:
     """Start `path` or find where to resume it. The second value is the summary of a run that had
-    already finished: the loop returns it and does nothing else. Under DDP rank 0 alone writes the
-    directory (the others get None) and tells every rank whether it had finished, or why it
-    refused to open (a changed config), so all return or raise together instead of hanging."""
-    run, refused = None, None
-    if dist.main:
-        try:
-            run = RunDir.start(path, to_dict(cfg), cfg.run.resume, command)
-        except UserError as e:
-            refused = str(e)
-    refused, finished = distributed.broadcast_object(
-        (refused, run.read_summary() if run and run.already_done else None), dist
-    )
-    if refused:
-        raise UserError(refused)
-    if finished is not None and run:
+    already finished: the loop returns it and does nothing else. A run that goes on is marked
+    running (an earlier failure's evidence cleared), cleaned of what a killed writer left, and
+    from here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the
+    others get None) and every rank learns whether it had finished or was refused."""
+    opened: list[RunDir] = []
+
+    def start() -> dict | None:
+        opened.append(RunDir.start(path, to_dict(cfg), cfg.run.resume, command))
+        return opened[0].read_summary() if opened[0].already_done else None
+
+    finished = distributed.rank0_decides(start, dist)
+    run = opened[0] if opened else None
+    if run and finished is not None:
         print(f"run {run.path} already {finished['status']}; nothing to do", flush=True)
         run.close()
+    elif run:
+        crash_record.opened(run)
+        for done in run.clean_leftovers():
+            run.log(f"leftover of an interrupted write: {done}")
+        run.update_summary(status="running", evidence=None)
     return run, finished
 
 
@@ -63,59 +63,6 @@ def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig, data_tokens
     return load_tokenizer(Path(data_cfg.dir) / "tokenizer")
 
 
-def resume(
-    run: RunDir | None, model: torch.nn.Module, optimizer, scaler, lora: bool, dist: Dist = SINGLE
-) -> dict[str, Any]:
-    """Load the weights, optimizer, scaler and RNG of `run.resume_from` into the given objects and
-    return the loop's own saved fields ({} when the run starts fresh).
-
-    Under DDP rank 0 picks the checkpoint and every rank loads it from the shared filesystem (the
-    data directory is shared already), so replicas continue with the same optimizer, scaler and
-    RNG: cheaper than broadcasting an optimizer state twice the model's size through pickles."""
-    ckpt = distributed.broadcast_object(run.resume_from if run else None, dist)
-    if not ckpt:
-        return {}
-    state = load_trainer_state(ckpt)
-    _load_weights(model, ckpt, lora)
-    optimizer.load_state_dict(state.pop("optimizer"))
-    scaler_state = state.pop("scaler", None)
-    if scaler is not None and scaler_state is not None:
-        scaler.load_state_dict(scaler_state)
-    _restore_rng(state.pop("rng", None), dist)
-    if run:
-        run.log(f"resumed from {ckpt.name} at step {state['step']}", echo=True)
-    return state
-
-
-def _restore_rng(rng: dict[str, Any] | None, dist: Dist) -> None:
-    """torch's global streams, for what draws from them (dropout). Every rank seeds them alike and
-    draws the same shapes, so under DDP they are equal on all ranks and rank 0's saved copy (of
-    its own GPU, cuda:0) restores each rank's (`check_replicas` verifies this at the end)."""
-    if rng is None:
-        return
-    torch.set_rng_state(rng["cpu"])
-    gpus = rng.get("cuda")
-    if not gpus or not torch.cuda.is_available():
-        return
-    if dist.enabled:
-        torch.cuda.set_rng_state(gpus[0], dist.device)
-    else:  # as many GPUs as are here now
-        for i, gpu_state in enumerate(gpus[: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(gpu_state, i)
-
-
-def _load_weights(model: torch.nn.Module, ckpt: Path, lora: bool) -> None:
-    from safetensors.torch import load_file, load_model
-
-    if lora:
-        from peft import set_peft_model_state_dict
-
-        set_peft_model_state_dict(model, load_file(ckpt / "adapter_model.safetensors"))
-    else:
-        device = next(model.parameters()).device
-        load_model(model, ckpt / "model.safetensors", strict=False, device=str(device))
-
-
 def optimizer_step(params: list[torch.Tensor], optimizer, scaler, grad_clip: float) -> torch.Tensor:
     """Unscale, clip (`grad_clip` 0: measure the norm only), step, update the scaler, zero grads.
     Returns the gradient norm before clipping."""
@@ -129,19 +76,6 @@ def optimizer_step(params: list[torch.Tensor], optimizer, scaler, grad_clip: flo
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
-
-
-def save_state(
-    run: RunDir, step: int, model, tokenizer, optimizer, scaler, keep_last: int, **loop_state: Any
-) -> None:
-    """checkpoints/step_<step>/: weights, tokenizer and everything `resume` restores."""
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    state = dict(optimizer=optimizer.state_dict(), rng=rng, step=step, **loop_state)
-    if scaler is not None:
-        state["scaler"] = scaler.state_dict()
-    run.save_checkpoint(f"step_{step}", model, tokenizer, state, keep_last)
 
 
 def check_replicas(run: RunDir | None, dist: Dist, model, optimizer, scaler) -> None:
@@ -179,5 +113,6 @@ def finish(run: RunDir, status: str, model, tokenizer, log_line: str, *, merged:
 
     plot_run(run.path)
     run.close()
+    crash_record.closed(run)
     print(f"run directory: {run.path}", flush=True)
     return out

@@ -10,7 +10,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
-from smollab.runs import atomic_write_json
+from smollab.atomic_files import atomic_write_json
 
 
 def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:

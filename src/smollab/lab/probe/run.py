@@ -19,13 +19,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import atomic_write_json
 from smollab.lab import children as ch
 from smollab.lab.probe.cache import cache_store, device_info, device_kind, workload_signature
 from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optima
 from smollab.lab.probe.measure import ProcessLevel
 from smollab.lab.probe.report import plot_probe, table
 from smollab.lab.probe.spec import ProbeSpec
-from smollab.runs import atomic_write_json
 
 
 class Probe:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from smollab.atomic_files import atomic_write_json, read_json
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
@@ -32,17 +33,7 @@ from smollab.lab.sweep.trials import (
     read_summary,
     reported_steps,
 )
-from smollab.runs import (
-    CHILD_LOG,
-    FINISHED,
-    REPORT,
-    SWEEP_META,
-    SWEEP_RESULTS,
-    RunView,
-    atomic_write_json,
-    read_json,
-    set_status,
-)
+from smollab.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_META, SWEEP_RESULTS, RunView, set_status
 
 
 def _now() -> str:

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import distributions
-from smollab.runs import FINISHED, SWEEP_RESULTS, RunView, atomic_write_text
+from smollab.runs import FINISHED, SWEEP_RESULTS, RunView
 
 TRIALS = "trials"  # the sweep dir's folder of trial run directories
 FAILURE_STATUSES = ("diverged", "degenerate", "stuck")
