@@ -40,6 +40,13 @@ def test_quick_demo_writes_report_and_summary_then_reuses_stages(tmp_path, capsy
         again = json.loads((out / "summary.json").read_text())
         assert again["reused"] == {"data": True, "pretrain": True, "grpo": True}
         assert again["final_reward"] == summary["final_reward"]
+
+        # the full demo into the quick one's directory: one line naming --dir, nothing touched
+        assert main(["demo", "--dir", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"smollab: error: --dir {out} holds a demo with other settings")
+        assert "\n" not in err
+        assert json.loads((out / "summary.json").read_text()) == again
     finally:
         torch.set_num_threads(threads)  # --quick runs on one thread; leave the session as found
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from smollab.atomic_files import atomic_write_json, one_line
 from smollab.errors import RunFailed, UserError
-from smollab.runs import FINISHED, REPORT, SUMMARY, RunView
+from smollab.runs import FINISHED, REPORT, SUMMARY, RunView, config_changes
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"
@@ -152,9 +152,23 @@ def _record_end(path: Path, e: BaseException) -> None:
         atomic_write_json(path, summary)
 
 
+def _refuse_other_demo(out: Path, configs: dict[str, Any]) -> None:
+    """A directory that holds a demo of other settings (quick vs full, another smollab version's
+    recipe) is never resumed with these: one line naming --dir, before anything is written."""
+    from smollab.config import to_dict
+
+    for command, cfg in configs.items():
+        old = RunView(cfg.run.dir).config()
+        changes = config_changes(old, to_dict(cfg), command) if old else []
+        if changes:
+            raise UserError(f"--dir {out} holds a demo with other settings ({changes[0]}); "
+                            f"give another --dir, or remove {out}")  # fmt: skip
+
+
 def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
     pre_cfg, grpo_cfg = build_configs(out, quick)  # a bad recipe stops before any work
+    _refuse_other_demo(out, {"pretrain": pre_cfg, "grpo": grpo_cfg})
+    out.mkdir(parents=True, exist_ok=True)
     overrides = stage_overrides(out, quick)
     t_total = time.perf_counter()
     seconds: dict[str, float] = {}
