@@ -41,6 +41,10 @@ COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "e
            "train_s", "step_s", "peak_mem_mb"]  # fmt: skip
 
 
+# A reward function that raises, hangs or returns NaN on any input fails here, as bad input.
+REWARD_CHECK = 4
+
+
 def run_dir_for(cfg: GRPOConfig) -> Path:
     if cfg.run.dir:
         return Path(cfg.run.dir)
@@ -97,6 +101,11 @@ def train(cfg: GRPOConfig) -> dict:
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
     pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
+    try:  # the rewards, tried on a few base-model completions before anything is written
+        _evaluate(sampler, policy, eval_prompts[:REWARD_CHECK], g, pool, tokenizer, cfg.run.seed)
+    except BaseException:
+        pool.close()
+        raise
 
     # ---- run directory and resume ---------------------------------------------------------
     run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "grpo")
