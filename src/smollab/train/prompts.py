@@ -14,7 +14,7 @@ from smollab.errors import UserError
 
 def _read_texts(path: Path, limit: int | None) -> list[str]:
     texts = []
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         for line in f:
             if line.strip():
                 texts.append(json.loads(line)["text"])
@@ -38,7 +38,11 @@ def file_prompts(path: str | Path, tokenizer) -> list[list[int]]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"grpo.prompts_file: no such file {p}")
-    texts = [line.strip() for line in p.read_text().splitlines() if line.strip()]
+    try:
+        content = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"grpo.prompts_file: {p} is not UTF-8 text ({e.reason})") from None
+    texts = [line.strip() for line in content.splitlines() if line.strip()]
     if not texts:
         raise UserError(f"grpo.prompts_file: {p} holds no prompts")
     return _encode(texts, tokenizer, None, truncate=False)
