@@ -70,8 +70,8 @@ k being the fake children alive in the same parent directory. It checkpoints eve
 resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 130).
 Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and sleep forever
 before its first step (a child stuck in C code); FAKE_IGNORE_SIGINT=1 makes every child ignore
-SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file, so a test can check that none
-is left behind.
+SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file once its SIGINT handling is
+set, so a test can check that none is left behind.
 """
 import csv, json, math, os, resource, signal, sys, time
 from pathlib import Path
@@ -94,8 +94,6 @@ if start and (run / "metrics.csv").exists():
 with open(run / "metrics.csv", "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows(rows)
 alive = run / ".alive"; alive.write_text(str(os.getpid()))
-if os.environ.get("FAKE_PIDS_FILE"):
-    with open(os.environ["FAKE_PIDS_FILE"], "a") as pf: pf.write(f"{os.getpid()}\n")
 def write_summary(**kw):
     summary.update(kw); tmp = run / ".s.tmp"; tmp.write_text(json.dumps(summary)); os.replace(tmp, summary_path)
 write_summary(status="running", command=command, argv=sys.argv[1:])
@@ -103,6 +101,8 @@ stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))
 if os.environ.get("FAKE_IGNORE_SIGINT") or lr == float(os.environ.get("FAKE_HANG_LR", "nan")):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+if os.environ.get("FAKE_PIDS_FILE"):  # recorded once its SIGINT handling is in place
+    with open(os.environ["FAKE_PIDS_FILE"], "a") as pf: pf.write(f"{os.getpid()}\n")
 if lr == float(os.environ.get("FAKE_HANG_LR", "nan")):
     while True: time.sleep(3600)
 t0 = time.time(); train_s = 0.0

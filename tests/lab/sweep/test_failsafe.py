@@ -134,7 +134,7 @@ def test_ctrl_c_kills_children_that_ignore_sigint(fake_child, micro_data, tmp_pa
     parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.02", "FAKE_IGNORE_SIGINT": "1",
                                                   "FAKE_PIDS_FILE": str(pids)})  # fmt: skip
     try:
-        wait_for(lambda: len(child_pids(d)) == 2)
+        wait_for(lambda: len(recorded_pids(pids)) == 2)  # both ignore SIGINT by now
         parent.send_signal(signal.SIGINT)
         out, _ = parent.communicate(timeout=60)
     finally:
