@@ -68,6 +68,10 @@ optim.lr picks the behaviour: >= 100 crashes, >= 10 diverges (NaN at step 3), el
 falls as 5 * exp(-lr * step). Each step sleeps FAKE_STEP_S x (1 + FAKE_SLOWDOWN x (k - 1)),
 k being the fake children alive in the same parent directory. It checkpoints every 5 steps,
 resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 130).
+Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and sleep forever
+before its first step (a child stuck in C code); FAKE_IGNORE_SIGINT=1 makes every child ignore
+SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file once its SIGINT handling is
+set, so a test can check that none is left behind.
 """
 import csv, json, math, os, resource, signal, sys, time
 from pathlib import Path
@@ -95,6 +99,12 @@ def write_summary(**kw):
 write_summary(status="running", command=command, argv=sys.argv[1:])
 stop = []
 signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+if os.environ.get("FAKE_IGNORE_SIGINT") or lr == float(os.environ.get("FAKE_HANG_LR", "nan")):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+if os.environ.get("FAKE_PIDS_FILE"):  # recorded once its SIGINT handling is in place
+    with open(os.environ["FAKE_PIDS_FILE"], "a") as pf: pf.write(f"{os.getpid()}\n")
+if lr == float(os.environ.get("FAKE_HANG_LR", "nan")):
+    while True: time.sleep(3600)
 t0 = time.time(); train_s = 0.0
 step = start; status, evidence = "completed", None
 try:

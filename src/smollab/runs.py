@@ -48,6 +48,7 @@ CHILD_LOG = "child.log"  # a lab-launched run: its process's stdout and stderr
 CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
+SWEEP_LOCK = ".sweep.lock"  # sweep directory: flock held by the running sweep, holds its pid
 
 # What a run writes, removed when run.resume=never starts it over (a lab parent's CHILD_LOG and
 # CHILD_PID stay: the parent has them open for the child it launched into this directory).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import math
 from pathlib import Path
@@ -93,10 +94,37 @@ def test_report_without_sweep_json_and_while_running(tmp_path):
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    with open(d / ".sweep.lock", "w") as lock:  # a live sweep holds its dir's lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = load_sweep(d)
+        assert data.space == ["optim.lr"] and data.trials[0].status == "running"
+        text = write_sweep_report(d, plots=False).read_text()
+        assert "1 running" in text
+
+
+def test_running_rows_of_a_dead_sweep_read_as_their_runs_ended(tmp_path):
+    """A killed sweep leaves `running` in results.csv: with no sweep holding the lock, the run's
+    own final status shows, else `interrupted`; failed trials are listed by name with evidence."""
+    d = fake_lr_sweep(tmp_path / "sw", seeds=(0,))
+    with open(d / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    rows[0]["status"] = rows[1]["status"] = "running"
+    summary = d / rows[1]["run_dir"] / "summary.json"
+    summary.write_text(json.dumps({"status": "running", "command": "pretrain"}))
+    rows[2].update(status="failed", reason="timed out after 60 s", **{"val_loss": ""})
+    with open(d / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (d / ".sweep.lock").write_text("12345\n")  # left by the dead sweep, not locked
     data = load_sweep(d)
-    assert data.space == ["optim.lr"] and data.trials[0].status == "running"
+    assert [t.status for t in data.trials[:3]] == ["completed", "interrupted", "failed"]
+    assert data.trials[1].row["reason"] == "the sweep process ended while it ran"
     text = write_sweep_report(d, plots=False).read_text()
-    assert "1 running" in text
+    name = Path(rows[2]["run_dir"]).name
+    tally = text.splitlines()[2]
+    assert "1 interrupted" in tally and "1 failed" in tally and "running" not in tally
+    assert f"| `{name}` | 0.01 | 0 | failed | 100 | timed out after 60 s |" in text
 
 
 def test_run_report_and_the_cli(tmp_path, capsys):

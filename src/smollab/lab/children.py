@@ -3,10 +3,11 @@
 Each child runs in its own session (process group), so a Ctrl-C in the terminal reaches only the
 parent, which then stops the children in order: SIGINT (a run saves its state and writes status
 `interrupted`), then SIGKILL after a grace period. On Linux each child also asks the kernel for a
-SIGINT when its parent dies (PR_SET_PDEATHSIG), so even a SIGKILLed parent leaves no orphan
-training; an atexit hook kills whatever is left when the parent exits any other way. Every child
-writes its pid to `<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the
-directory.
+SIGINT when its parent dies (PR_SET_PDEATHSIG), and a reaper process (`smollab.lab.reaper`)
+started with the first child SIGKILLs, after the grace period, any child still alive once the
+parent is gone however it died (a child stuck in C code ignores SIGINT); an atexit hook stops
+whatever is left when the parent exits any other way. Every child writes its pid to
+`<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the directory.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smollab.runs import CHILD_LOG, CHILD_PID
+from smollab.lab import reaper
+from smollab.runs import CHILD_LOG, CHILD_PID, RunView
 
 
 def cpu_count() -> int:
@@ -80,6 +82,7 @@ class Child:
     started: float = field(default_factory=time.time)
     stop_reason: str | None = None  # why the parent asked it to stop (prune, sweep stopping)
     stop_sent: float | None = None
+    kill_sent: float | None = None
 
     @property
     def pid(self) -> int:
@@ -89,6 +92,7 @@ class Child:
         code = self.proc.poll()
         if code is not None:
             _LIVE.discard(self)
+            reaper.forget(self.pid)
             with contextlib.suppress(OSError):
                 (self.run_dir / CHILD_PID).unlink()
         return code
@@ -101,6 +105,8 @@ class Child:
         _signal_group(self.proc, signal.SIGINT)
 
     def kill(self) -> None:
+        if self.kill_sent is None:
+            self.kill_sent = time.time()
         _signal_group(self.proc, signal.SIGKILL)
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -112,6 +118,16 @@ class Child:
 
     def peak_rss_mb(self) -> float | None:
         return peak_rss_mb(self.pid)
+
+    def last_output(self) -> float:
+        """When the child last wrote to its run dir (a file created or renamed there, metrics.csv,
+        the logs), or when it started: what tells a silent hang from slow progress."""
+        latest = self.started
+        view = RunView(self.run_dir)
+        for p in (self.run_dir, view.metrics_path, view.log_path, self.run_dir / CHILD_LOG):
+            with contextlib.suppress(OSError):
+                latest = max(latest, p.stat().st_mtime)
+        return latest
 
     def __hash__(self) -> int:
         return id(self)
@@ -132,9 +148,12 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 def launch(
     name: str, argv: list[str], run_dir: Path, threads: int | None = None,
-    env: dict[str, str] | None = None, cpus: Sequence[int] | None = None,
+    env: dict[str, str] | None = None, cpus: Sequence[int] | None = None, grace: float = 60.0,
 ) -> Child:  # fmt: skip
-    """Start `argv` in its own session; stdout and stderr append to `<run_dir>/child.log`."""
+    """Start `argv` in its own session; stdout and stderr append to `<run_dir>/child.log`.
+
+    `grace`: seconds the reaper leaves the child between SIGINT and SIGKILL once this process
+    is gone."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
@@ -148,6 +167,7 @@ def launch(
     log.flush()
     parent = os.getpid()
     pdeath = _pdeathsig(parent)
+    watcher = reaper.current()  # before the child, so that it never outlives us unwatched
 
     def preexec() -> None:
         if pdeath:
@@ -165,6 +185,7 @@ def launch(
         log.close()
     child = Child(name=name, run_dir=run_dir, argv=argv, threads=threads, proc=proc)
     _LIVE.add(child)
+    reaper.watch(watcher, proc.pid, grace, pdeath is not None)
     with contextlib.suppress(OSError):
         (run_dir / CHILD_PID).write_text(f"{proc.pid}\n")
     return child

@@ -5,15 +5,57 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Callable
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+
+def _takes(ann: Any, types: tuple[type, ...]) -> bool:
+    """Whether a field's annotation admits a value of one of `types` (Any admits all)."""
+    if ann is Any or (isinstance(ann, type) and issubclass(ann, types)):
+        return True
+    if typing.get_origin(ann) is typing.Literal:
+        return any(isinstance(a, types) for a in typing.get_args(ann))
+    return any(_takes(a, types) for a in typing.get_args(ann))
 
 
 class SpecSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """pydantic reads `true` as 1 where a number is due; in a spec that is a mistake."""
+        ann = cls.model_fields[info.field_name].annotation
+        items = value if isinstance(value, list) else [value]
+        if (any(isinstance(v, bool) for v in items) and _takes(ann, (int, float))
+                and not _takes(ann, (bool,))):  # fmt: skip
+            raise ValueError(f"expected {'numbers' if isinstance(value, list) else 'a number'}"
+                             f", not true or false")  # fmt: skip
+        return value
+
+
+# pydantic names the member of a union, a validator or a model in an error's location
+_NOT_A_KEY = re.compile(
+    r"^(int|float|str|bool|none|literal\[.*|list\[.*|dict\[.*|function-.*|[A-Z]\w*)$"
+)
+
+
+def error_line(err: ValidationError, what: str) -> str:
+    """The first error of a validation as one line: `<what> key <dotted.key>: <message>`."""
+    e = err.errors()[0]
+    loc = ".".join(str(p) for p in e["loc"] if not _NOT_A_KEY.match(str(p)))
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    shown = (
+        ""
+        if isinstance(got, dict) or got is None or "not true or false" in msg
+        else f" (got {got!r})"
+    )
+    return f"{what} key {loc}: {msg}{shown}" if loc else f"{what}: {msg}{shown}"
 
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")

@@ -1,5 +1,10 @@
 """A sweep as its report sees it, read from the sweep dir alone (sweep.json, results.csv and each
-trial's run dir), so the report can be redrawn at any time, live or afterwards."""
+trial's run dir), so the report can be redrawn at any time, live or afterwards.
+
+A sweep process that was killed leaves results.csv saying `running` for trials nothing runs any
+more; when no sweep holds the dir's lock, such a row reads as its run's own final status, else
+as `interrupted`, so a report is true whenever it is drawn.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from typing import Any
 
 from smollab.atomic_files import read_json
 from smollab.errors import UserError
-from smollab.runs import SWEEP_META, SWEEP_RESULTS, RunView
+from smollab.runs import FINISHED, SWEEP_LOCK, SWEEP_META, SWEEP_RESULTS, RunView
 from smollab.sweep_metric import Metric
 
 FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")
@@ -68,6 +73,33 @@ def _num(v: str | None) -> Any:
     return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
 
 
+def sweep_is_live(sweep_dir: str | Path) -> bool:
+    """Whether a sweep process holds the dir's lock now (a shared lock, taken for an instant,
+    fails only while one does)."""
+    import fcntl
+
+    try:
+        f = open(Path(sweep_dir) / SWEEP_LOCK)
+    except OSError:
+        return False
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def _settle_stale(t: Trial) -> None:
+    """A `running` row whose sweep is gone: the run's own final word, else interrupted."""
+    status = t.summary.get("status")
+    t.row["status"] = status if status in FINISHED or status == "failed" else "interrupted"
+    t.row["reason"] = (
+        t.row.get("reason") or t.summary.get("evidence") or ("the sweep process ended while it ran")
+    )
+
+
 def load_sweep(sweep_dir: str | Path) -> SweepData:
     d = Path(sweep_dir)
     meta = read_json(d / SWEEP_META) if (d / SWEEP_META).exists() else {}
@@ -77,6 +109,7 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
     label = Metric(**spec["metric"]).label if spec.get("metric") else "metric"
     space = list(spec.get("space", {}))
     trials = []
+    live: bool | None = None
     with open(d / SWEEP_RESULTS, newline="") as f:
         for r in csv.DictReader(f):
             row = {
@@ -95,6 +128,10 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
                 t.summary = view.summary()
             except UserError:
                 t.summary = {}
+            if t.status == "running":
+                live = sweep_is_live(d) if live is None else live
+                if not live:
+                    _settle_stale(t)
             trials.append(t)
     if not spec:
         spec = {"space": {k: None for k in space}}

@@ -140,7 +140,7 @@ def write_sweep_report(
                 lines.append(f"- **{status}**: {len(ts)}")
         lines.append("")
         lines += _table(["trial", *data.space, "seed", "status", "step", "evidence"],
-                        [[t.row.get("trial"), *t.params.values(), t.seed, t.status, t.row.get("steps"),
+                        [[f"`{t.name}`", *t.params.values(), t.seed, t.status, t.row.get("steps"),
                           t.row.get("reason") or t.summary.get("evidence") or ""] for t in failed])  # fmt: skip
     lines.append("")
 

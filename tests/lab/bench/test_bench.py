@@ -174,3 +174,23 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
         "| fused |" in x for x in lines
     )
     assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "fused"
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"steps": 0}, "--steps must be at least 3 (warm-up steps are excluded from timing), got 0"),
+        ({"repeat": 0}, "--repeat must be at least 1, got 0"),
+        ({"timeout": 0.0}, "--timeout must be a positive number of seconds, got 0"),
+        ({"tolerance": -1.0}, "--tolerance must be 0 or more, got -1"),
+        ({"min_speedup": 0.0}, "--min-speedup must be above 0"),
+        ({"knobs": []}, "--knobs: empty"),
+        ({"knobs": ["bogus"]}, "--knobs: unknown bogus"),
+    ],
+)  # fmt: skip
+def test_bad_bench_settings_fail_with_one_line_and_no_directory(tmp_path, kw, message):
+    out = tmp_path / "bench"
+    with pytest.raises(UserError) as e:
+        bench.run_bench(str(PRETRAIN), [], out=out, **kw)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert not out.exists()

@@ -249,3 +249,40 @@ def test_cpu_stops_after_an_oversubscribed_level_that_does_not_win(workload, tmp
     assert [lv["k"] for lv in result["levels"]] == [1, 2, 4]
     assert result["stop_reason"] == "k=4 runs oversubscribe the 2 CPU threads and did not beat k=2"
     assert result["best_throughput"]["k"] == 2
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["ks=[0, 2]"], "probe key ks: every k must be at least 1, got 0"),
+        (["ks=[]"], "probe key ks: give at least one k, or leave ks out"),
+        (["ks=[2, 2]"], "probe key ks: repeated k in [2, 2]"),
+        (["ks=[2, 64]"], "probe key ks: 64 is above max_k (32)"),
+        (["max_k=true"], "probe key max_k: expected a number, not true or false"),
+        (["steps=false"], "probe key steps: expected a number, not true or false"),
+        (["mps=3"], "probe key mps: Input should be a valid boolean"),
+        (["overrides=[model.preset, micro]"], "probe key overrides: expected a mapping"),
+        (["timeout_s=0"], "probe key timeout_s: Input should be greater than 0"),
+    ],
+)  # fmt: skip
+def test_bad_probe_settings_fail_with_one_line(tmp_path, micro_data, capsys, overrides, message):
+    from smollab.cli import main
+
+    recipe = tmp_path / "p.yaml"
+    recipe.write_text(f"command: pretrain\noverrides: {{data: {{dir: {micro_data}}}}}\n"
+                      f"dir: {tmp_path / 'probe'}\n")  # fmt: skip
+    with pytest.raises(UserError) as e:
+        load_probe(str(recipe), overrides)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert main(["probe", str(recipe), *overrides]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "probe").exists()
+
+
+def test_a_probe_recipe_whose_overrides_are_a_list(tmp_path):
+    recipe = tmp_path / "p.yaml"
+    recipe.write_text("command: pretrain\noverrides: [model.preset, micro]\n")
+    with pytest.raises(UserError, match="probe key overrides: expected a mapping of config keys"):
+        load_probe(str(recipe), [])
+    (tmp_path / "p.yaml").write_text("command: pretrain\nks: [4, 1, 2]\n")
+    assert load_probe(str(recipe), [])[0].ks == [1, 2, 4]

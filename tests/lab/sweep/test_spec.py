@@ -69,6 +69,29 @@ def test_overrides_on_the_spec(spec_file):
         (["sampler=random", "n_trials=2", "enqueue=[{optim.beta1: 0.9}]"], "enqueue.0.optim.beta1: not a key of space"),
         (["overrides.optim.lr=1e-3"], "overrides.optim.lr: also swept in space"),
         (["base=nope.yaml"], "sweep key base: file not found: nope.yaml"),
+        (["overrides=[train.max_steps, 5]"], "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got list"),
+        (["overrides=[{a: 1}]"], "sweep key overrides: expected a mapping of config keys"),
+        (["overrides=5"], "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got int 5"),
+        (["space=[optim.lr]"], "sweep key space: expected a mapping of config keys"),
+        (["sampler=random", "n_trials=2", "enqueue=[0.1]"], "sweep key enqueue.0: expected a mapping of space keys to values, got 0.1"),
+        (["sampler=random", "n_trials=2", "space.optim.lr={low: true, high: 1}"], "sweep key space.optim.lr.low: expected a number, not true or false"),
+        (["sampler=random", "n_trials=true"], "sweep key n_trials: expected a number, not true or false"),
+        (["seeds=[0, true]"], "sweep key seeds: expected numbers, not true or false"),
+        (["concurrency=true"], "sweep key concurrency: at least 1 (trials at once, a whole number) or auto, got True"),
+        (["concurrency=1.5"], "sweep key concurrency: at least 1"),
+        (["concurrency=many"], "sweep key concurrency: at least 1"),
+        (["threads=true"], "sweep key threads: expected a number, not true or false"),
+        (["metric.at_step=true"], "sweep key metric.at_step: expected a step number, got True"),
+        (["metric=[val_loss]"], "sweep key metric: Input should be a valid dictionary"),
+        (["pruner.type=median", "pruner.n_warmup_steps=x"], "sweep key pruner.n_warmup_steps: Input should be a valid integer"),
+        (["report.plots_every_s=false"], "sweep key report.plots_every_s: expected a number, not true or false"),
+        (["trial_timeout_s=0"], "sweep key trial_timeout_s: Input should be greater than 0"),
+        (["stall_timeout_s=-1"], "sweep key stall_timeout_s: Input should be greater than 0"),
+        (["study_name=''"], "sweep key study_name: String should have at least 1 character"),
+        (["storage=foo://bar"], "sweep key storage: unknown database scheme 'foo' in 'foo://bar'; use sqlite, postgresql or mysql"),
+        (["storage=not a url"], "sweep key storage: 'not a url' is not a database URL"),
+        (["storage=sqlite://"], "sweep key storage: 'sqlite://' is an in-memory database"),
+        (["storage=sqlite:////nonexistent-dir/x.db"], "sweep key storage: directory not found for /nonexistent-dir/x.db"),
     ],
 )  # fmt: skip
 def test_invalid_specs_fail_with_one_line(spec_file, overrides, message):
@@ -76,6 +99,26 @@ def test_invalid_specs_fail_with_one_line(spec_file, overrides, message):
         load_spec(spec_file, overrides)
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("overrides: [model.preset, micro]\n", "sweep key overrides: expected a mapping of config keys"),
+        ("storage: redis://localhost\n", "sweep key storage: unknown database scheme 'redis'"),
+        ("base: missing.yaml\n", "sweep key base: file not found: missing.yaml"),
+        ("enqueue: 3\n", "sweep key enqueue: Input should be a valid list"),
+    ],
+)  # fmt: skip
+def test_spec_file_mistakes_through_the_cli_leave_nothing_behind(tmp_path, capsys, text, message):
+    from smollab.cli import main
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(SPEC + f"dir: {tmp_path / 'sweep'}\n" + text)
+    assert main(["sweep", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_empty_space_and_missing_file(tmp_path):

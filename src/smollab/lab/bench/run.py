@@ -55,15 +55,26 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
 
     kind = kind or guess_command(workload, overrides)
     cfg = load_config(kind, workload, overrides)  # bad workloads stop here, before any run
+    if knobs is not None and not knobs:
+        raise UserError("--knobs: empty; name at least one knob, or leave --knobs out for all")
     names = select(knobs, kind)
-    steps = steps or DEFAULT_STEPS[kind]
+    steps = DEFAULT_STEPS[kind] if steps is None else steps
     if steps < 3:
-        raise UserError("--steps must be at least 3 (warm-up steps are excluded from timing)")
+        raise UserError(f"--steps must be at least 3 (warm-up steps are excluded from timing), "
+                        f"got {steps}")  # fmt: skip
     if repeat < 1:
-        raise UserError("--repeat must be at least 1")
+        raise UserError(f"--repeat must be at least 1, got {repeat}")
+    if timeout is not None and not timeout > 0:
+        raise UserError(f"--timeout must be a positive number of seconds, got {timeout:g}")
+    if tolerance is not None and not tolerance >= 0:
+        raise UserError(f"--tolerance must be 0 or more, got {tolerance:g}")
+    if not min_speedup > 0:
+        raise UserError(f"--min-speedup must be above 0 (1.03: 3% faster), got {min_speedup:g}")
     warmup = max(1, min(5, steps // 5))
     tol = DEFAULT_TOLERANCE[kind] if tolerance is None else tolerance
     out = Path(out) if out else Path("runs") / "bench" / f"{kind}-{Path(workload).stem}"
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out: {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     from smollab.data.prepare import ensure_prepared
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from smollab.errors import UserError
-from smollab.lab.spec_common import SpecSection, coerce, flatten, override_value
+from smollab.lab.spec_common import SpecSection, coerce, error_line, flatten, override_value
 
 
 class ProbeSpec(SpecSection):
@@ -34,6 +34,19 @@ class ProbeSpec(SpecSection):
     dir: str | None = None
     cache: bool = True
 
+    @field_validator("ks")
+    @classmethod
+    def _check_ks(cls, ks: list[int] | None) -> list[int] | None:
+        if ks is None:
+            return None
+        if not ks:
+            raise ValueError("give at least one k, or leave ks out for 1, 2, 4, ... max_k")
+        if min(ks) < 1:
+            raise ValueError(f"every k must be at least 1, got {min(ks)}")
+        if len(set(ks)) != len(ks):
+            raise ValueError(f"repeated k in {ks}")
+        return sorted(ks)
+
 
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
@@ -45,13 +58,19 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         spec_tree = dict(tree)
     else:
         spec_tree = {"command": guess_command(tree), "base": workload}
-    if isinstance(spec_tree.get("overrides"), dict):
-        spec_tree["overrides"] = coerce(flatten(spec_tree["overrides"]))
+    if "overrides" in spec_tree and not isinstance(spec_tree["overrides"], dict):
+        got = spec_tree["overrides"]
+        raise UserError(f"probe key overrides: expected a mapping of config keys "
+                        f"(train.batch_size: 8), got {type(got).__name__} {got!r}"[:300])  # fmt: skip
+    spec_tree["overrides"] = coerce(flatten(spec_tree.get("overrides") or {}))
     work: list[str] = []
     from smollab.config import parse_override
 
     for item in overrides:
         key, value = parse_override(item)
+        if key == "overrides" and not isinstance(value, dict):
+            raise UserError(f"probe key overrides: expected a mapping, got {value!r}; "
+                            f"give overrides.KEY=VALUE or the config's KEY=VALUE")  # fmt: skip
         if key.startswith("overrides."):
             spec_tree.setdefault("overrides", {})[key.removeprefix("overrides.")] = coerce(value)
         elif key in ProbeSpec.model_fields or "." not in key:
@@ -69,11 +88,14 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     try:
         spec = ProbeSpec.model_validate(spec_tree)
     except ValidationError as err:
-        e = err.errors()[0]
-        loc = ".".join(str(p) for p in e["loc"])
-        raise UserError(f"probe key {loc}: {e['msg'].removeprefix('Value error, ')}") from None
+        raise UserError(error_line(err, "probe")) from None
     if spec.base and not Path(spec.base).is_file():
         raise UserError(f"probe key base: file not found: {spec.base}")
+    if spec.ks and spec.ks[-1] > spec.max_k:
+        raise UserError(f"probe key ks: {spec.ks[-1]} is above max_k ({spec.max_k}); "
+                        f"raise max_k or drop it")  # fmt: skip
+    if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
+        raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
     from smollab.config import SCHEMAS, load_config
 
     if spec.command not in SCHEMAS or spec.command == "data":

@@ -1,11 +1,14 @@
 """`smollab sweep SPEC`: an Optuna study (ask and tell) over child `smollab` processes.
 
 The parent owns the study; children know nothing of Optuna. This module is the scheduler: it
-holds the sweep dir's lock, prepares the data once, resolves the concurrency, launches trials with
-their share of the CPU threads, watches their metrics for the pruner, stops them cleanly on
-Ctrl-C, and refreshes results.csv and the report. The study is in `smollab.lab.sweep.study`; the
-trials (run directories as their identity, resume and retries, how an ending maps to Optuna,
-results.csv) in `smollab.lab.sweep.trials`.
+holds the sweep dir's lock (`smollab.lab.sweep.lock`), prepares the data once, resolves the
+concurrency, launches trials with their share of the CPU threads, watches their metrics for the
+pruner and their clocks for `trial_timeout_s` and `stall_timeout_s`, stops them cleanly on
+Ctrl-C (SIGINT, then SIGKILL after `stop_timeout_s`), and refreshes results.csv and the report.
+Nothing it waits on is unbounded: a child that survives even SIGKILL is given up on and recorded
+as failed. The study is in `smollab.lab.sweep.study`; the trials (run directories as their
+identity, resume and retries, how an ending maps to Optuna, results.csv) in
+`smollab.lab.sweep.trials`.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from smollab.atomic_files import atomic_write_json, read_json
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
+from smollab.lab.sweep.lock import SweepLock
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
-from smollab.lab.sweep.study import open_study, prune_evidence
+from smollab.lab.sweep.study import JOURNAL, open_study, prune_evidence, repair_journal, study_name
 from smollab.lab.sweep.trials import (
     TRIALS,
     Live,
@@ -34,6 +38,8 @@ from smollab.lab.sweep.trials import (
     reported_steps,
 )
 from smollab.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_META, SWEEP_RESULTS, RunView, set_status
+
+KILL_WAIT_S = 30.0  # after SIGKILL: a child still not gone is stuck in the kernel; give up on it
 
 
 def _now() -> str:
@@ -54,6 +60,7 @@ class RunningTrial:
     prior_wall: float  # seconds the trial ran under earlier sweep processes
     last_step: int | None = None
     last_reported: tuple[int, float] | None = None  # (step, value) last given to the pruner
+    verdict: tuple[str, str] | None = None  # (status, evidence) the sweep gave it: pruned, failed
 
 
 class Sweep:
@@ -68,7 +75,7 @@ class Sweep:
         self.concurrency = 1
         self.total_threads = spec.threads or ch.cpu_count()
         self.device = "cpu"
-        self._lock_file = None
+        self.lock = SweepLock(self.dir)
         self._last_plots = 0.0
         self._last_results = 0.0
         self.study = None
@@ -79,31 +86,6 @@ class Sweep:
 
     def _say(self, msg: str) -> None:
         self.out(f"[{_now()}] {msg}")
-
-    def _lock(self) -> None:
-        import fcntl
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        f = open(self.dir / ".sweep.lock", "a+")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.seek(0)
-            owner = f.read().strip() or "?"
-            f.close()
-            raise UserError(
-                f"sweep dir {self.dir} is in use by another sweep (pid {owner})"
-            ) from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
-        self._lock_file = f
-
-    def _unlock(self) -> None:
-        if self._lock_file:
-            self._lock_file.close()
-            self._lock_file = None
 
     def _write_meta(self) -> None:
         path = self.dir / SWEEP_META
@@ -171,7 +153,8 @@ class Sweep:
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
-        child = ch.launch(nxt.name, argv, run_dir, threads=threads, env=self.env)
+        child = ch.launch(nxt.name, argv, run_dir, threads=threads, env=self.env,
+                          grace=self.spec.stop_timeout_s)  # fmt: skip
         trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
         metrics_path = RunView(run_dir).metrics_path
@@ -205,18 +188,56 @@ class Sweep:
         if new and pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
             step, value = rt.last_reported
             evidence = prune_evidence(pruner, pm, step, value)
-            child.interrupt(f"pruned: {evidence}")
-            self._say(f"trial {child.name}: pruning ({evidence})")
+            self._stop(child, "pruned", evidence)
 
-    def _finish(self, child: ch.Child, code: int) -> None:
+    def _stop(self, child: ch.Child, status: str, evidence: str) -> None:
+        """The sweep's verdict on a running trial: SIGINT now, SIGKILL after stop_timeout_s."""
+        self.running[child].verdict = (status, evidence)
+        child.interrupt(f"{status}: {evidence}")
+        self._say(f"trial {child.name}: stopping, {status} ({evidence})")
+
+    def _check_clocks(self, child: ch.Child) -> None:
+        """Stop a trial past trial_timeout_s, or one that has written nothing for stall_timeout_s."""
+        spec, now = self.spec, time.time()
+        if child.stop_sent:
+            return
+        if spec.trial_timeout_s and now - child.started > spec.trial_timeout_s:
+            self._stop(child, "failed", f"timed out after {spec.trial_timeout_s:g} s")
+        elif spec.stall_timeout_s and now - child.last_output() > spec.stall_timeout_s:
+            self._stop(child, "failed", f"stalled: wrote nothing for {spec.stall_timeout_s:g} s")
+
+    def _escalate(self, child: ch.Child, now_kill: bool = False) -> bool:
+        """SIGKILL a child past its grace; True when even SIGKILL did not end it in KILL_WAIT_S."""
+        now = time.time()
+        if child.kill_sent is None:
+            late = child.stop_sent and now - child.stop_sent > self.spec.stop_timeout_s
+            if late or now_kill:
+                why = (
+                    f"still running {self.spec.stop_timeout_s:g} s after SIGINT"
+                    if late
+                    else "Ctrl-C twice"
+                )
+                self._say(f"trial {child.name}: {why}; SIGKILL")
+                child.kill()
+            return False
+        return now - child.kill_sent > KILL_WAIT_S
+
+    def _finish(self, child: ch.Child, code: int | None) -> None:
+        """Record a trial whose child exited (`code`), or was given up on (None)."""
         rt = self.running.pop(child)
         summary = read_summary(child.run_dir)
         wall = rt.prior_wall + (time.time() - child.started)
         status = summary.get("status")
-        if child.stop_reason and child.stop_reason.startswith("pruned") and status not in FINISHED:
-            evidence = child.stop_reason.removeprefix("pruned: ")
-            summary = set_status(child.run_dir, "pruned", evidence)
-            status = "pruned"
+        if code is None:
+            rt.verdict = ("failed", f"pid {child.pid} did not exit {KILL_WAIT_S:g} s after SIGKILL"
+                          + (f" ({rt.verdict[1]})" if rt.verdict else ""))  # fmt: skip
+            status = None
+        if rt.verdict and status not in FINISHED:
+            verdict, evidence = rt.verdict
+            if status == "failed" and summary.get("evidence"):  # the child's own words first
+                evidence = f"{summary['evidence']} (stopped: {evidence})"
+            summary = set_status(child.run_dir, verdict, evidence)
+            status = verdict
         self._conclude(rt.trial, child.name, status, summary, code, wall)
 
     def _conclude(self, trial: Any, name: str, status: str | None, summary: dict[str, Any],
@@ -266,11 +287,28 @@ class Sweep:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        self._lock()
+        self.lock.acquire()
         try:
             return self._run()
         finally:
-            self._unlock()
+            try:
+                self._cleanup()
+            finally:
+                self.lock.release()
+
+    def _cleanup(self) -> None:
+        """After an unexpected error: no child outlives the sweep, and results.csv says so."""
+        if self.running:
+            self.stopping = True
+            self._say(f"stopping {len(self.running)} running trial(s) after an error")
+            with contextlib.suppress(Exception):
+                self._stop_children()
+            for child in list(self.running):  # whatever could not be recorded
+                child.kill()
+                self.running.pop(child)
+        if self.trials is not None:
+            with contextlib.suppress(Exception):
+                self.write_results()
 
     def _run(self) -> dict[str, Any]:
         spec = self.spec
@@ -278,7 +316,10 @@ class Sweep:
         self.device = self._detect_device()
         self._preflight_data()
         self.concurrency = self._resolve_concurrency()
+        spec.study_name = study_name(spec, self.dir)
         self._write_meta()
+        if not spec.storage:
+            repair_journal(self.dir / JOURNAL)
         self.study = open_study(spec, self.dir)
         self.trials = Trials(spec, self.study, self.dir, self._say)
         mps_ctx = contextlib.nullcontext(None)
@@ -308,6 +349,9 @@ class Sweep:
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         self._say(f"sweep {'stopped' if self.stop else 'done'}: {summary}; "
                   f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / REPORT}")  # fmt: skip
+        for r in self.trials.rows(self._live()):
+            if r["status"] == "failed":
+                self.out(f"  failed: {r['run_dir']}: {r['reason']}")
         if self.abort and not self.stop:
             raise UserError(self.abort)
         if self.stop:
@@ -332,10 +376,10 @@ class Sweep:
                 time.sleep(min(0.1, self.spec.poll_s))
             for child in list(self.running):
                 self._watch(child)
-                if child.stop_sent and time.time() - child.stop_sent > self.spec.stop_timeout_s:
-                    child.kill()
+                self._check_clocks(child)
+                gone = self._escalate(child)
                 code = child.poll()
-                if code is not None:
+                if code is not None or gone:
                     self._finish(child, code)
             if time.time() - self._last_results > 10:
                 self.write_results()
@@ -346,17 +390,13 @@ class Sweep:
         self.stopping = True
         self._say(f"stopping {len(self.running)} running trial(s) cleanly (Ctrl-C again to kill)")
         for c in self.running:
-            c.interrupt(c.stop_reason or "sweep stopped")
-        deadline = time.time() + self.spec.stop_timeout_s
-        killed = False
+            if c.stop_sent is None:  # a second SIGINT would cut short a child's clean stop
+                c.interrupt("sweep stopped")
         while self.running:
-            if not killed and (self.stop.count >= 2 or time.time() > deadline):
-                for c in self.running:
-                    c.kill()
-                killed = True
             for c in list(self.running):
+                gone = self._escalate(c, now_kill=self.stop.count >= 2)
                 code = c.poll()
-                if code is not None:
+                if code is not None or gone:
                     self._finish(c, code)
             time.sleep(0.1)
 
@@ -367,17 +407,5 @@ def run_sweep(spec: SweepSpec, out: Callable[[str], None] = _print) -> dict[str,
 
 def dry_run(spec: SweepSpec, out: Callable[[str], None] = print) -> None:
     """Print what the sweep would run, without starting anything."""
-    out(f"sweep {spec.sweep_dir()}: command {spec.command}, base {spec.base or '(defaults)'}")
-    if spec.overrides:
-        out("overrides: " + " ".join(f"{k}={override_value(v)}" for k, v in spec.overrides.items()))
-    if spec.sampler == "grid":
-        points = spec.grid_points()
-        out(f"grid: {len(points)} points x {len(spec.seeds)} seed(s) = {spec.total_runs()} trials")
-        for p in points:
-            out("  " + " ".join(f"{k}={fmt(v)}" for k, v in p.items()))
-    else:
-        out(f"{spec.sampler}: {spec.n_trials} configurations x {len(spec.seeds)} seed(s)")
-        for k, v in spec.space.items():
-            out(f"  {k}: {v}")
-    out(f"metric: {spec.metric.label} ({spec.metric.goal}); pruner: {spec.pruner.type}; "
-        f"concurrency: {spec.concurrency}")  # fmt: skip
+    for line in spec.describe():
+        out(line)

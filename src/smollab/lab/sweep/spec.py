@@ -91,10 +91,16 @@ class SweepSpec(SpecSection):
     threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
     dir: str | None = Field(None, description="default sweeps/<spec name>")
     storage: str | None = Field(None, description="an RDB URL; default: <dir>/study.journal")
-    study_name: str = "sweep"
+    study_name: str | None = Field(None, min_length=1, description="default: unique to the dir")
     mps: bool = Field(False, description="CUDA: run trials under the NVIDIA MPS daemon")
     retry_failed: bool = Field(True, description="a rerun retries trials that failed (crashed)")
     stop_timeout_s: float = Field(60.0, gt=0, description="grace for a child to stop on SIGINT")
+    trial_timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock seconds a trial may run per launch (default: no limit)"
+    )
+    stall_timeout_s: float | None = Field(
+        3600.0, gt=0, description="seconds a trial may write nothing to its run dir (null: off)"
+    )
     poll_s: float = Field(0.5, gt=0)
     report: ReportOptions = Field(default_factory=ReportOptions)
 
@@ -118,6 +124,36 @@ class SweepSpec(SpecSection):
 
     def sweep_dir(self) -> Path:
         return Path(self.dir) if self.dir else Path("sweeps") / "sweep"
+
+    def describe(self) -> list[str]:
+        """What the sweep would run (`smollab sweep --dry-run`)."""
+        from smollab.lab.spec_common import override_value
+
+        def show(v: Any) -> str:
+            return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+        out = [
+            f"sweep {self.sweep_dir()}: command {self.command}, base {self.base or '(defaults)'}"
+        ]
+        if self.overrides:
+            out.append("overrides: " + " ".join(f"{k}={override_value(v)}"
+                                                for k, v in self.overrides.items()))  # fmt: skip
+        if self.sampler == "grid":
+            points = self.grid_points()
+            out.append(f"grid: {len(points)} points x {len(self.seeds)} seed(s) = "
+                       f"{self.total_runs()} trials")  # fmt: skip
+            out += ["  " + " ".join(f"{k}={show(v)}" for k, v in p.items()) for p in points]
+        else:
+            out.append(
+                f"{self.sampler}: {self.n_trials} configurations x {len(self.seeds)} seed(s)"
+            )
+            out += [f"  {k}: {v}" for k, v in self.space.items()]
+        out.append(f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
+                   f"concurrency: {self.concurrency}")  # fmt: skip
+        limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
+        out.append("; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
+                   + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT")  # fmt: skip
+        return out
 
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:

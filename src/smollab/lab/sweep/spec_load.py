@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from smollab.config import read_yaml
 from smollab.errors import UserError
-from smollab.lab.spec_common import coerce, flatten
+from smollab.lab.spec_common import coerce, error_line, flatten
 from smollab.lab.sweep.spec import Distribution, SweepSpec, resolve_config
 
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
@@ -121,14 +121,64 @@ def _unknown(what: str, key: str, candidates: list[str]) -> None:
 
 
 def _format(err: ValidationError) -> str:
-    e = err.errors()[0]
-    loc = ".".join(
-        str(p) for p in e["loc"] if not str(p).startswith(("function-", "list[", "Distribution"))
-    )
-    msg = e["msg"].removeprefix("Value error, ")
-    got = e.get("input")
-    shown = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
-    return f"sweep key {loc}: {msg}{shown}" if loc else f"sweep spec: {msg}"
+    return error_line(err, "sweep")
+
+
+def _check_types(tree: dict[str, Any]) -> None:
+    """The mistakes pydantic would report badly, or that would crash the checks before it."""
+    for key, example in (("overrides", "train.max_steps: 50"), ("space", "optim.lr: [1e-3, 1e-2]")):
+        value = tree.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise UserError(f"sweep key {key}: expected a mapping of config keys ({example}), "
+                            f"got {type(value).__name__} {value!r}"[:300])  # fmt: skip
+    for i, point in enumerate(tree["enqueue"] if isinstance(tree.get("enqueue"), list) else []):
+        if not isinstance(point, dict):
+            raise UserError(f"sweep key enqueue.{i}: expected a mapping of space keys to values, "
+                            f"got {point!r}")  # fmt: skip
+    conc = tree.get("concurrency", 1)
+    if conc != "auto" and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
+        raise UserError(f"sweep key concurrency: at least 1 (trials at once, a whole number) "
+                        f"or auto, got {conc!r}")  # fmt: skip
+    metric = tree.get("metric")
+    if isinstance(metric, dict) and isinstance(metric.get("at_step"), bool):
+        raise UserError(
+            f"sweep key metric.at_step: expected a step number, got {metric['at_step']}"
+        )
+    if isinstance(tree.get("storage"), str):
+        check_storage(tree["storage"])
+    d = tree.get("dir")
+    if isinstance(d, str) and Path(d).exists() and not Path(d).is_dir():
+        raise UserError(f"sweep key dir: {d} exists and is not a directory")
+
+
+def check_storage(url: str) -> None:
+    """An RDB URL that Optuna (SQLAlchemy) can open, checked before anything is created."""
+    from sqlalchemy.engine.url import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"sweep key storage: {url!r} is not a database URL "
+                        f"(e.g. sqlite:///sweeps.db or postgresql://user@host/db)") from None  # fmt: skip
+    try:
+        dialect = parsed.get_dialect()
+    except NoSuchModuleError:
+        raise UserError(f"sweep key storage: unknown database scheme {parsed.drivername!r} in "
+                        f"{url!r}; use sqlite, postgresql or mysql (or leave storage out for a "
+                        f"journal file in the sweep dir)") from None  # fmt: skip
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        raise UserError(f"sweep key storage: the {parsed.drivername} driver is not installed "
+                        f"({e})") from None  # fmt: skip
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:":
+            raise UserError(f"sweep key storage: {url!r} is an in-memory database, which keeps "
+                            f"nothing; give a file, e.g. sqlite:///sweeps.db")  # fmt: skip
+        if not db.startswith("file:") and not Path(db).parent.is_dir():
+            raise UserError(f"sweep key storage: directory not found for {db} ({url})")
 
 
 def config_leaf_keys(command: str) -> list[str]:
@@ -205,6 +255,7 @@ def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = 
 
 def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     _check_spec_keys(tree)
+    _check_types(tree)
     command = tree.get("command")
     if command is None:
         raise UserError("sweep key command: missing (pretrain, grpo, ...)")
@@ -273,8 +324,6 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     elif spec.n_trials is None:
         raise UserError(f"sweep key n_trials: sampler {spec.sampler} needs n_trials "
                         f"(configurations to run, each once per seed)")  # fmt: skip
-    if spec.concurrency != "auto" and spec.concurrency < 1:
-        raise UserError(f"sweep key concurrency: at least 1 (got {spec.concurrency})")
     for i, point in enumerate(spec.enqueue):
         for key, value in point.items():
             if key not in spec.space:

@@ -1,12 +1,26 @@
 """The sweep's Optuna study: its sampler and pruner, the search space as Optuna distributions, and
-its storage (a journal file in the sweep dir unless the spec names an RDB URL)."""
+its storage (a journal file in the sweep dir unless the spec names an RDB URL).
+
+The study's name is the spec's `study_name`, else the one the sweep dir recorded in sweep.json
+when it started, else one made from the dir's resolved path: two sweep dirs sharing one RDB URL
+never merge into one study, and a dir keeps its study when it is moved.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import re
 from pathlib import Path
 from typing import Any
 
+from smollab.atomic_files import read_json
+from smollab.errors import UserError
 from smollab.lab.sweep.spec import Distribution, Pruner, SweepSpec
+from smollab.runs import SWEEP_META
+
+JOURNAL = "study.journal"
 
 
 def _grid_sampler_cls():
@@ -78,6 +92,36 @@ def distributions(spec: SweepSpec) -> dict[str, Any]:
     return d
 
 
+def study_name(spec: SweepSpec, sweep_dir: Path) -> str:
+    """The spec's study_name, else the one the dir started with, else `<dir name>-<hash of its
+    resolved path>`."""
+    if spec.study_name:
+        return spec.study_name
+    with contextlib.suppress(UserError, OSError, AttributeError):
+        recorded = read_json(sweep_dir / SWEEP_META).get("spec", {}).get("study_name")
+        if isinstance(recorded, str) and recorded:
+            return recorded
+    resolved = str(Path(sweep_dir).resolve())
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", Path(resolved).name)[:40] or "sweep"
+    return f"{stem}-{hashlib.sha1(resolved.encode()).hexdigest()[:10]}"
+
+
+def repair_journal(path: Path) -> None:
+    """Make a journal a killed sweep left behind readable again (the caller holds the sweep dir's
+    lock, so no other process writes it): drop a torn last line, which Optuna would otherwise
+    glue to the next record and refuse to read, and remove the journal's own lock file, which
+    would stall every write for its 30 s grace period."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f"{path}.lock")
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        pass
+
+
 def open_study(spec: SweepSpec, sweep_dir: Path):
     import optuna
 
@@ -88,9 +132,15 @@ def open_study(spec: SweepSpec, sweep_dir: Path):
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
-        storage = JournalStorage(JournalFileBackend(str(sweep_dir / "study.journal")))
-    return optuna.create_study(
-        storage=storage, study_name=spec.study_name, load_if_exists=True,
-        direction="minimize" if spec.metric.goal == "min" else "maximize",
-        sampler=make_sampler(spec), pruner=make_pruner(spec),
-    )  # fmt: skip
+        storage = JournalStorage(JournalFileBackend(str(sweep_dir / JOURNAL)))
+    try:
+        return optuna.create_study(
+            storage=storage, study_name=study_name(spec, sweep_dir), load_if_exists=True,
+            direction="minimize" if spec.metric.goal == "min" else "maximize",
+            sampler=make_sampler(spec), pruner=make_pruner(spec),
+        )  # fmt: skip
+    except Exception as e:
+        if not spec.storage or type(e).__module__.split(".")[0] != "sqlalchemy":
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"sweep key storage: cannot open {spec.storage}: {first}") from None

@@ -218,7 +218,8 @@ class Trials:
 
     def settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
         """After a previous parent: finished runs are recorded (through `conclude`), open ones
-        queued to continue, failed ones enqueued again (same run dir) when `retry_failed`."""
+        queued to continue, failed ones (a crash the child recorded itself counts) enqueued
+        again (same run dir) when `retry_failed`."""
         from optuna.trial import TrialState
 
         for name, t in self.latest_by_dir().items():
@@ -228,12 +229,13 @@ class Trials:
                     self.say(f"trial {name}: stopped a child left by the previous sweep process")
                 summary = read_summary(run_dir)
                 status = summary.get("status")
-                if status in FINISHED:
+                if status in FINISHED or status == "failed":
                     wall = float(t.user_attrs.get("wall_s", 0.0))
                     conclude(self.attach(t), name, status, summary, 0, wall)
+                    t = self.study.get_trials(deepcopy=False)[t.number]  # now told: its state
                 else:
                     self.resume_queue.append(t)
-            elif t.state == TrialState.FAIL and self.spec.retry_failed:
+            if t.state == TrialState.FAIL and self.spec.retry_failed:
                 params, seed = self.point(t)
                 fixed = dict(params)
                 if self.spec.sampler == "grid":
