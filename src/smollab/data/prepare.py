@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,16 +116,22 @@ def _reusable(d: Path, cfg: DataConfig) -> dict | None:
 def prepare(cfg: DataConfig, log: Callable[[str], None] = print) -> dict:
     """Build (or reuse) the data directory `cfg.dir`; return its meta."""
     d = Path(cfg.dir).expanduser()
+    created = not d.exists()
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"data.dir={cfg.dir}: cannot create it ({e.strerror})") from None
-    with _locked(d):
-        meta = _reusable(d, cfg)
-        if meta is not None:
-            log(f"data: reusing {d} (prepared with the same config)")
-            return meta
-        return _build(d, cfg, log)
+    try:
+        with _locked(d):
+            meta = _reusable(d, cfg)
+            if meta is not None:
+                log(f"data: reusing {d} (prepared with the same config)")
+                return meta
+            return _build(d, cfg, log)
+    except UserError:  # bad input (a data file): leave no directory behind that we made
+        if created:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
 
 
 def ensure_prepared(

@@ -40,6 +40,20 @@ def resolve_model_dir(path: str) -> Path | str:
     return p
 
 
+def check_model_source(cfg: ModelConfig) -> None:
+    """Fail on a model that cannot be found before any data is prepared: a local path that is
+    missing or holds no model, an unknown preset (a hub id is only checked when it loads)."""
+    if cfg.path:
+        resolve_model_dir(cfg.path)
+    else:
+        from smollab.models.presets import PRESETS
+
+        if cfg.preset not in PRESETS:
+            raise UserError(
+                f"model.preset: unknown preset {cfg.preset!r} (one of {', '.join(PRESETS)})"
+            )
+
+
 def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa"):
     """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init)."""
     from transformers import AutoModelForCausalLM

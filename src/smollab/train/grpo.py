@@ -21,7 +21,7 @@ from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.autocast_attention import fit_attention
-from smollab.models.loading import align_special_tokens, apply_lora, build_model
+from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
@@ -65,6 +65,7 @@ def train(cfg: GRPOConfig) -> dict:
     g, tc, oc = cfg.grpo, cfg.train, cfg.optim
     lora = cfg.model.lora.enabled
     rewards = validate_specs(cfg.reward)  # bad reward names or params fail before any work
+    check_model_source(cfg.model)  # before any data is prepared
     rt = setup_runtime(cfg.perf)
 
     # ---- tokenizer and prompts ----------------------------------------------------------

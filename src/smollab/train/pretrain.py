@@ -19,7 +19,7 @@ from smollab.data.prepare import ensure_prepared, load_meta
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
 from smollab.device import make_adamw, maybe_compile, peak_memory_mb, setup_runtime, synchronize
 from smollab.errors import UserError
-from smollab.models.loading import align_special_tokens, build_model
+from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
 from smollab.runs import RunView, default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
@@ -62,6 +62,7 @@ def evaluate(model, batches, rt) -> float:
 def train(cfg: PretrainConfig) -> dict:
     """Run (or resume, or report the finished result of) one pretraining run; returns its summary."""
     t_start = time.time()
+    check_model_source(cfg.model)  # before any data is prepared
     rt = setup_runtime(cfg.perf)
     dist, rt.device = distributed.setup(rt.device)
     tc, oc = cfg.train, cfg.optim
