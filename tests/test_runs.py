@@ -8,7 +8,8 @@ import pytest
 
 from smollab.atomic_files import atomic_write, atomic_write_json, writing
 from smollab.errors import UserError
-from smollab.runs import CheckpointError, RunDir, read_metrics
+from smollab.run_rows import read_metrics
+from smollab.runs import CheckpointError, RunDir
 
 
 def test_start_writes_config_and_log(tmp_path):

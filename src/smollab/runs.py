@@ -9,22 +9,19 @@ directory's own files are named here too, because the lab writes them and report
 from __future__ import annotations
 
 import contextlib
-import csv
 import json
-import math
 import os
 import platform
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from smollab.atomic_files import (
     _json_default,
-    atomic_write,
     atomic_write_json,
     fsync_dir,
     fsync_file,
@@ -33,6 +30,7 @@ from smollab.atomic_files import (
     writing,
 )
 from smollab.errors import UserError
+from smollab.run_rows import Metrics, cut_samples, read_metrics
 
 # ---- the names ------------------------------------------------------------------------------
 CONFIG = "config.json"  # resolved config
@@ -100,77 +98,6 @@ def environment() -> dict[str, Any]:
         "versions": versions,
         "git_commit": git_commit(),
     }
-
-
-class Metrics:
-    """metrics.csv: one row per logged step, appended and flushed, never a duplicate step.
-
-    The columns are fixed when the run starts. On resume, rows after the checkpoint's step are
-    dropped (they will be logged again), and so is a row cut short by a kill, so the file holds
-    each step exactly once; a fresh start (`resume_step` None) empties it.
-    """
-
-    def __init__(self, path: Path, columns: list[str], resume_step: int | None):
-        self.path = path
-        self.columns = columns
-        rows = []
-        if resume_step is not None and path.exists():
-            with open(path, newline="") as f:
-                rows = [r for r in csv.DictReader(f) if _row_step(r) <= resume_step]
-        atomic_write(path, self._writer_of(rows), newline="")
-        self._file = open(path, "a", newline="")
-        self._writer = csv.DictWriter(self._file, fieldnames=columns, extrasaction="ignore")
-
-    def _writer_of(self, rows: list[dict[str, Any]]) -> Callable[[Any], None]:
-        def write(f) -> None:
-            w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-
-        return write
-
-    def append(self, row: dict[str, Any]) -> None:
-        with writing(self.path):
-            self._writer.writerow({k: _fmt(v) for k, v in row.items()})
-            self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def _row_step(row: dict[str, Any]) -> float:
-    """The step of a whole metrics row; infinity (never kept) for a row a kill cut short."""
-    if None in row or None in row.values():  # fewer or more cells than the header
-        return math.inf
-    try:
-        return int(row["step"])
-    except (KeyError, TypeError, ValueError):
-        return math.inf
-
-
-def _sample_step(line: str) -> float:
-    """The step of a whole samples.jsonl record; infinity for a line a kill cut short."""
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, TypeError, KeyError):
-        return math.inf
-
-
-def _fmt(v: Any) -> Any:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return "" if v is None else v
-
-
-def read_metrics(path: Path) -> list[dict[str, float | None]]:
-    """metrics.csv as a list of rows with floats (None where a cell is empty)."""
-    if not Path(path).exists():
-        return []
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            out.append({k: (float(v) if v not in ("", None) else None) for k, v in r.items()})
-    return out
 
 
 class RunDir:
@@ -245,12 +172,7 @@ class RunDir:
         """Open metrics.csv for appending. Every append-only file of the run (metrics.csv,
         samples.jsonl) is cut back to `resume_step` first, or emptied on a fresh start, so a
         resumed run logs each step once."""
-        samples = self.path / SAMPLES
-        if samples.exists():
-            upto = -1 if resume_step is None else resume_step
-            with open(samples) as f:
-                keep = [x.rstrip("\n") + "\n" for x in f if _sample_step(x) <= upto]
-            atomic_write(samples, lambda f: f.writelines(keep))
+        cut_samples(self.path / SAMPLES, resume_step)
         self.metrics = Metrics(self.path / METRICS, columns, resume_step)
         return self.metrics
 
