@@ -125,6 +125,8 @@ def test_kill_9_of_all_ranks_then_resume_matches_uninterrupted(ddp_reference, tm
     assert "resumed from step_" in (run / "training.log").read_text()
     assert [int(r["step"]) for r in read_metrics(run / "metrics.csv")] == list(range(1, 41))
     assert _replicas_agreed(run) and _replicas_agreed(ref)
+    done = json.loads((ref / "summary.json").read_text())
+    assert done["world_size"] == 2 and done["tokens"] == 40 * 4 * 32 * 2  # both ranks' batches
     a, b = _final_weights(ref), _final_weights(run)
     for k in a:
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)

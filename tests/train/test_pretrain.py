@@ -1,8 +1,4 @@
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -94,24 +90,6 @@ def test_bad_values_stop_before_writing(micro_pretrain, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("smollab: error: train.seq_len") and "\n" not in err
     assert not (tmp_path / "run").exists()
-
-
-def _env():
-    env = dict(os.environ)
-    src = str(Path(pretrain.__file__).resolve().parents[2])
-    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def test_ddp_two_processes_on_cpu(micro_pretrain, tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node=2", "-m", "smollab", "pretrain", *micro_pretrain,
-           "train.max_steps=6", "train.log_interval=2", "perf.threads=1"]  # fmt: skip
-    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["world_size"] == 2
-    assert summary["tokens"] == 6 * 4 * 32 * 2
 
 
 def test_checkpoint_names_the_tokenizers_eos(micro_pretrain, tmp_path):
