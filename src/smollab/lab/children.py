@@ -7,7 +7,9 @@ SIGINT when its parent dies (PR_SET_PDEATHSIG), and a reaper process (`smollab.l
 started with the first child SIGKILLs, after the grace period, any child still alive once the
 parent is gone however it died (a child stuck in C code ignores SIGINT); an atexit hook stops
 whatever is left when the parent exits any other way. Every child writes its pid to
-`<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the directory.
+`<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the directory. Every
+child is marked as a lab child (`LAB_CHILD_ENV`): it competes with its siblings, so it reads the
+CPU matmul peak its parent measured and never measures one itself (`smollab.train.mfu`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from smollab.lab import reaper
 from smollab.runs import CHILD_LOG, CHILD_PID, RunView
+from smollab.train.mfu import LAB_CHILD_ENV
 
 
 def cpu_count() -> int:
@@ -159,6 +162,7 @@ def launch(
     child_env = dict(os.environ if env is None else env)
     child_env.setdefault("TOKENIZERS_PARALLELISM", "false")
     child_env["PYTHONUNBUFFERED"] = "1"
+    child_env[LAB_CHILD_ENV] = "1"  # reads the CPU peak its parent measured, never measures
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             child_env[var] = str(threads)

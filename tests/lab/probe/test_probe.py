@@ -286,3 +286,55 @@ def test_a_probe_recipe_whose_overrides_are_a_list(tmp_path):
         load_probe(str(recipe), [])
     (tmp_path / "p.yaml").write_text("command: pretrain\nks: [4, 1, 2]\n")
     assert load_probe(str(recipe), [])[0].ks == [1, 2, 4]
+
+
+def test_the_mps_setting_is_part_of_the_cuda_cache_key(workload):
+    from smollab.config import load_config
+    from smollab.lab.probe.cache import cache_path, mps_daemon_setting, workload_signature
+
+    cfg = load_config("pretrain", None, workload)
+    gpu = {"kind": "cuda", "name": "H100", "memory_mb": 80_000.0, "threads": 8}
+    assert mps_daemon_setting("cuda", "auto") is True and mps_daemon_setting("cuda", False) is False
+    assert mps_daemon_setting("cpu", True) is None and mps_daemon_setting("mps", "auto") is None
+    on, off = (workload_signature("pretrain", cfg, m) for m in (True, False))
+    assert on["mps_daemon"] is True and off["mps_daemon"] is False
+    assert cache_path(gpu, on) != cache_path(gpu, off)
+    plain = workload_signature("pretrain", cfg, mps_daemon_setting("cpu", "auto"))
+    assert "mps_daemon" not in plain  # CPU: the signature, so the cache key, is as before
+    assert cache_path(CPU, plain) == cache_path(CPU, workload_signature("pretrain", cfg))
+
+
+def test_sweep_concurrency_auto_probes_under_the_sweeps_own_mps_setting(workload, tmp_path):
+    """Without MPS the k runs time-slice the GPU (k=1 is best); with it they overlap (k=4)."""
+    gpu = {"kind": "cuda", "name": "H100", "memory_mb": 80_000.0, "threads": 8}
+    spec_file = tmp_path / "sweep.yaml"
+
+    def auto(mps: bool, measure=None):
+        spec_file.write_text(yaml.safe_dump({
+            "command": "pretrain", "overrides": dict(o.split("=", 1) for o in workload),
+            "space": {"optim.lr": [1e-3, 1e-2]}, "metric": {"name": "val_loss"},
+            "concurrency": "auto", "threads": 8, "mps": mps, "dir": str(tmp_path / "sw")}))  # fmt: skip
+        control, said = StubMPS(), []
+        kw = {"device": gpu, "mps": control, "measure": measure}
+        k = auto_concurrency(load_spec(spec_file), tmp_path / f"probe-{mps}", "cuda",
+                             out=said.append, probe_kw=kw)  # fmt: skip
+        return k, control.events, said
+
+    time_sliced = fake_measure(lambda k: 0.1 * k * 1.05)
+    shared = fake_measure(lambda k: 0.1 if k <= 4 else 0.1 * k)
+    k, events, said = auto(True, shared)
+    assert (k, events) == (4, ["start", "stop"])  # the sweep runs under MPS: so does its probe
+    saved = json.loads((tmp_path / "probe-True" / "probe.json").read_text())
+    assert saved["workload"]["mps_daemon"] is True
+    assert saved["mps_daemon"] == {"requested": True, "used": True}
+    assert any(s == "MPS daemon: on (as a sweep with mps: true runs)" for s in said)
+
+    k, events, said = auto(False, time_sliced)  # the default: no MPS daemon, none in the probe
+    assert (k, events) == (1, [])
+    assert "MPS daemon off yet" in said[0] and "with the MPS daemon on is cached" in said[1]
+    saved = json.loads((tmp_path / "probe-False" / "probe.json").read_text())
+    assert saved["mps_daemon"] == {"requested": False, "used": False}
+
+    assert auto(False)[:2] == (1, [])  # both cached now, each under its own key
+    k, events, said = auto(True)
+    assert (k, events) == (4, []) and "MPS daemon on;" in said[0]

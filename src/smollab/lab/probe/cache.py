@@ -1,12 +1,12 @@
 """The probe's cache: results keyed by device and workload signature (model, LoRA rank, batch,
-sequence or completion length, precision), which is what `concurrency: auto` in a sweep reads."""
+sequence or completion length, precision and, on CUDA, whether the runs share the GPU through the
+MPS daemon), which is what `concurrency: auto` in a sweep reads."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import platform
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,9 @@ def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
             return {"kind": "cuda", "name": parts[0], "memory_mb": float(parts[1]) - float(parts[2]),
                     "threads": threads}  # fmt: skip
         return {"kind": "cuda", "name": "cuda", "memory_mb": None, "threads": threads}
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from smollab.train.mfu import cpu_model_name
+
+    name = cpu_model_name()
     mem = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -61,8 +56,15 @@ def device_key(info: dict[str, Any]) -> str:
     return f"{info['kind']}:{info['name']}:{info['threads']}threads"
 
 
-def workload_signature(command: str, cfg) -> dict[str, Any]:
-    """What decides how many copies fit: model, LoRA rank, batch, lengths, precision."""
+def mps_daemon_setting(kind: str, mps: bool | str) -> bool | None:
+    """Whether runs on `kind` share the GPU through NVIDIA's MPS daemon (`mps`: true, false or
+    auto, which means on); None off CUDA, where there is no such daemon."""
+    return None if kind != "cuda" else mps is not False
+
+
+def workload_signature(command: str, cfg, mps_daemon: bool | None = None) -> dict[str, Any]:
+    """What decides how many copies fit: model, LoRA rank, batch, lengths, precision, and on
+    CUDA the MPS daemon (with it, kernels of the k runs overlap; without, they time-slice)."""
     sig = {
         "command": command,
         "model": cfg.model.path or cfg.model.preset,
@@ -77,6 +79,8 @@ def workload_signature(command: str, cfg) -> dict[str, Any]:
                    num_generations=cfg.grpo.num_generations, beta=cfg.grpo.beta > 0)  # fmt: skip
     else:
         sig.update(seq_len=cfg.train.seq_len, grad_accum=cfg.train.grad_accum)
+    if mps_daemon is not None:  # CUDA only: CPU signatures (so their cache keys) stay as they were
+        sig["mps_daemon"] = mps_daemon
     return sig
 
 

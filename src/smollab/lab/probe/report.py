@@ -32,6 +32,18 @@ def table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def mps_line(result: dict[str, Any]) -> str | None:
+    """How the runs shared a CUDA GPU (None off CUDA, or for a probe.json from before)."""
+    m = result.get("mps_daemon")
+    if not m:
+        return None
+    if not m.get("requested"):
+        return "MPS daemon: off (the runs time-sliced the GPU, as a sweep with mps: false runs)"
+    if m.get("used"):
+        return "MPS daemon: on (as a sweep with mps: true runs)"
+    return "MPS daemon: requested but not available (the runs time-sliced the GPU)"
+
+
 def plot_probe(result: dict[str, Any], path: Path) -> None:
     from smollab.report.plots import pyplot, save_figure
 
@@ -68,8 +80,10 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
                 ax.axvline(o["k"], color=color, ls=":", label=f"{label}: k={o['k']}")
     a2.legend(fontsize=8)
     dev = result["device"]
+    mps = result.get("mps_daemon")
     fig.suptitle(f"probe: {result['command']} {Path(result.get('base') or '').name} on "
-                 f"{dev['kind']} ({dev['name']})", fontsize=10)  # fmt: skip
+                 f"{dev['kind']} ({dev['name']})"
+                 + (f", MPS daemon {'on' if mps['used'] else 'off'}" if mps else ""), fontsize=10)  # fmt: skip
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
@@ -82,4 +96,6 @@ def report_probe(probe_dir: str | Path) -> Path:
     for line in table(result):
         print(line)
     print(f"stopped: {result.get('stop_reason')}")
+    if line := mps_line(result):
+        print(line)
     return d / "probe.png"

@@ -1,14 +1,16 @@
 """`smollab probe WORKLOAD`: how many identical runs does this device hold at once?
 
 For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`, each
-with its CPU threads = available / k; on CUDA under the MPS daemon), lets each pass `warmup`
+with its CPU threads = available / k; on CUDA under the MPS daemon unless `mps: false`, so that
+it measures the regime the sweep will run in), lets each pass `warmup`
 logged steps, and then measures only while *all k* run (`smollab.lab.probe.measure`). The
 doubling stops by the rules of `smollab.lab.probe.levels`, which also picks the two optima,
 best_throughput and best_latency. With `bisect`, k between the last good and the first bad level
 are tried by bisection.
 
-The result is cached per device and workload signature (`smollab.lab.probe.cache`), which is what
-`concurrency: auto` in a sweep reads (`smollab.lab.sweep.concurrency`).
+The result is cached per device and workload signature (`smollab.lab.probe.cache`; on CUDA the
+signature records the MPS setting), which is what `concurrency: auto` in a sweep reads
+(`smollab.lab.sweep.concurrency`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,16 @@ from typing import Any
 
 from smollab.atomic_files import atomic_write_json
 from smollab.lab import children as ch
-from smollab.lab.probe.cache import cache_store, device_info, device_kind, workload_signature
+from smollab.lab.probe.cache import (
+    cache_store,
+    device_info,
+    device_kind,
+    mps_daemon_setting,
+    workload_signature,
+)
 from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optima
 from smollab.lab.probe.measure import ProcessLevel
-from smollab.lab.probe.report import plot_probe, table
+from smollab.lab.probe.report import mps_line, plot_probe, table
 from smollab.lab.probe.spec import ProbeSpec
 
 
@@ -56,17 +64,19 @@ class Probe:
         kind = self.device["kind"] if self.device else device_kind(cfg.perf.device)
         device = self.device or device_info(kind, self.threads_total)
         units_per_step, unit_name = self.units(cfg)
-        signature = workload_signature(spec.command, cfg)
+        mps_setting = mps_daemon_setting(kind, spec.mps)
+        mps_on = bool(mps_setting)
+        signature = workload_signature(spec.command, cfg, mps_setting)
         probe_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_data(cfg)
-        mps_on = kind == "cuda" and spec.mps is not False
         self.out(f"probe {probe_dir}: {spec.command} {spec.base or '(schema defaults)'} on {device['kind']} "
-                 f"({device['name']}), {self.threads_total} CPU threads; warm-up {spec.warmup} "
-                 f"steps, then {spec.steps} steps per run while all run")  # fmt: skip
+                 f"({device['name']}), {self.threads_total} CPU threads"
+                 + ("" if mps_setting is None else f", MPS daemon {'on' if mps_on else 'off'}")
+                 + f"; warm-up {spec.warmup} steps, then {spec.steps} steps per run while all run")  # fmt: skip
 
         import contextlib
 
-        ctx = contextlib.nullcontext(None)
+        ctx: contextlib.AbstractContextManager = contextlib.nullcontext(None)
         if mps_on:
             from smollab.lab.mps import MPS, mps_daemon
 
@@ -88,9 +98,11 @@ class Probe:
                 k, reason = next_k(levels, spec, device, mps_on)
             if spec.bisect:
                 reason += self._bisect(levels, measure, units_per_step, unit_name, device, mps_on)
+            mps_used = mps_env is not None
         best_latency, best_throughput = optima(levels, spec)
         result = {
             "device": device, "workload": signature, "command": spec.command, "base": spec.base,
+            "mps_daemon": None if mps_setting is None else {"requested": mps_on, "used": mps_used},
             "overrides": self.overrides, "unit": unit_name, "threads_total": self.threads_total,
             "levels": [_level_dict(lv) for lv in sorted(levels, key=lambda lv: (lv.k, lv.threads or 0))],
             "stop_reason": reason, "best_latency": best_latency, "best_throughput": best_throughput,
@@ -101,6 +113,8 @@ class Probe:
         for line in table(result):
             self.out(line)
         self.out(f"stopped: {reason}")
+        if line := mps_line(result):
+            self.out(line)
         if best_throughput:
             self.out(f"best throughput: k={best_throughput['k']}" + _split(best_throughput, kind)
                      + f" ({best_throughput['speedup_vs_k1']:.2f}x the aggregate of k=1)")  # fmt: skip

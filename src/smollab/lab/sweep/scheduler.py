@@ -135,6 +135,12 @@ class Sweep:
 
         return auto_concurrency(self.spec, self.dir / "probe", self.device, out=self._say)
 
+    def _prepare_peaks(self) -> None:
+        """Measure the CPU peaks the trials' MFU needs now, before any trial competes."""
+        from smollab.lab.peaks import prepare_sweep_peaks
+
+        prepare_sweep_peaks(self.spec, self.device, self.concurrency, self.total_threads, self._say)
+
     # ---- launching ------------------------------------------------------------------------
 
     def _user_sets_threads(self) -> bool:
@@ -316,6 +322,7 @@ class Sweep:
         self.device = self._detect_device()
         self._preflight_data()
         self.concurrency = self._resolve_concurrency()
+        self._prepare_peaks()
         spec.study_name = study_name(spec, self.dir)
         self._write_meta()
         if not spec.storage:
