@@ -132,7 +132,8 @@ def _nvidia_driver() -> str | None:
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.double().cpu() - want).norm() / want.norm())
+    """Relative error against a float64 reference, compared on the CPU (MPS has no float64)."""
+    return float((got.cpu().double() - want).norm() / want.norm())
 
 
 def _timed_matmul(device: torch.device, n: int, precision: str, reps: int = 2) -> float:
@@ -236,6 +237,9 @@ def check_mps_daemon(device: torch.device, mps=None) -> Item:
         return item(name, "no", "the control daemon would not start (GPU in a prohibited or "
                                 "exclusive compute mode, or no permission)")  # fmt: skip
     m.stop()
+    deadline = time.time() + 5  # gone before this process opens its CUDA context
+    while m.is_running() and time.time() < deadline:
+        time.sleep(0.2)
     return item(name, "yes", "started and stopped the control daemon: `smollab probe` and "
                              "sweeps can share the GPU between runs")  # fmt: skip
 
