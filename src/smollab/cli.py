@@ -291,6 +291,31 @@ def _probe(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+@command("doctor", "self-check: what this device supports, then a micro run of every command on it")
+def _doctor(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto",
+                   help="device to check (default: CUDA, then MPS, else the CPU)")  # fmt: skip
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds each check may take before it is stopped (default 300)")  # fmt: skip
+    p.add_argument("--keep", default=None, metavar="DIR",
+                   help="run the checks in DIR and keep it (each check's child.log), instead of "
+                        "a temporary directory removed afterwards")  # fmt: skip
+
+    def run(a: argparse.Namespace) -> int:
+        from smollab.lab.doctor import render, run_doctor
+
+        if a.timeout <= 0:
+            raise UserError(f"--timeout {a.timeout:g}: must be above 0 seconds")
+        report = run_doctor(a.device, json_path=a.json, timeout=a.timeout, keep=a.keep)
+        render(report)
+        if a.json:
+            print(f"report: {a.json}")
+        return 0 if report["ok"] else 1
+
+    p.set_defaults(run=run)
+
+
 # ---- entry point ----------------------------------------------------------------------------
 
 
