@@ -282,9 +282,10 @@ def check_peak(device: torch.device, precision: str) -> Item:
     if device.type == "cpu":
         from smollab.train.mfu import measure_cpu_peak
 
-        flops = measure_cpu_peak(_DTYPE.get(precision, torch.float32))
+        dtype = str(_DTYPE.get(precision, torch.float32)).removeprefix("torch.")
+        flops = measure_cpu_peak(dtype)
         detail = (
-            f"{flops / 1e9:,.1f} GFLOP/s (best 2048^3 matmul, {torch.get_num_threads()} threads)"
+            f"{flops / 1e9:,.1f} GFLOP/s (best square matmul, {torch.get_num_threads()} threads)"
         )
         return item(name, "ok", detail, flops=flops)
     n = 8192 if device.type == "cuda" else 4096
