@@ -1,9 +1,9 @@
 """Every command under the strict device mode (tests/strict_device.py): what would break on a GPU
 or a Mac fails here on the CPU. A micro pretrain, GRPO (full and LoRA, the policy forward replayed
-and computed), `sample` (lean and HF samplers) and the children of a probe level run with every
-tensor factory and generator of smollab's code checked for an explicit device, and every draw for a
-generator on its tensor's device. The old GRPO, seeded with `torch.Generator()`, failed here with
-"generator device: Tensor.uniform_ at smollab/engine/token_draw.py ... made at
+and computed), `sample` (lean and HF samplers), the demo's sampling and the child of a probe level
+run with every tensor factory and generator of smollab's code checked for an explicit device, and
+every draw for a generator on its tensor's device. The old GRPO, seeded with `torch.Generator()`,
+failed here with "generator device: Tensor.uniform_ at smollab/engine/token_draw.py ... made at
 smollab/train/grpo.py ..." as it failed on every GPU.
 """
 
@@ -115,6 +115,18 @@ def test_hf_sampler(micro_model):
         a = sampler.generate([[1, 2], [3]], 4, seed=5)
         b = sampler.generate([[1, 2], [3]], 4, seed=5)
     assert torch.equal(a.completion_ids, b.completion_ids)
+    _strict_ok(mode)
+
+
+def test_demo_samples_before_after(micro_model, micro_data):
+    """The demo's own sampling (before and after RL); its stages are the pretrain and GRPO above."""
+    from smollab.demo import samples_before_after
+
+    cfg = load_config("grpo", None, [f"model.path={micro_model}", f"data.dir={micro_data}",
+                                     "grpo.max_completion_length=4", "perf.device=cpu"])  # fmt: skip
+    with StrictDevice() as mode:
+        rows = samples_before_after(cfg, micro_model, micro_model)
+    assert rows and all(r["before"] == r["after"] for r in rows)  # same model, same seed
     _strict_ok(mode)
 
 
