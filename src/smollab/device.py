@@ -1,7 +1,16 @@
-"""Device, precision, autocast, TF32, compile, threads and the AdamW implementation.
+"""Device, precision, autocast, TF32, compile, threads, the AdamW implementation, and the
+per-device primitives the loops share (host-to-device copies, synchronize, peak memory, cache).
 
 `setup_runtime` turns the `perf` section into concrete choices and records, for one log line,
-what it chose and what it skipped and why: a knob that cannot apply degrades, never crashes.
+what it chose and why, and what it skipped and why: a knob that cannot apply on this device
+degrades (to fp32, to eager, to foreach AdamW), never crashes. The device rules:
+- CUDA: bf16 only on GPUs with native bf16 (Ampere and newer); fp16 with a GradScaler; TF32 as
+  `perf.tf32` says; pinned, asynchronous host-to-device copies.
+- MPS: no TF32 (fp32 matmuls stay full precision); bf16 autocast from torch 2.6 on macOS 14+;
+  fp16 only with a GradScaler, which MPS has from torch 2.8; `torch.compile` with the `aot_eager`
+  backend (inductor does not target MPS well); foreach AdamW (no fused kernel); the allocator's
+  cache emptied after rollouts and evaluations (`release_cache`: unified memory is the machine's).
+- CPU: bf16 / fp16 only with native matmuls (AMX, AVX512-BF16/FP16), else fp32.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from smollab.config import PerfConfig
 from smollab.errors import UserError
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# The first torch releases with bf16 autocast on MPS, and with a GradScaler for MPS (fp16).
+MPS_BF16_TORCH, MPS_GRAD_SCALER_TORCH = "2.6", "2.8"
 
 
 @dataclass
@@ -29,6 +40,7 @@ class Runtime:
     compile: bool
     compile_mode: str
     optimizer_impl: str
+    compile_backend: str = "inductor"
     chosen: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -58,6 +70,46 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def _torch_at_least(version: str) -> bool:
+    return torch.torch_version.TorchVersion(torch.__version__.split("+")[0]) >= version
+
+
+def precision_unsupported(device: torch.device, precision: str) -> str | None:
+    """Why `device` cannot train in `precision` natively (None: it can). fp16 counts as
+    supported only where a GradScaler is too: fp16 gradients underflow without loss scaling."""
+    if precision == "fp32":
+        return None
+    if device.type == "cuda":
+        if precision == "bf16" and not torch.cuda.is_bf16_supported(including_emulation=False):
+            return "this GPU has no native bf16 (Ampere or newer has it)"
+        return None
+    if device.type == "mps":
+        if precision == "bf16" and not _torch_at_least(MPS_BF16_TORCH):
+            return (
+                f"bf16 autocast on MPS needs torch >= {MPS_BF16_TORCH}, this is {torch.__version__}"
+            )
+        if precision == "bf16" and not torch.backends.mps.is_macos_or_newer(14, 0):
+            return "bf16 on MPS needs macOS 14 or newer"
+        if precision == "fp16" and not _torch_at_least(MPS_GRAD_SCALER_TORCH):
+            return (f"a GradScaler for MPS needs torch >= {MPS_GRAD_SCALER_TORCH}, this is "
+                    f"{torch.__version__}")  # fmt: skip
+        return None
+    if device.type == "cpu" and not cpu_has_native_matmul(precision):
+        return (f"this CPU has no native {precision} matmul, and PyTorch's fallback is ~50x "
+                "slower than fp32")  # fmt: skip
+    return None
+
+
+def _precision_note(device: torch.device, precision: str) -> str:
+    """What the runtime line says about the precision it chose (no commas: one item)."""
+    where = {"cuda": "GPU", "mps": "Mac GPU"}.get(device.type, "CPU")
+    if precision == "bf16":
+        return f"bf16 autocast (native on this {where}: fp32's range needs no GradScaler)"
+    if precision == "fp16":
+        return "fp16 autocast + GradScaler (loss scaling for fp16's narrow range)"
+    return "fp32"
+
+
 def setup_runtime(perf: PerfConfig) -> Runtime:
     device = pick_device(perf.device)
     chosen = [f"device {device.type}"]
@@ -73,32 +125,34 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
             skipped.append("retain_freed_memory (needs Linux glibc)")
 
     precision = perf.precision
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise UserError("perf.precision=bf16: this GPU has no bf16 support (use fp16 or fp32)")
-    if device.type == "cpu" and precision != "fp32" and not cpu_has_native_matmul(precision):
-        skipped.append(f"{precision} (this CPU has no native {precision} matmul, and PyTorch's "
-                       "fallback is ~50x slower than fp32: running fp32)")  # fmt: skip
+    if why := precision_unsupported(device, precision):
+        skipped.append(f"{precision} ({why}: running fp32)")
         precision = "fp32"
     autocast_dtype = _DTYPES.get(precision)
-    scaler = None
-    if precision == "fp16":
-        scaler = torch.amp.GradScaler(device.type) if device.type in ("cuda", "cpu") else None
-    chosen.append(f"precision {precision}" + (" autocast" if autocast_dtype else ""))
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
+    chosen.append(f"precision {_precision_note(device, precision)}")
 
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = perf.tf32
         torch.backends.cudnn.allow_tf32 = perf.tf32
         chosen.append(f"tf32 {'on' if perf.tf32 else 'off'}")
-    elif perf.tf32:
-        skipped.append(f"tf32 (CUDA only; {device.type} has no TF32)")
+    else:
+        if device.type == "mps" and torch.get_float32_matmul_precision() != "highest":
+            torch.set_float32_matmul_precision("highest")  # no reduced-precision fp32 on MPS
+        if perf.tf32:
+            skipped.append(f"tf32 (CUDA only; {device.type} has no TF32: fp32 stays fp32)")
 
     use_compile = getattr(perf, "compile", False)  # only a loop that compiles has the key
     compile_mode = getattr(perf, "compile_mode", "default")
-    if use_compile and device.type == "mps":
-        skipped.append("compile (inductor does not target MPS well; running eager)")
-        use_compile = False
+    backend = "aot_eager" if device.type == "mps" else "inductor"
     if use_compile:
-        chosen.append(f"compile {compile_mode}")
+        if backend == "aot_eager":
+            chosen.append("compile aot_eager (inductor does not target MPS well)")
+            if compile_mode != "default":
+                skipped.append(f"compile_mode {compile_mode} (an inductor mode; MPS compiles "
+                               "with aot_eager)")  # fmt: skip
+        else:
+            chosen.append(f"compile {compile_mode}")
 
     impl = perf.optimizer_impl
     if impl == "auto":
@@ -110,11 +164,13 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
 
     if perf.grad_checkpointing:
         chosen.append("gradient checkpointing")
+    if device.type == "mps":
+        chosen.append("MPS cache emptied after rollouts and evaluations (unified memory)")
 
     return Runtime(
         device=device, precision=precision, autocast_dtype=autocast_dtype, scaler=scaler,
         compile=use_compile, compile_mode=compile_mode, optimizer_impl=impl,
-        chosen=chosen, skipped=skipped,
+        compile_backend=backend, chosen=chosen, skipped=skipped,
     )  # fmt: skip
 
 
@@ -171,32 +227,56 @@ def make_adamw(param_groups, rt: Runtime, lr: float, betas, eps: float) -> torch
 def maybe_compile(module, rt: Runtime):
     if not rt.compile:
         return module
+    if rt.compile_backend != "inductor":  # modes are inductor's
+        return torch.compile(module, backend=rt.compile_backend)
     return torch.compile(module, mode=None if rt.compile_mode == "default" else rt.compile_mode)
 
 
-def synchronize(device: torch.device) -> None:
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on `device`. CUDA: through pinned memory and asynchronously, so the copy
+    overlaps the GPU's work (PyTorch's pinned-memory cache keeps the page-locked buffer until
+    the copy is done). MPS: a plain copy (non_blocking host-to-MPS copies have returned wrong
+    data in several torch releases, and unified memory gains little from them). CPU: no copy."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (step timings must not stop at a kernel launch)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+    elif device.type != "cpu":  # pick_device gives cuda, mps or cpu
+        raise ValueError(f"synchronize: unsupported device {device}")
+
+
+_mps_peak_bytes = 0
 
 
 def peak_memory_mb(device: torch.device) -> float:
-    """Peak accelerator memory, or the process's peak RSS on CPU."""
+    """Peak memory of this process on `device`, in MiB. CUDA: the most tensors ever held
+    (`max_memory_allocated`). MPS: the largest `driver_allocated_memory` seen at a call (the
+    Metal allocations, cache included, which is what a second process on the same unified
+    memory lacks; torch keeps no peak for MPS, and the cache holds the step's peak blocks until
+    `release_cache`). CPU: the process's peak resident set."""
+    global _mps_peak_bytes
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
+        return torch.cuda.max_memory_allocated(device) / 2**20
     if device.type == "mps":
-        return torch.mps.driver_allocated_memory() / 2**20
+        _mps_peak_bytes = max(_mps_peak_bytes, torch.mps.driver_allocated_memory())
+        return _mps_peak_bytes / 2**20
     import resource
-    import sys
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
 
 
 def release_cache(device: torch.device) -> None:
-    """MPS and CUDA keep freed blocks; small models on unified memory benefit from a release."""
+    """MPS: hand the allocator's cached blocks back (unified memory: what the cache holds, the
+    OS, other processes and the next phase lack). Called after rollouts and evaluations. CUDA
+    and CPU keep theirs: the next step reuses the same blocks, and handing them back would only
+    cost a fresh cudaMalloc per step."""
     if device.type == "mps":
         torch.mps.empty_cache()
-    elif device.type == "cuda":
-        torch.cuda.empty_cache()

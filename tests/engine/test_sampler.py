@@ -283,3 +283,12 @@ def test_num_threads_is_restored_and_inputs_validated():
     a = s.generate(ids, 5, prompt_mask=mask, seed=1)
     b = s.generate(PROMPTS, 5, seed=1)
     assert torch.equal(a.completion_ids, b.completion_ids)
+
+
+def test_a_generator_on_another_device_is_refused_before_the_first_token():
+    """What stopped GRPO on every GPU and Mac (a CPU generator, logits on the device), in one line."""
+    from smollab.engine.token_draw import TokenDraw
+
+    with pytest.raises(ValueError, match=r"generator is on cpu and the logits on meta.*seed="):
+        TokenDraw(1.0, 0, 1.0, torch.Generator(device="cpu"), 2, "meta")
+    TokenDraw(1.0, 0, 1.0, None, 2, "meta")  # torch's global stream: always on the right device

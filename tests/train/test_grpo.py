@@ -133,3 +133,32 @@ def test_replayed_policy_forward_trains_like_the_computed_one(micro_grpo, tmp_pa
     assert on["reward_mean"] == off["reward_mean"]
     for key in ("loss", "kl", "grad_norm"):
         assert on[key] == pytest.approx(off[key], rel=1e-4, abs=1e-7), key
+
+
+def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp_path, monkeypatch):
+    """train.max_time is the steps' time, as in pretraining: loading and evaluation are free, and
+    a resumed run goes on with the time its checkpoint had spent. A fake clock makes each step
+    take 4 s (5 readings a step, 1 s apart), so max_time=10 stops after step 3 (12 s)."""
+    import itertools
+    import time
+    from types import SimpleNamespace
+
+    clock = itertools.count()
+    monkeypatch.setattr(grpo, "time", SimpleNamespace(time=time.time,
+                                                      perf_counter=lambda: float(next(clock))))  # fmt: skip
+    over = [*micro_grpo, "train.max_time=10", "train.save_interval=1"]
+    real, calls = grpo.lr_at, []
+
+    def stop_at_step_3(*a, **k):  # Ctrl-C as step 3 starts: step 2's checkpoint holds 8 s
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(grpo, "lr_at", stop_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        _run(over)
+    monkeypatch.setattr(grpo, "lr_at", real)
+    summary = _run(over)  # resumes at step 2 with 8 s spent: one more step reaches 12 s
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    assert summary["train_seconds"] == 12.0 and summary["seconds_per_step"] == 4.0

@@ -98,12 +98,13 @@ def _windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int):
 def get_batch(
     tokens: np.ndarray, batch_size: int, seq_len: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random windows: x [B, T] and y = x shifted by one, both int64 (on CPU)."""
+    """Random windows: x [B, T] and y = x shifted by one, both int64 on the CPU, where the token
+    file is (`generator` is a CPU one; `device.to_device` copies the batch over)."""
     import torch
 
     _check_len(tokens, seq_len)
     high = len(tokens) - seq_len  # start in [0, high): the window's last target is in range
-    starts = torch.randint(0, high, (batch_size,), generator=generator).numpy()
+    starts = torch.randint(0, high, (batch_size,), generator=generator, device="cpu").numpy()
     return _windows(tokens, starts, seq_len)
 
 

@@ -94,6 +94,7 @@ class LeanLlama(nn.Module):
         self.vocab_size = V = config.vocab_size
         self.eps = float(config.rms_norm_eps)
         self.rope_theta = _rope_params(config)[1]
+        device = torch.device("cpu") if device is None else torch.device(device)
         kw = {"device": device, "dtype": dtype or torch.float32}
 
         def p(*shape):
@@ -107,8 +108,8 @@ class LeanLlama(nn.Module):
         self.wd = p(L, H, Im)
         self.lm_head = p(V, H)
         self.register_buffer("eps_t", torch.tensor(self.eps, **kw), persistent=False)
-        self.register_buffer("rope_cos", torch.empty(0), persistent=False)
-        self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+        self.register_buffer("rope_cos", torch.empty(0, device=device), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0, device=device), persistent=False)
         self.ensure_rope(getattr(config, "max_position_embeddings", 2048) or 2048)
         self._build_views()
 
@@ -178,14 +179,18 @@ class LeanLlama(nn.Module):
         """cos/sin tables for positions [0, max_positions), computed exactly as HF does.
 
         `rope_sin` carries the sign of rotate_half: x * cos + roll(x, D/2) * rope_sin equals
-        HF's x * cos + rotate_half(x) * sin.
+        HF's x * cos + rotate_half(x) * sin. Computed in float32 on the CPU whatever the device
+        (as HF computes its inv_freq), then copied: the same tables on every device.
         """
         if self.rope_cos.shape[0] >= max_positions:
             return
         D = self.head_dim
         device = self.embed.device
-        inv_freq = 1.0 / (self.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float) / D))
-        pos = torch.arange(max_positions, dtype=torch.float)
+        cpu = torch.device("cpu")
+        inv_freq = 1.0 / (
+            self.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float, device=cpu) / D)
+        )
+        pos = torch.arange(max_positions, dtype=torch.float, device=cpu)
         freqs = pos[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         sin = emb.sin()

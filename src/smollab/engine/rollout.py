@@ -59,16 +59,18 @@ class Rollout:
 def left_pad(
     prompts: Sequence[Sequence[int]], pad_token_id: int, device=None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-id lists -> (ids [B, P], mask [B, P]) left-padded to the longest prompt."""
+    """Token-id lists -> (ids [B, P], mask [B, P]) on `device`, left-padded to the longest prompt
+    (built on the CPU, row by row, then copied in one go)."""
     if not prompts:
         raise ValueError("no prompts")
     P = max(len(p) for p in prompts)
     if min(len(p) for p in prompts) == 0:
         raise ValueError("empty prompt: every prompt needs at least one token (e.g. BOS)")
-    ids = torch.full((len(prompts), P), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), P), dtype=torch.long)
+    cpu = torch.device("cpu")
+    ids = torch.full((len(prompts), P), pad_token_id, dtype=torch.long, device=cpu)
+    mask = torch.zeros((len(prompts), P), dtype=torch.long, device=cpu)
     for i, p in enumerate(prompts):
-        ids[i, P - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        ids[i, P - len(p) :] = torch.as_tensor(list(p), dtype=torch.long, device=cpu)
         mask[i, P - len(p) :] = 1
     return ids.to(device), mask.to(device)
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
-
 from smollab.config import ModelConfig
 from smollab.device import pick_device
 from smollab.engine.sampler import Sampler
@@ -22,8 +20,7 @@ def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, tem
     ids = [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
     batch = [x for x in ids for _ in range(n)]
     sampler = Sampler(model, eos_token_id=eos, pad_token_id=eos)
-    gen = torch.Generator(device=sampler.device).manual_seed(seed)
     r = sampler.generate(batch, max_new_tokens, temperature=temperature, top_p=top_p,
-                         top_k=top_k, generator=gen)  # fmt: skip
+                         top_k=top_k, seed=seed)  # fmt: skip
     for i, text in enumerate(r.completion_texts(tokenizer)):
         yield prompts[i // n], f"{prompts[i // n]} {text}"

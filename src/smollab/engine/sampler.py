@@ -16,6 +16,10 @@ Sampling semantics (TRL's, so GRPO ratios and KL are consistent with it)
 - Draws (`token_draw.TokenDraw`) use inverse-CDF sampling (cumsum + searchsorted, two-level) with
   one uniform per row per step from an explicit `torch.Generator`: same seed, same batch, same
   weights -> same samples. Much faster than `torch.multinomial` (5 ms for 32 x 4096).
+- The generator lives on the sampler's device: `generate(seed=)` makes it there (what the loops
+  pass), or `generator=` hands one made with `torch.Generator(device=sampler.device)`. On a GPU
+  the uniforms are then drawn by one kernel per token, queued with the decode's own; drawing them
+  on the CPU would add a host-to-device copy per token (CPU runs: the same stream as ever).
 - A row stops at its first EOS: tokens after it are `pad_token_id` and masked; the loop exits as
   soon as every row has finished, so `completion_ids` may be shorter than `max_new_tokens`.
 """
@@ -39,7 +43,7 @@ class Sampler:
     """Batched sampler over a lean copy of a Llama policy (HF `generate` for other models).
 
     sampler = Sampler(policy, eos_token_id=tok.eos_token_id)
-    each step: sampler.load_weights(policy); rollout = sampler.generate(prompts, 64, seed=step)
+    each step: sampler.load_weights(policy); rollout = sampler.generate(prompts, 64, seed=s)
     """
 
     def __init__(
@@ -142,7 +146,8 @@ class Sampler:
         """Sample up to `max_new_tokens` per prompt.
 
         prompts: token-id lists (left-padded here) or a left-padded tensor [B, P] with
-        `prompt_mask`. generator / seed: the RNG (default: torch's global one).
+        `prompt_mask`. seed: draw from a generator made on the sampler's device from it;
+        generator: one already on that device (ValueError otherwise); neither: torch's global one.
         stop_at_eos=False ignores EOS (all tokens kept, `truncated` all True).
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
         in autograd computations (losses) afterwards.
@@ -264,8 +269,11 @@ class Sampler:
         seed = None
         if gen is not None:
             seed = int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device))
-        devices = [ids.device.index or 0] if ids.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices, enabled=seed is not None):
+        dev = ids.device  # HF draws from the global streams: fork the CPU's and the device's
+        accelerator = dev.type in ("cuda", "mps")
+        with torch.random.fork_rng(devices=[dev.index or 0] if accelerator else [],
+                                   enabled=seed is not None,
+                                   device_type=dev.type if accelerator else None):  # fmt: skip
             if seed is not None:
                 torch.manual_seed(seed)
             out = model.generate(input_ids=ids, attention_mask=mask, **kw)

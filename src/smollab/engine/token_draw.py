@@ -20,6 +20,8 @@ class TokenDraw:
     """
 
     def __init__(self, temperature: float, top_k: int, top_p: float, generator, B: int, device):
+        """generator: None (torch's global stream) or one on `device`: the uniforms are drawn
+        where the logits are, so a draw is one kernel queued with the rest, no copy or sync."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0.0 < top_p <= 1.0:
@@ -30,6 +32,10 @@ class TokenDraw:
         self.inv_t = None if temperature in (0, 1) else 1.0 / temperature
         self.top_k, self.top_p = top_k, top_p
         self.filtered = top_k > 0 or top_p < 1.0
+        device = torch.device(device)
+        if generator is not None and generator.device.type != device.type:
+            raise ValueError(f"the generator is on {generator.device} and the logits on {device}: "
+                             f"make it with torch.Generator(device={str(device)!r}), or pass seed=")  # fmt: skip
         self.generator = generator
         self.u = torch.empty(B, 1, device=device)
 

@@ -137,8 +137,9 @@ class RewardPool:
             )
             parts = [self._result(f, wait) for f in futures]  # in order: the first error wins
             values = {k: [x for p in parts for x in p[k]] for k in self.keys}
-        per_fn = {k: torch.tensor(v, dtype=torch.float64) for k, v in values.items()}
-        total = torch.zeros(n, dtype=torch.float64)
+        cpu = torch.device("cpu")  # rewards are host values; the loop copies the advantages over
+        per_fn = {k: torch.tensor(v, dtype=torch.float64, device=cpu) for k, v in values.items()}
+        total = torch.zeros(n, dtype=torch.float64, device=cpu)
         for k, v in per_fn.items():
             total += self.weights[k] * v
         return total.float(), {k: v.float() for k, v in per_fn.items()}

@@ -34,6 +34,8 @@ def save_state(
     rng = {"cpu": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
+    if torch.backends.mps.is_available():
+        rng["mps"] = torch.mps.get_rng_state()
     state = dict(optimizer=optimizer.state_dict(), rng=rng, step=step, **loop_state)
     if scaler is not None:
         state["scaler"] = scaler.state_dict()
@@ -93,6 +95,8 @@ def _restore_rng(rng: dict[str, Any] | None, dist: Dist) -> None:
     if rng.get("python") is not None:
         version, internal, gauss = rng["python"]
         random.setstate((version, tuple(internal), gauss))
+    if rng.get("mps") is not None and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(rng["mps"])
     gpus = rng.get("cuda")
     if not gpus or not torch.cuda.is_available():
         return

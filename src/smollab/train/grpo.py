@@ -3,7 +3,10 @@
 One step: sample prompts -> roll out `num_generations` completions each with the lean sampler ->
 score them -> group-relative advantages -> reference log-probs (lean, no grad) -> policy
 forward/backward (`num_iterations` times, PPO-clipped) -> metrics and failure rules.
-Prompts and sampling are seeded by (seed, step), so a resumed run replays the same batches.
+Prompts and sampling are seeded by (seed, step), so a resumed run replays the same batches:
+prompts are picked on the CPU, completions drawn on the policy's device by a generator the sampler
+makes there from the seed (`Sampler.generate(seed=)`). `train.max_time` counts training time (the
+sum of step times, kept in the checkpoint), like pretraining's: loading and evaluation are free.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from smollab.config import GRPOConfig
 from smollab.data.prepare import ensure_prepared
-from smollab.device import make_adamw, peak_memory_mb, setup_runtime, synchronize
+from smollab.device import make_adamw, peak_memory_mb, release_cache, setup_runtime, synchronize
 from smollab.engine.policy import policy_logprobs, replay_blocker
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
@@ -54,8 +57,9 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
                                     f"beta{cfg.grpo.beta:g}", f"s{cfg.run.seed}"])  # fmt: skip
 
 
-def _seeded(seed: int, step: int, salt: int) -> torch.Generator:
-    return torch.Generator().manual_seed(hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF)
+def _seed(seed: int, step: int, salt: int) -> int:
+    """The seed of one stream of draws: prompts (salt 0), rollouts (1), evaluation (2)."""
+    return hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF
 
 
 @records_failure
@@ -116,6 +120,7 @@ def train(cfg: GRPOConfig) -> dict:
     run.log(rt.describe(), echo=True)
     state = checkpoints.resume(run, policy, optimizer, rt.scaler, lora)
     step, history = int(state.get("step", 0)), list(state.get("reward_history", []))
+    train_seconds = float(state.get("train_seconds", 0.0))  # the steps' time, for max_time
     watch = RLWatch(cfg.failure, state.get("flags"))
     watch.streak = int(state.get("rl_streak", 0))
     per_fn_cols = [f"reward/{r.key}" for r in rewards] if len(rewards) > 1 else []
@@ -138,7 +143,7 @@ def train(cfg: GRPOConfig) -> dict:
             run.update_summary(base_eval_reward=base_eval["reward_mean"])
             run.log(f"base model: eval reward {base_eval['reward_mean']:.3f}", echo=True)
         while step < tc.max_steps:
-            if tc.max_time and time.time() - t_start >= tc.max_time:
+            if tc.max_time and train_seconds >= tc.max_time:
                 break
             t0 = time.perf_counter()
             lr = lr_at(step, oc, tc.max_steps)
@@ -146,15 +151,15 @@ def train(cfg: GRPOConfig) -> dict:
                 group["lr"] = lr
 
             # 1. rollouts
-            pick = torch.randint(
-                len(train_prompts), (prompts_per_step,), generator=_seeded(cfg.run.seed, step, 0)
-            )
+            picker = torch.Generator(device="cpu").manual_seed(_seed(cfg.run.seed, step, 0))
+            pick = torch.randint(len(train_prompts), (prompts_per_step,), generator=picker,
+                                 device="cpu")  # fmt: skip
             prompt_ids = [train_prompts[i] for i in pick.tolist() for _ in range(g.num_generations)]
             policy.eval()
             sampler.load_weights(policy)
             r = sampler.generate(prompt_ids, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 generator=_seeded(cfg.run.seed, step, 1),
+                                 seed=_seed(cfg.run.seed, step, 1),
                                  record=no_replay is None)  # fmt: skip
             t_gen = time.perf_counter()
 
@@ -165,6 +170,7 @@ def train(cfg: GRPOConfig) -> dict:
             mask = r.completion_mask.clone()
             if g.mask_truncated_completions:
                 mask[r.truncated] = 0
+            release_cache(rt.device)  # MPS: the decode's temporaries, before the training pass
             t_rew = time.perf_counter()
 
             # 3. reference log-probs (no grad)
@@ -187,6 +193,7 @@ def train(cfg: GRPOConfig) -> dict:
             synchronize(rt.device)
             t_end = time.perf_counter()
             step += 1
+            train_seconds += t_end - t0
 
             # 5. metrics, samples, evaluation, failure rules
             m = mask.bool()
@@ -230,7 +237,7 @@ def train(cfg: GRPOConfig) -> dict:
             if tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
                 checkpoints.save_state(run, step, policy, tokenizer, optimizer, rt.scaler,
                                        tc.keep_last, reward_history=history, flags=watch.flags,
-                                       rl_streak=watch.streak)  # fmt: skip
+                                       rl_streak=watch.streak, train_seconds=train_seconds)  # fmt: skip
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:
@@ -245,8 +252,8 @@ def train(cfg: GRPOConfig) -> dict:
         merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
         base_reward=base, final_reward=final,
         base_eval_reward=base_eval["reward_mean"] if base_eval else run.read_summary().get("base_eval_reward"),
-        final_eval_reward=eval_reward, wall_seconds=time.time() - t_start,
-        seconds_per_step=(time.time() - t_start) / max(step, 1),
+        final_eval_reward=eval_reward, train_seconds=train_seconds, wall_seconds=time.time() - t_start,
+        seconds_per_step=train_seconds / max(step, 1),
     )  # fmt: skip
     if status == "interrupted":
         raise KeyboardInterrupt
@@ -259,7 +266,8 @@ def _evaluate(sampler, policy, prompts, g, pool, tokenizer, seed) -> dict:
     policy.eval()
     sampler.load_weights(policy)
     r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                         top_p=g.top_p, top_k=g.top_k, generator=_seeded(seed, -1, 2))  # fmt: skip
+                         top_p=g.top_p, top_k=g.top_k, seed=_seed(seed, -1, 2))  # fmt: skip
+    release_cache(sampler.device)
     texts = r.completion_texts(tokenizer)
     total, _ = pool(r.prompt_texts(tokenizer), texts, r.completion_rows())
     return {"reward_mean": float(total.mean()), "unique_fraction": unique_fraction(texts),

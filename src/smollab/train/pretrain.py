@@ -17,7 +17,15 @@ import torch.nn.functional as F
 from smollab.config import PretrainConfig
 from smollab.data.prepare import ensure_prepared, load_meta
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
-from smollab.device import make_adamw, maybe_compile, peak_memory_mb, setup_runtime, synchronize
+from smollab.device import (
+    make_adamw,
+    maybe_compile,
+    peak_memory_mb,
+    release_cache,
+    setup_runtime,
+    synchronize,
+    to_device,
+)
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
@@ -42,7 +50,9 @@ def run_dir_for(cfg: PretrainConfig) -> Path:
 
 
 def batch_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
-    return torch.Generator().manual_seed(hash((seed, step, micro, rank)) & 0x7FFF_FFFF_FFFF)
+    """Batches are drawn on the CPU (the token file is there) and then copied to the device."""
+    seeded = hash((seed, step, micro, rank)) & 0x7FFF_FFFF_FFFF
+    return torch.Generator(device="cpu").manual_seed(seeded)
 
 
 @torch.no_grad()
@@ -50,11 +60,12 @@ def evaluate(model, batches, rt) -> float:
     model.eval()
     total = 0.0
     for x, y in batches:
-        x, y = x.to(rt.device), y.to(rt.device)
+        x, y = to_device(x, rt.device), to_device(y, rt.device)
         with rt.autocast():
             logits = model(input_ids=x).logits
         total += F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).item()
     model.train()
+    release_cache(rt.device)
     return total / max(len(batches), 1)
 
 
@@ -149,7 +160,7 @@ def train(cfg: PretrainConfig) -> dict:
             for micro in range(tc.grad_accum):
                 x, y = get_batch(train_tokens, tc.batch_size, tc.seq_len,
                                  batch_generator(cfg.run.seed, step, micro, dist.rank))  # fmt: skip
-                x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
+                x, y = to_device(x, rt.device), to_device(y, rt.device)
                 last_micro = micro == tc.grad_accum - 1
                 with (
                     contextlib.nullcontext()

@@ -87,7 +87,7 @@ def check_replicas(run: RunDir | None, dist: Dist, model, optimizer, scaler) -> 
     held = [*model.parameters(), *model.buffers(), torch.get_rng_state()]
     held += [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     if scaler is not None:
-        held.append(torch.tensor(scaler.get_scale()))
+        held.append(torch.tensor(scaler.get_scale(), device="cpu"))
     if dist.device.type == "cuda":
         held.append(torch.cuda.get_rng_state(dist.device))
     agree = distributed.replicas_agree(held, dist)
