@@ -283,8 +283,8 @@ def measure_cpu_peak(dtype: str = "float32", threads: int | None = None, reps: i
     try:
         n, elapsed = 512, 0.0
         while True:
-            a = torch.randn(n, n, dtype=getattr(torch, dtype))
-            b = torch.randn(n, n, dtype=getattr(torch, dtype))
+            a = torch.randn(n, n, dtype=getattr(torch, dtype), device="cpu")
+            b = torch.randn(n, n, dtype=getattr(torch, dtype), device="cpu")
             a @ b  # warm-up: thread pool, kernel selection
             t0 = time.perf_counter()
             a @ b
