@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The suite's CPU peaks and probe results go to a cache of its own (children inherit it), never
+# into the user's ~/.cache/smollab: measured under the suite's load they would read low.
+os.environ.setdefault("SMOLLAB_CACHE_DIR", tempfile.mkdtemp(prefix="smollab-test-cache-"))
 
 MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]
 
