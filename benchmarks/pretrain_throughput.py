@@ -298,7 +298,7 @@ def main() -> None:
         for name, tb in errors.items():
             sys.stderr.write(f"--- {name} failed:\n{tb}")
         sys.exit(1)
-    fresh_peak = measure_cpu_peak(torch.float32)
+    fresh_peak = measure_cpu_peak("float32")
 
     tc = cfg.train
     tok_step = tc.batch_size * tc.seq_len

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -10,7 +12,9 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # The suite's CPU peaks and probe results go to a cache of its own (children inherit it), never
 # into the user's ~/.cache/smollab: measured under the suite's load they would read low.
-os.environ.setdefault("SMOLLAB_CACHE_DIR", tempfile.mkdtemp(prefix="smollab-test-cache-"))
+if "SMOLLAB_CACHE_DIR" not in os.environ:
+    os.environ["SMOLLAB_CACHE_DIR"] = tempfile.mkdtemp(prefix="smollab-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SMOLLAB_CACHE_DIR"], ignore_errors=True)
 
 MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]
 

@@ -3,7 +3,7 @@ per-device primitives the loops share (host-to-device copies, synchronize, peak 
 
 `setup_runtime` turns the `perf` section into concrete choices and records, for one log line,
 what it chose and why, and what it skipped and why: a knob that cannot apply on this device
-degrades (to fp32, to eager, to foreach AdamW), never crashes. The device rules:
+degrades (to fp32, to foreach AdamW), never crashes. The device rules:
 - CUDA: bf16 only on GPUs with native bf16 (Ampere and newer); fp16 with a GradScaler; TF32 as
   `perf.tf32` says; pinned, asynchronous host-to-device copies.
 - MPS: no TF32 (fp32 matmuls stay full precision); bf16 autocast from torch 2.6 on macOS 14+;
@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import os
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -280,3 +282,12 @@ def release_cache(device: torch.device) -> None:
     cost a fresh cudaMalloc per step."""
     if device.type == "mps":
         torch.mps.empty_cache()
+
+
+def cache_root() -> Path:
+    """Where smollab keeps what it measured about this machine (CPU peaks, probe results):
+    SMOLLAB_CACHE_DIR, else $XDG_CACHE_HOME/smollab, else ~/.cache/smollab."""
+    if os.environ.get("SMOLLAB_CACHE_DIR"):
+        return Path(os.environ["SMOLLAB_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "smollab"

@@ -123,6 +123,8 @@ class Sampler:
             self.hf_model = model
 
     def _generator(self, generator, seed):
+        if generator is not None and seed is not None:
+            raise ValueError("Sampler.generate: give a generator or a seed, not both")
         if generator is not None:
             return generator
         if seed is not None:

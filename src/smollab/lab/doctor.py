@@ -33,6 +33,10 @@ def run_doctor(device: str = "auto", json_path: str | None = None,
     from smollab.lab.doctor_checks import run_checks
 
     out = out or (lambda m: print(m, flush=True))
+    if keep and Path(keep).exists() and not Path(keep).is_dir():
+        raise UserError(f"--keep {keep}: not a directory")
+    if json_path and Path(json_path).is_dir():
+        raise UserError(f"--json {json_path}: a directory; give a file path")
     t0 = time.time()
     work = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="smollab-doctor-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -78,6 +82,7 @@ def _device(work: Path, want: str, timeout: float, out) -> tuple[dict[str, Any],
 def render(report: dict[str, Any], console=None) -> None:
     """The report as one table: the device's facts first, then the checks with their time."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
@@ -92,7 +97,7 @@ def render(report: dict[str, Any], console=None) -> None:
             t.add_section()
         style = STATUS_STYLE.get(it["status"], "")
         secs = f"{it['seconds']:.0f}" if "seconds" in it else ""
-        t.add_row(it["item"], f"[{style}]{it['status']}[/]", secs, it["detail"])
+        t.add_row(it["item"], f"[{style}]{it['status']}[/]", secs, escape(it["detail"]))
     console.print(t)
     failed = [it["item"] for it in report["items"] + report["checks"] if it["status"] == "failed"]
     if failed:

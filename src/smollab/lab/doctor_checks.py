@@ -77,7 +77,7 @@ def pretrain_check(work: Path, device: str) -> Check:
             "train.batch_size=8", "train.seq_len=64", "train.log_interval=2",
             "train.eval_interval=6", "train.eval_tokens=1024", "train.save_interval=0",
             "optim.warmup_steps=2", "optim.lr=1e-2", f"perf.device={device}",
-            f"run.dir={work / 'pretrain'}"]  # fmt: skip
+            f"run.dir={work / 'pretrain'}", "run.resume=never"]  # fmt: skip
     return Check("pretrain", "pretrain", args, work / "pretrain", _verify_pretrain)
 
 
@@ -93,7 +93,7 @@ def grpo_check(work: Path, device: str, base_model: Path | None, lora: bool) -> 
             "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
             "train.eval_interval=2", "grpo.eval_prompts=4", "train.save_interval=0",
             "optim.lr=1e-3", f"perf.device={device}",
-            f"run.dir={work / name.replace(' ', '-')}"]  # fmt: skip
+            f"run.dir={work / name.replace(' ', '-')}", "run.resume=never"]  # fmt: skip
     if lora:
         args.append("model.lora.enabled=true")
     note = "" if base_model else " (from a fresh micro model: pretrain failed)"
@@ -266,6 +266,8 @@ def run_stage(checks: list[Check], timeout: float, out: Callable[[str], None],
                 status, detail = "ok", c.verify(c)
             except CheckFailed as e:
                 status, detail = "failed", str(e)
+            except Exception as e:  # noqa: BLE001 - a surprise in a check is its finding
+                status, detail = "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
         items.append({"item": c.name, "status": status, "detail": detail,
                       "seconds": round(seconds, 1), "argv": c.argv()})  # fmt: skip
         out(f"doctor: {c.name}: {status} ({seconds:.0f} s)")

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from smollab.train.mfu import cpu_model_name
+
 Item = dict[str, Any]  # {"item": name, "status": ok|failed|native|emulated|no|yes|n/a, "detail"}
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -55,23 +57,6 @@ def resolve(want: str) -> torch.device:
 # ---- the machine ------------------------------------------------------------------------------
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, sysctl on macOS), else what platform says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "Model", "Hardware")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        from smollab.lab.mps import run_tool
-
-        r = run_tool(["sysctl", "-n", "machdep.cpu.brand_string"])
-        if r.returncode == 0 and r.stdout.strip():
-            return r.stdout.strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def host_memory_gb() -> float | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
@@ -86,7 +71,7 @@ def describe(device: torch.device) -> tuple[dict[str, Any], list[Item]]:
     cores_total, cores = os.cpu_count() or 1, cpu_count()
     facts: dict[str, Any] = {
         "kind": device.type, "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cpu": cpu_model(), "cpu_cores": cores, "cpu_cores_total": cores_total,
+        "cpu": cpu_model_name(), "cpu_cores": cores, "cpu_cores_total": cores_total,
         "torch_threads": torch.get_num_threads(), "host_memory_gb": host_memory_gb(),
         "python": platform.python_version(), "platform": platform.platform(),
     }  # fmt: skip
@@ -162,8 +147,9 @@ def check_precision(device: torch.device, precision: str) -> Item:
     """Run a small matmul the way training does (fp32, or autocast to bf16/fp16; TF32 by the CUDA
     flag) and judge it by its error against float64: TF32 is on only if the error shows it."""
     name = f"precision {precision}"
-    g = torch.Generator().manual_seed(0)
-    a64, b64 = (torch.randn(256, 256, generator=g, dtype=torch.float64) for _ in range(2))
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a64, b64 = (torch.randn(256, 256, generator=g, dtype=torch.float64, device="cpu")
+                for _ in range(2))  # fmt: skip
     want = a64 @ b64
     a, b = a64.float().to(device), b64.float().to(device)
     if precision == "tf32":
@@ -280,14 +266,17 @@ def gpu_matmul_peak(device: torch.device, precision: str, n: int, reps: int = 10
 def check_peak(device: torch.device, precision: str) -> Item:
     name = f"peak {precision}"
     if device.type == "cpu":
-        from smollab.train.mfu import measure_cpu_peak
+        from smollab.train.mfu import machine_load, measure_cpu_peak, store_cpu_peak
 
+        # The doctor's device stage runs alone: a good time to measure the peak MFU divides by.
         dtype = str(_DTYPE.get(precision, torch.float32)).removeprefix("torch.")
-        flops = measure_cpu_peak(dtype)
-        detail = (
-            f"{flops / 1e9:,.1f} GFLOP/s (best square matmul, {torch.get_num_threads()} threads)"
-        )
-        return item(name, "ok", detail, flops=flops)
+        threads = torch.get_num_threads()
+        flops = measure_cpu_peak(dtype, threads)
+        kept = store_cpu_peak(dtype, threads, flops, machine_load())
+        detail = f"{flops / 1e9:,.1f} GFLOP/s (best square matmul, {threads} threads)"
+        if kept > flops:
+            detail += f"; MFU divides by {kept / 1e9:,.1f}, measured earlier"
+        return item(name, "ok", detail, flops=flops, cached_flops=kept)
     n = 8192 if device.type == "cuda" else 4096
     flops = gpu_matmul_peak(device, precision, n)
     detail = f"{flops / 1e12:,.1f} TFLOP/s (best {n}^3 matmul)"

@@ -176,11 +176,9 @@ def cpu_peak_key(dtype: str, threads: int) -> str:
 
 
 def cache_path() -> Path:
-    root = os.environ.get("SMOLLAB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "smollab",
-    )
-    return Path(root) / "cpu_peak.json"
+    from smollab.device import cache_root
+
+    return cache_root() / "cpu_peak.json"
 
 
 def _read_cache(path: Path) -> dict[str, dict[str, Any]]:
@@ -306,8 +304,7 @@ def measure_cpu_peak(dtype: str = "float32", threads: int | None = None, reps: i
 def ensure_cpu_peak(dtype: str, threads: int, refresh: bool = False,
                     log: Callable[[str], None] | None = None) -> float:  # fmt: skip
     """The cached peak for (`dtype`, `threads`), measured first if missing, if taken on a busy
-    machine that is quiet now, or if `refresh`. For a lab parent before it launches children,
-    and for `smollab doctor`."""
+    machine that is quiet now, or if `refresh`. For a lab parent before it launches children."""
     entry = cpu_peak_entry(dtype, threads)
     if entry and not refresh and not _needs_measuring(entry, threads):
         return float(entry["flops"])
@@ -334,12 +331,13 @@ def cpu_dtype_name(precision: str) -> str:
 # ---- the loop's entry point ------------------------------------------------------------------
 
 
-def peak_flops(device: torch.device, autocast_dtype: torch.dtype | None) -> float | None:
+def peak_flops(device: torch.device, autocast_dtype: torch.dtype | None,
+               may_measure: bool = True) -> float | None:  # fmt: skip
     """FLOP/s peak of this device for the precision in use; None when unknown.
 
-    CUDA: the datasheet table. CPU: the cache; measured here only outside the lab (a lab child
-    competes with its siblings, so it reads what its parent measured or reports None). Apple MPS
-    and others: None (no figure we trust)."""
+    CUDA: the datasheet table. CPU: the cache; measured here only outside the lab and when
+    `may_measure` (a lab child or a DDP rank competes with its siblings, so it reads what was
+    measured before or reports None). Apple MPS and others: None (no figure we trust)."""
     import torch
 
     dtype = str(autocast_dtype or torch.float32).removeprefix("torch.")
@@ -349,6 +347,6 @@ def peak_flops(device: torch.device, autocast_dtype: torch.dtype | None) -> floa
         return None
     threads = torch.get_num_threads()
     entry = cpu_peak_entry(dtype, threads)
-    if in_lab_child() or not _needs_measuring(entry, threads):
+    if in_lab_child() or not may_measure or not _needs_measuring(entry, threads):
         return float(entry["flops"]) if entry else None
     return ensure_cpu_peak(dtype, threads)

@@ -132,7 +132,7 @@ def train(cfg: PretrainConfig) -> dict:
     unwrapped = model
 
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
-    peak = peak_flops(rt.device, rt.autocast_dtype)
+    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=not dist.enabled)  # ranks compete
     flops_tok = flops_per_token(model.config, tc.seq_len)
     val_batches = (  # train.eval_interval=0: no evaluation, so no val_loss and no best/
         eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)

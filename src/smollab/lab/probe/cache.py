@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +84,9 @@ def workload_signature(command: str, cfg, mps_daemon: bool | None = None) -> dic
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SMOLLAB_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "smollab"
-    )
-    return Path(root) / "probe"
+    from smollab.device import cache_root
+
+    return cache_root() / "probe"
 
 
 def cache_path(device: dict[str, Any], signature: dict[str, Any]) -> Path:
