@@ -147,7 +147,10 @@ def barrier(d: Dist) -> None:
 
 
 def teardown(d: Dist) -> None:
+    """Leave the group together: a rank that destroys it while rank 0 still writes the final
+    checkpoint can abort in gloo ("terminate called without an active exception", seen in CI)."""
     if d.enabled:
         import torch.distributed as dist
 
+        dist.barrier()
         dist.destroy_process_group()
