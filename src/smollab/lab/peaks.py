@@ -54,10 +54,14 @@ def prepare_sweep_peaks(spec: SweepSpec, device: str, concurrency: int, total_th
     (dtype, threads) measured now. Anything else (GPU, GRPO, all cached) measures nothing."""
     if spec.command != "pretrain" or device != "cpu":
         return []
-    from smollab.device import cpu_has_native_matmul
+    import torch
+
+    from smollab.device import precision_unsupported
     from smollab.train.mfu import cpu_dtype_name, cpu_peak_missing, ensure_cpu_peak
 
-    dtypes = {cpu_dtype_name(p if p == "fp32" or cpu_has_native_matmul(p) else "fp32")
+    # The precision each trial really runs: setup_runtime's own rule, so the keys cannot drift.
+    cpu = torch.device("cpu")
+    dtypes = {cpu_dtype_name("fp32" if precision_unsupported(cpu, p) else p)
               for p in sweep_precisions(spec)}  # fmt: skip
     threads = sweep_thread_counts(spec, concurrency, total_threads)
     missing = [(d, t) for d in sorted(dtypes) for t in sorted(threads)
