@@ -1,29 +1,40 @@
 """GRPO loss math, following TRL's GRPOTrainer: pure torch on [N, T] tensors, no model.
 
 N counts completions (prompts * num_generations, each prompt's completions consecutive), T the
-completion positions. Names and semantics are TRL's (`num_generations`, `beta`, `epsilon`,
-`epsilon_high`, `loss_type`, `scale_rewards`, `max_completion_length`):
+completion positions. Names and semantics are TRL 1.16's (`num_generations`, `beta`, `epsilon`,
+`epsilon_high`, `delta`, `loss_type`, `importance_sampling_level`, `scale_rewards`,
+`sapo_temperature_pos`/`_neg`, `vespo_k_pos`/`_lambda_pos`/`_k_neg`/`_lambda_neg`,
+`max_completion_length`, the `frac_reward_zero_std` metric):
 
 - advantages: reward minus its group's mean, divided by the group's std ("group"), the whole
   batch's std ("batch", still centred on the group mean, as TRL does) or nothing ("none"); the
   std is torch.std's default, the UNBIASED one (divides by n - 1), plus 1e-4, as in TRL. A group
   whose rewards are all equal gets advantage 0 and teaches nothing.
-- per token: ratio = exp(logp - old_logp); loss = -min(ratio * A, clip(ratio, 1 - epsilon,
-  1 + epsilon_high) * A), plus beta * k3 KL to the reference when beta > 0.
-- aggregation (`loss_type`): see `grpo_loss`.
+- importance weight: w = exp(logp - old_logp) per token ("token"), or GSPO's one weight per
+  sequence, exp(mean over its unmasked tokens of logp - old_logp) ("sequence").
+- per token (`loss_type`): the clipped surrogate -min(w * A, clip(w, 1 - epsilon, 1 + epsilon_high)
+  * A) for grpo, bnpo, dr_grpo, dapo and luspo (w capped at `delta` in the first term when set);
+  CISPO's -sg(min(w, epsilon_high)) * A * logp; SAPO's soft gate -sigmoid(tau * (w - 1)) * 4 / tau
+  * A; VESPO's -sg(phi(W)) * A * logp with W the product of the sequence's token ratios. Plus
+  beta * k3 KL to the reference when beta > 0. Aggregation: see `grpo_loss`.
 
 `mask_truncated_completions` is the caller's business: zero the mask rows of completions that
 hit max_completion_length without EOS before calling; such rows then add nothing to the loss
-(for `grpo` they still count in the mean over sequences, as in TRL).
+(for `grpo`, `sapo` and `luspo` they still count in the mean over sequences, as in TRL).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from smollab.errors import UserError
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+# The clipped surrogate's family (they differ in aggregation only), then the other surrogates.
+CLIP_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+LOSS_TYPES = (*CLIP_LOSSES, "cispo", "sapo", "vespo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 SCALE_REWARDS = ("group", "batch", "none")
 STD_EPS = 1e-4
 
@@ -60,6 +71,14 @@ def group_advantages(
     return advantages / (std + STD_EPS)
 
 
+def frac_reward_zero_std(rewards: torch.Tensor, num_generations: int) -> float:
+    """Fraction of groups whose rewards are all equal (std ~ 0): they get advantage 0 and
+    teach nothing, so a rising value means the batch is running out of signal (TRL's metric,
+    per group; TRL's "batch" scaling logs whether the whole batch's std is 0 instead)."""
+    std = rewards.detach().float().view(-1, num_generations).std(dim=1)
+    return float(torch.isclose(std, torch.zeros_like(std)).float().mean())
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 estimate of KL(policy || reference): exp(d) - d - 1 with d = ref - logp.
 
@@ -67,6 +86,44 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """
     d = ref_logp - logp
     return torch.exp(d) - d - 1
+
+
+def log_importance_weights(
+    log_ratio: torch.Tensor, mask: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """log w: the per-token log ratio [N, T] ("token"), or GSPO's per-sequence mean of it over
+    unmasked tokens [N, 1] ("sequence"), which keeps a long sequence's weight near 1."""
+    if level == "token":
+        return log_ratio
+    masked = log_ratio.masked_fill(mask == 0, 0.0)  # junk in padding must not reach the mean
+    return masked.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+
+
+@torch.no_grad()
+def vespo_weights(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+) -> torch.Tensor:
+    """VESPO's per-sequence gamma weight phi(W) = exp(lambda) * W^k * exp(-lambda * W) [N, 1].
+
+    W = exp(sum of the sequence's token log ratios, each clamped to [-20, 20]), clamped to
+    [1e-8, e^20]; (k, lambda) are the _pos pair where A >= 0, else the _neg pair; lambda is at
+    least 1e-4. phi(1) = 1 and phi falls off on both sides of its peak; computed in log space,
+    a non-finite result becomes 0. A constant (no gradient): it scales -A * logp.
+    """
+    lo = math.log(1e-8)
+    seq = log_ratio.clamp(-20.0, 20.0).masked_fill(mask == 0, 0.0).sum(-1, keepdim=True)
+    log_w = seq.clamp(lo, 20.0)
+    nonneg = advantages >= 0
+    k = torch.where(nonneg, k_pos, k_neg).to(log_w.dtype)
+    lam = torch.where(nonneg, lambda_pos, lambda_neg).to(log_w.dtype).clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
+    return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def grpo_loss(
@@ -81,30 +138,50 @@ def grpo_loss(
     loss_type: str = "dapo",
     max_completion_length: int | None = None,
     num_items: float | None = None,
+    importance_sampling_level: str = "token",
+    delta: float | None = None,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped GRPO loss (scalar, differentiable in `logp`) and logging stats (floats).
+    """The GRPO-family loss (scalar, differentiable in `logp`) and logging stats (floats).
 
     Computed in float32 at least (half-precision inputs are upcast; the loss is float32).
 
     logp, old_logp, ref_logp, mask: [N, T]; advantages: [N]. `old_logp` None means the batch
     is fresh (num_iterations = 1): ratio 1, as TRL's `logp.detach()`. `ref_logp` is needed when
     beta > 0. `old_logp`, `ref_logp` and `advantages` are treated as constants (detached).
-    `epsilon_high` None means `epsilon` (symmetric clipping). Aggregation of masked per-token
-    losses L:
-      grpo:    mean over sequences of (sum of the sequence's L / its unmasked tokens)
+    `epsilon_high` None means `epsilon` (symmetric clipping; for cispo the weight cap, as TRL).
+    `importance_sampling_level` "sequence" gives each sequence one weight (GSPO; vespo ignores it:
+    its weight is per sequence already). Surrogates per token: see the module docstring; cispo's
+    and vespo's VALUE is -w * A * logp (only its gradient w * A * grad logp means something).
+    Aggregation of masked per-token losses L:
+      grpo, sapo: mean over sequences of (sum of the sequence's L / its unmasked tokens)
+      luspo:   mean over sequences of the sum of the sequence's L (each weighted by its length)
       bnpo:    sum L / unmasked tokens in this batch
       dr_grpo: sum L / (N * max_completion_length); max_completion_length None means T
-      dapo:    sum L / `num_items`: the unmasked tokens of the whole optimizer step (all its
-               gradient accumulation micro-batches), divided by the number of DDP processes
-               when their gradients are averaged (TRL's num_items_in_batch / num_processes).
-               None means this call's tokens: for one process and one micro-batch, bnpo.
+      dapo, cispo, vespo: sum L / `num_items`: the unmasked tokens of the whole optimizer step
+               (all its gradient accumulation micro-batches), divided by the number of DDP
+               processes when their gradients are averaged (TRL's num_items_in_batch /
+               num_processes). None means this call's tokens: for one process and one
+               micro-batch, bnpo.
     Stats: kl (masked mean, when ref_logp is given), clip_low / clip_high / clip_region
-    (fraction of unmasked tokens clipped: ratio < 1 - eps with A < 0, ratio > 1 + eps_high with
-    A > 0, either), ratio_mean / ratio_min / ratio_max, policy_loss (the loss without the KL
-    term), advantage_mean, num_tokens.
+    (fraction clipped: w < 1 - eps with A < 0, w > 1 + eps_high with A > 0, either; cispo: w >
+    its cap with A > 0, TRL's cispo_clip_ratio, as clip_high and clip_region; 0 for sapo and
+    vespo), ratio_mean / ratio_min / ratio_max, policy_loss (the loss without the KL term),
+    advantage_mean, num_tokens, and for vespo vespo_phi_mean. The weight and clip stats are over
+    unmasked tokens, or at the sequence level over the sequences that have any.
     """
     if loss_type not in LOSS_TYPES:
         raise UserError(f"grpo.loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+        raise UserError(
+            f"grpo.importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+            f"got {importance_sampling_level!r}"
+        )
     if logp.dim() != 2:
         raise ValueError(f"grpo_loss: logp must be [N, T], got shape {tuple(logp.shape)}")
     n, t = logp.shape
@@ -124,10 +201,25 @@ def grpo_loss(
     mask = mask.to(dtype)
     old = logp.detach() if old_logp is None else old_logp.detach().to(dtype)
     adv = advantages.detach().to(dtype).unsqueeze(1)
-    ratio = torch.exp(logp - old)
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)
-    policy_per_token = per_token
+    log_ratio = logp - old
+    # [N, T] per token, [N, 1] per sequence; broadcast against [N, 1] advantages
+    ratio = torch.exp(log_importance_weights(log_ratio, mask, importance_sampling_level))
+    phi = None
+    if loss_type in CLIP_LOSSES:
+        clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+        capped = ratio if delta is None else torch.clamp(ratio, max=delta)  # two-sided clipping
+        per_token = -torch.min(capped * adv, clipped * adv)
+    elif loss_type == "cispo":
+        per_token = -torch.clamp(ratio, max=eps_high).detach() * adv * logp
+    elif loss_type == "sapo":
+        tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg).to(dtype)
+        per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
+    else:  # vespo
+        phi = vespo_weights(log_ratio, adv, mask, vespo_k_pos, vespo_lambda_pos, vespo_k_neg,
+                            vespo_lambda_neg)  # fmt: skip
+        per_token = -phi * adv * logp
+    policy_per_token = per_token.expand(n, t)
+    per_token = policy_per_token
     kl = None
     if ref_logp is not None:
         kl = kl_k3(logp, ref_logp.detach().to(dtype))
@@ -136,8 +228,10 @@ def grpo_loss(
 
     def aggregate(x: torch.Tensor) -> torch.Tensor:
         masked = x * mask
-        if loss_type == "grpo":
+        if loss_type in ("grpo", "sapo"):
             return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        if loss_type == "luspo":
+            return masked.sum(-1).mean()
         if loss_type == "bnpo":
             return masked.sum() / mask.sum().clamp(min=1.0)
         if loss_type == "dr_grpo":
@@ -151,14 +245,21 @@ def grpo_loss(
 
     with torch.no_grad():  # one device-to-host copy for all stats
         tokens = mask.sum()
-        denom = tokens.clamp(min=1.0)
-        on = mask > 0
+        # the weight stats count what a weight belongs to: tokens, or sequences with tokens
+        counted = mask if ratio.shape[1] == t else (mask.sum(-1, keepdim=True) > 0).to(dtype)
+        on = counted > 0
 
         def mmean(x: torch.Tensor) -> torch.Tensor:
-            return (x * mask).sum() / denom
+            return (x * counted).sum() / counted.sum().clamp(min=1.0)
 
-        low = ((ratio < 1 - eps_low) & (adv < 0)).to(mask.dtype)
-        high = ((ratio > 1 + eps_high) & (adv > 0)).to(mask.dtype)
+        zero = torch.zeros_like(ratio)
+        if loss_type in CLIP_LOSSES:
+            low = ((ratio < 1 - eps_low) & (adv < 0)).to(dtype)
+            high = ((ratio > 1 + eps_high) & (adv > 0)).to(dtype)
+        elif loss_type == "cispo":
+            low, high = zero, ((ratio > eps_high) & (adv > 0)).to(dtype)
+        else:
+            low = high = zero
         named = {
             "policy_loss": aggregate(policy_per_token),
             "clip_low": mmean(low),
@@ -171,7 +272,10 @@ def grpo_loss(
             "num_tokens": tokens,
         }
         if kl is not None:
-            named["kl"] = mmean(kl)
+            named["kl"] = (kl * mask).sum() / tokens.clamp(min=1.0)
+        if phi is not None:
+            rows = (mask.sum(-1, keepdim=True) > 0).to(dtype)
+            named["vespo_phi_mean"] = (phi * rows).sum() / rows.sum().clamp(min=1.0)
         values = torch.stack([v.detach().float().reshape(()) for v in named.values()]).tolist()
         stats = dict(zip(named, values, strict=True))
         if stats["num_tokens"] == 0:
