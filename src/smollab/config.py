@@ -217,9 +217,23 @@ class GRPOSection(Section):
     top_k: int = Field(0, ge=0, description="0 disables")
     beta: float = Field(0.02, ge=0, description="KL penalty weight (k3 estimator)")
     epsilon: float = Field(0.2, gt=0, description="ratio clip; acts with num_iterations > 1")
-    epsilon_high: float | None = Field(None, gt=0, description="upper clip (default: epsilon)")
+    epsilon_high: float | None = Field(None, gt=0, description="upper clip (default: epsilon); "
+                                       "cispo: the weight cap (ScaleRL: 5.0)")  # fmt: skip
+    delta: float | None = Field(None, gt=1, description="two-sided clipping: cap on the "
+                                "unclipped ratio (INTELLECT-2; > 1 + epsilon)")  # fmt: skip
     num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
-    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo"] = "dapo"
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "luspo", "cispo", "sapo", "vespo"] = (
+        Field("dapo", description="surrogate and aggregation, TRL's (docs/architecture.md, GRPO)")
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="one ratio per token, or per sequence (GSPO)"
+    )
+    sapo_temperature_pos: float = Field(1.0, gt=0, description="sapo: gate temperature, A > 0")
+    sapo_temperature_neg: float = Field(1.05, gt=0, description="sapo: gate temperature, A <= 0")
+    vespo_k_pos: float = Field(2.0, ge=0, description="vespo: power of W, A >= 0")
+    vespo_lambda_pos: float = Field(3.0, ge=0, description="vespo: decay in W, A >= 0")
+    vespo_k_neg: float = Field(3.0, ge=0, description="vespo: power of W, A < 0")
+    vespo_lambda_neg: float = Field(2.0, ge=0, description="vespo: decay in W, A < 0")
     scale_rewards: Literal["group", "batch", "none"] = "group"
     mask_truncated_completions: bool = False
     ref_on_cpu: bool = Field(False, description="keep the KL reference on the CPU (beta > 0)")

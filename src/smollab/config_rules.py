@@ -133,18 +133,48 @@ def pretrain_rules(c: Any) -> None:
         raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
 
 
+# grpo.loss_type: TRL 1.16's names. The clipped surrogate's family, and the loss-specific keys.
+_CLIP_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+_SAPO = ("sapo_temperature_pos", "sapo_temperature_neg")
+_VESPO = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+
+
+def _loss_type_rules(g: Any) -> None:
+    """A loss-specific key set for a loss type that does not read it, and TRL's pitfalls."""
+    readers = {"epsilon": _CLIP_LOSSES, "epsilon_high": (*_CLIP_LOSSES, "cispo"),
+               "delta": _CLIP_LOSSES} | dict.fromkeys(_SAPO, ("sapo",)) | dict.fromkeys(
+               _VESPO, ("vespo",))  # fmt: skip
+    if g.loss_type == "cispo" and g.epsilon_high is None:
+        readers["epsilon"] = ("cispo",)  # TRL's fallback: the weight cap is epsilon
+    for key in g.changed(*readers):
+        if g.loss_type not in readers[key]:
+            raise ValueError(f"grpo.{key} is read by loss_type {'/'.join(readers[key])}, and "
+                             f"grpo.loss_type={g.loss_type} does not read it")  # fmt: skip
+    if g.loss_type == "vespo" and g.importance_sampling_level == "sequence":
+        raise ValueError("grpo.importance_sampling_level=sequence: grpo.loss_type=vespo weighs "
+                         "each sequence by its own ratio and reads no importance level")  # fmt: skip
+    cap = g.epsilon if g.epsilon_high is None else g.epsilon_high
+    if g.loss_type == "cispo" and cap < 1:
+        raise ValueError(f"grpo.loss_type=cispo caps the importance weight at grpo.epsilon_high "
+                         f"(unset: grpo.epsilon) = {cap:g}, below the on-policy weight 1: set "
+                         "grpo.epsilon_high >= 1 (ScaleRL: 5.0)")  # fmt: skip
+
+
 def grpo_rules(c: Any) -> None:
     """Rules of `config.GRPOConfig` beyond the shared ones."""
     g, f = c.grpo, c.failure
     if c.train.batch_size % g.num_generations:
         raise ValueError(f"train.batch_size={c.train.batch_size} must be a multiple of "
                          f"grpo.num_generations={g.num_generations}")  # fmt: skip
-    if g.epsilon_high is not None and g.epsilon_high < g.epsilon:
+    _loss_type_rules(g)
+    if g.loss_type in _CLIP_LOSSES and g.epsilon_high is not None and g.epsilon_high < g.epsilon:
         raise ValueError(f"grpo.epsilon_high={g.epsilon_high:g} is below grpo.epsilon="
                          f"{g.epsilon:g}: the upper clip is the wider one (DAPO's "
                          "clip-higher)")  # fmt: skip
-    if g.num_iterations == 1 and (keys := g.changed("epsilon", "epsilon_high")):
-        raise ValueError(f"grpo.{keys[0]} clips the ratio to the sampling policy, which is 1 "
+    off_policy = ("epsilon", "delta", *_SAPO, *_VESPO)
+    off_policy += ("epsilon_high",) if g.loss_type != "cispo" else ()
+    if g.num_iterations == 1 and (keys := g.changed(*off_policy)):
+        raise ValueError(f"grpo.{keys[0]} acts on the ratio to the sampling policy, which is 1 "
                          "when each batch is used once (grpo.num_iterations=1)")  # fmt: skip
     if g.prompts_file and g.changed("prompt_tokens"):
         raise ValueError("grpo.prompt_tokens cuts story openings into prompts, and "

@@ -23,6 +23,7 @@ def test_full_finetune_end_to_end(micro_grpo, tmp_path):
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
     for key in (
         "reward_mean",
+        "frac_reward_zero_std",
         "kl",
         "entropy",
         "completion_len",

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from smollab.errors import UserError
-from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss, kl_k3
+from smollab.train.grpo_loss import (
+    CLIP_LOSSES,
+    LOSS_TYPES,
+    frac_reward_zero_std,
+    group_advantages,
+    grpo_loss,
+    kl_k3,
+)
 
 LN2 = math.log(2.0)
 
@@ -329,3 +336,13 @@ def test_vespo_hand_values():
                         vespo_lambda_pos=1.0)  # fmt: skip
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([-2 / math.e / 4] * 2, abs=1e-6)
+
+
+def test_the_config_offers_these_loss_types():
+    from typing import get_args
+
+    from smollab import config_rules
+    from smollab.config import GRPOSection
+
+    assert set(get_args(GRPOSection.model_fields["loss_type"].annotation)) == set(LOSS_TYPES)
+    assert config_rules._CLIP_LOSSES == CLIP_LOSSES

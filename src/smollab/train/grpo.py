@@ -33,12 +33,12 @@ from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
-from smollab.train.grpo_loss import group_advantages, grpo_loss
+from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss
 from smollab.train.progress import Progress
 from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
 
-COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
+COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "frac_reward_zero_std", "kl", "entropy",
            "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
            "jaccard", "repetition", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
            "train_s", "step_s", "peak_mem_mb"]  # fmt: skip
@@ -185,7 +185,13 @@ def train(cfg: GRPOConfig) -> dict:
                 loss, stats = grpo_loss(logp, r.logprobs if g.num_iterations > 1 else None, ref_logp,
                                         advantages, mask, beta=g.beta, epsilon=g.epsilon,
                                         epsilon_high=g.epsilon_high, loss_type=g.loss_type,
-                                        max_completion_length=g.max_completion_length)  # fmt: skip
+                                        max_completion_length=g.max_completion_length,
+                                        importance_sampling_level=g.importance_sampling_level,
+                                        delta=g.delta, sapo_temperature_pos=g.sapo_temperature_pos,
+                                        sapo_temperature_neg=g.sapo_temperature_neg,
+                                        vespo_k_pos=g.vespo_k_pos, vespo_lambda_pos=g.vespo_lambda_pos,
+                                        vespo_k_neg=g.vespo_k_neg,
+                                        vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
                 (rt.scaler.scale(loss) if rt.scaler else loss).backward()
                 grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
                 if it == 0:
@@ -201,6 +207,7 @@ def train(cfg: GRPOConfig) -> dict:
             history.append(reward_mean)
             row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss.item(),
                        reward_mean=reward_mean, reward_std=float(total.std()),
+                       frac_reward_zero_std=frac_reward_zero_std(total, g.num_generations),
                        kl=first_stats.get("kl", 0.0),
                        entropy=float(-r.logprobs[m].mean()) if m.any() else 0.0,  # sampled -log p: unbiased
                        completion_len=float(r.completion_lengths.float().mean()),
