@@ -163,3 +163,23 @@ def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp
     summary = _run(over)  # resumes at step 2 with 8 s spent: one more step reaches 12 s
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert summary["train_seconds"] == 12.0 and summary["seconds_per_step"] == 4.0
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        ["grpo.loss_type=cispo", "grpo.epsilon_high=5"],
+        ["grpo.loss_type=sapo", "grpo.importance_sampling_level=sequence"],
+        ["grpo.loss_type=vespo", "grpo.vespo_k_neg=2"],
+        ["grpo.loss_type=luspo", "grpo.importance_sampling_level=sequence", "grpo.delta=2"],
+    ],
+)
+def test_trl_loss_family_trains_off_policy(micro_grpo, tmp_path, loss):
+    """Each of TRL's newer loss types through the loop, each batch used twice (ratio != 1)."""
+    base = [o for o in micro_grpo if not o.startswith("grpo.eval_prompts")]
+    summary = _run([*base, "train.max_steps=2", "train.eval_interval=0",
+                    "train.save_interval=0", "grpo.num_iterations=2", *loss])  # fmt: skip
+    assert summary["status"] == "completed"
+    rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
+    assert all(0 <= r["frac_reward_zero_std"] <= 1 for r in rows)
