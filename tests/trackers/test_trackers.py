@@ -64,6 +64,38 @@ def test_tensorboard_pretrain_equals_metrics_csv(micro_pretrain, tmp_path):
     assert b'"lr": 0.01' in config.tensor_proto.string_val[0]
 
 
+def test_tensorboard_after_a_crash_and_resume_equals_metrics_csv(micro_pretrain, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    """The crashed process logged step 15 past its step-10 checkpoint; the resumed one logs 15
+    again: TensorBoard, like metrics.csv, holds each step once, the resumed value."""
+    pytest.importorskip("tensorboard")
+    from smollab.errors import RunFailed
+    from smollab.train import pretrain as loop
+
+    args = [*micro_pretrain, "run.report_to=tensorboard"]
+    real, calls = loop.get_batch, {"n": 0}
+
+    def crash_at_18(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 18:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(loop, "get_batch", crash_at_18)
+        with pytest.raises(RunFailed):
+            pretrain(args)
+    run = tmp_path / "run"
+    assert sorted(tb_series(run / "tb")[0]["train_loss"]) == [1, 5, 10, 15]
+    assert tb_series(run / "tb")[0]["summary/steps"] == {15: 17.0}  # the failed summary
+    pretrain(args)
+    series, _ = tb_series(run / "tb")
+    logged = {k: v for k, v in series.items() if not k.startswith("summary/")}
+    assert as_float32(csv_series(run)) == logged
+    assert sorted(logged["train_loss"]) == [1, 5, 10, 15, 20]
+    assert series["summary/steps"] == {20: 20.0}
+
+
 def test_tensorboard_grpo_equals_metrics_csv(micro_grpo, tmp_path):
     pytest.importorskip("tensorboard")
     from smollab.train.grpo import train
