@@ -272,3 +272,37 @@ def test_tracker_error_keeps_every_csv_row(micro_pretrain, tmp_path, monkeypatch
     assert run.summary()["tracker_errors"] == {
         "tensorboard": "ConnectionError: upload refused"}  # fmt: skip
     assert sum("tracker tensorboard failed" in x for x in run.log_lines()) == 1
+
+
+# ---- a sweep: each trial its own tracker run, grouped by the study ---------------------------
+
+
+def test_sweep_trials_log_as_runs_grouped_by_the_study(micro_pretrain, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("wandb")
+    import yaml
+
+    from smollab.lab.sweep.scheduler import run_sweep
+    from smollab.lab.sweep.spec_load import load_spec
+    from smollab.lab.sweep.study import open_study
+
+    monkeypatch.setenv("WANDB_MODE", "offline")  # the children inherit it
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    overrides = {k: yaml.safe_load(v) for k, v in (x.split("=", 1) for x in micro_pretrain)
+                 if k not in ("run.dir", "optim.lr")}  # fmt: skip
+    overrides.update({"train.max_steps": 10, "run.report_to": ["tensorboard", "wandb"]})
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(dict(
+        command="pretrain", overrides=overrides, space={"optim.lr": [1e-2, 3e-3]},
+        metric={"name": "val_loss", "goal": "min"}, concurrency=2, dir=str(tmp_path / "sweep"))))  # fmt: skip
+    assert run_sweep(load_spec(spec_path)) == {"completed": 2}
+    study = open_study(load_spec(spec_path), tmp_path / "sweep").study_name
+    trials = sorted((tmp_path / "sweep" / "trials").iterdir())
+    assert len(trials) == 2
+    for trial in trials:
+        series, _ = tb_series(trial / "tb")
+        logged = {k: v for k, v in series.items() if not k.startswith("summary/")}
+        assert as_float32(csv_series(trial)) == logged
+        [file] = (trial / "wandb").glob("offline-run-*/run-*.wandb")
+        [info] = [r.run for r in wandb_records(file) if r.WhichOneof("record_type") == "run"]
+        assert (info.run_group, info.display_name) == (study, trial.name)
