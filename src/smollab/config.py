@@ -152,6 +152,25 @@ class RunConfig(Section):
         "auto", description="auto: continue or reuse the run in run.dir; never: start it over"
     )
     seed: int = 0
+    report_to: list[Literal["none", "tensorboard", "wandb", "trackio"]] = Field(
+        default_factory=list,
+        description="trackers that also receive every metrics row, the config and the summary "
+        "(transformers' convention; [] or none: CSV and plots only); metrics.csv stays the truth",
+    )
+    group: str | None = Field(
+        None, description="groups runs in trackers (the W&B and Trackio group); a sweep sets it"
+    )
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _sinks(cls, v: Any) -> Any:
+        """`tensorboard,wandb` as well as a list, as transformers takes it; `none` means []."""
+        names = [x.strip() for x in v.split(",") if x.strip()] if isinstance(v, str) else v
+        if isinstance(names, list) and "none" in names:
+            if len(names) > 1:
+                raise ValueError("none cannot be combined with a tracker")
+            return []
+        return names
 
 
 class TrainingConfig(Section):

@@ -24,9 +24,13 @@ class Metrics:
     each step exactly once; a fresh start (`resume_step` None) empties it.
     """
 
-    def __init__(self, path: Path, columns: list[str], resume_step: int | None):
+    def __init__(
+        self, path: Path, columns: list[str], resume_step: int | None,
+        on_row: Callable[[dict[str, float]], None] | None = None,
+    ):  # fmt: skip
         self.path = path
         self.columns = columns
+        self.on_row = on_row  # sees each row once it is in the file, as `read_metrics` reads it
         rows = []
         if resume_step is not None and path.exists():
             with open(path, newline="") as f:
@@ -44,9 +48,14 @@ class Metrics:
         return write
 
     def append(self, row: dict[str, Any]) -> None:
+        """Write and flush the row; then `on_row` gets it as the file holds it (the CSV is the
+        truth: trackers receive the same names, steps and rounded values, and only after)."""
+        cells = {k: _fmt(v) for k, v in row.items()}
         with writing(self.path):
-            self._writer.writerow({k: _fmt(v) for k, v in row.items()})
+            self._writer.writerow(cells)
             self._file.flush()
+        if self.on_row is not None:
+            self.on_row({k: float(cells[k]) for k in self.columns if cells.get(k, "") != ""})
 
     def close(self) -> None:
         self._file.close()

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from smollab.atomic_files import (
     _json_default,
@@ -47,16 +47,20 @@ CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
 SWEEP_LOCK = ".sweep.lock"  # sweep directory: flock held by the running sweep, holds its pid
+TENSORBOARD = "tb"  # run.report_to tensorboard: the run's event files
+WANDB = "wandb"  # run.report_to wandb: W&B's own directory (wandb.init(dir=<run dir>) names it)
 
 # What a run writes, removed when run.resume=never starts it over (a lab parent's CHILD_LOG and
 # CHILD_PID stay: the parent has them open for the child it launched into this directory).
-RUN_FILES = (CONFIG, METRICS, SUMMARY, LOG, SAMPLES, CHECKPOINTS, PLOTS, REPORT)
+RUN_FILES = (CONFIG, METRICS, SUMMARY, LOG, SAMPLES, CHECKPOINTS, PLOTS, REPORT, TENSORBOARD, WANDB)
 
 # Keys that may differ when a run is continued: how to open it, not what it computes.
 RERUN_FREE = {
     "run.resume": "auto continues, never starts over",
     "run.dir": "the directory itself, however it was spelled",
     "perf.threads": "speed only; the lab gives a resumed trial the CPU share free at the time",
+    "run.report_to": "where rows are also sent, not what the run computes",
+    "run.group": "how trackers group the run, not what it computes",
 }
 
 STATUSES = (
@@ -100,6 +104,15 @@ def environment() -> dict[str, Any]:
     }
 
 
+class RowSink(Protocol):
+    """Where a run's rows also go besides metrics.csv (the trackers of `run.report_to`, attached by
+    the training scaffold): each row as the CSV holds it, then the final summary on close."""
+
+    def row(self, row: dict[str, float]) -> None: ...
+
+    def close(self, summary: dict[str, Any]) -> None: ...
+
+
 class RunDir:
     """One run's directory. Create with `RunDir.start`, which also decides whether to resume."""
 
@@ -109,6 +122,7 @@ class RunDir:
         self._summary: dict[str, Any] = {}
         self._log_file = None
         self.metrics: Metrics | None = None
+        self.sink: RowSink | None = None
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -173,7 +187,8 @@ class RunDir:
         samples.jsonl) is cut back to `resume_step` first, or emptied on a fresh start, so a
         resumed run logs each step once."""
         cut_samples(self.path / SAMPLES, resume_step)
-        self.metrics = Metrics(self.path / METRICS, columns, resume_step)
+        self.metrics = Metrics(self.path / METRICS, columns, resume_step,
+                               on_row=self.sink.row if self.sink else None)  # fmt: skip
         return self.metrics
 
     def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
@@ -189,6 +204,11 @@ class RunDir:
         return self._summary
 
     def close(self) -> None:
+        """Close the files; the sink (trackers) gets the summary as it stands: the final one after
+        `finish`, the failed or interrupted one after a crash."""
+        sink, self.sink = self.sink, None
+        if sink:
+            sink.close(dict(self._summary))
         if self.metrics:
             self.metrics.close()
         if self._log_file:

@@ -25,9 +25,12 @@ def open_run(
 ) -> tuple[RunDir | None, dict | None]:
     """Start `path` or find where to resume it. The second value is the summary of a run that had
     already finished: the loop returns it and does nothing else. A run that goes on is marked
-    running (an earlier failure's evidence cleared), cleaned of what a killed writer left, and
-    from here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the
+    running (an earlier failure's evidence cleared), cleaned of what a killed writer left, its
+    trackers (`run.report_to`) attached, and from here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the
     others get None) and every rank learns whether it had finished or was refused."""
+    from smollab.trackers import check_installed, open_trackers
+
+    check_installed(cfg.run.report_to)  # before anything is written
     opened: list[RunDir] = []
 
     def start() -> dict | None:
@@ -44,6 +47,7 @@ def open_run(
         for done in run.clean_leftovers():
             run.log(f"leftover of an interrupted write: {done}")
         run.update_summary(status="running", evidence=None)
+        open_trackers(run, cfg.run.report_to, to_dict(cfg), cfg.run.group)
     return run, finished
 
 

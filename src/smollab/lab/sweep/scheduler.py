@@ -14,6 +14,7 @@ identity, resume and retries, how an ending maps to Optuna, results.csv) in
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import time
@@ -156,6 +157,8 @@ class Sweep:
         overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
         overrides += [f"{k}={override_value(v)}" for k, v in nxt.params.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
+        if "run.group" not in self.spec.overrides:  # trackers group the trials by their study
+            overrides.append(f"run.group={json.dumps(self.trials.study.study_name)}")  # a str
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
