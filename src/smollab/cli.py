@@ -21,7 +21,8 @@ def command(name: str, help: str):
 
 
 def split_config(items: list[str]) -> tuple[str | None, list[str]]:
-    """`[CONFIG] [key=value ...]`: the first item is the config file unless it is an override."""
+    """`[CONFIG] [key=value ...]`: the first item is the recipe (a path or a shipped recipe's
+    name) unless it is an override."""
     if items and "=" not in items[0]:
         return items[0], items[1:]
     return None, items
@@ -29,7 +30,8 @@ def split_config(items: list[str]) -> tuple[str | None, list[str]]:
 
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                   help="YAML recipe, then dotted overrides such as optim.lr=3e-4")  # fmt: skip
+                   help="YAML recipe (a path, or a name from `smollab recipes`), then dotted "
+                        "overrides such as optim.lr=3e-4")  # fmt: skip
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -204,9 +206,8 @@ def _bench(p: argparse.ArgumentParser) -> None:
 
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:
-            raise UserError(
-                "bench: give a workload recipe first, e.g. configs/pretrain/simplestories-1.25m.yaml"
-            )
+            raise UserError("bench: give a workload recipe first, e.g. simplestories-1.25m or "
+                            "configs/pretrain/simplestories-1.25m.yaml")  # fmt: skip
         knobs = [k.strip() for k in a.knobs.split(",") if k.strip()] if a.knobs else None
         result = run_bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, kind=a.kind,
                            tolerance=a.tolerance, min_speedup=a.min_speedup, timeout=a.timeout,
@@ -219,7 +220,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
 @command("sweep", "run a sweep spec: packed, early-stopped, resumable trials; live results")
 def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="+", metavar="SPEC [key=value ...]",
-                   help="sweep spec YAML, then overrides on the spec (dir=..., concurrency=4, "
+                   help="sweep spec (a path, or a name from `smollab recipes`), then overrides on the spec (dir=..., concurrency=4, "
                         "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
@@ -312,6 +313,23 @@ def _doctor(p: argparse.ArgumentParser) -> None:
         if a.json:
             print(f"report: {a.json}")
         return 0 if report["ok"] else 1
+
+    p.set_defaults(run=run)
+
+
+@command("recipes", "list the shipped recipes: name, command and the command line each starts with")
+def _recipes(p: argparse.ArgumentParser) -> None:
+    def run(a: argparse.Namespace) -> int:
+        from smollab.recipe_files import list_recipes
+
+        rows = list_recipes()
+        width = max(len(r.name) for r in rows) + 2
+        print(f"{'name':<{width}}{'command':<10}first line")
+        for r in rows:
+            print(f"{r.name:<{width}}{r.command:<10}{r.header}")
+        print("\nrun one by name (smollab grpo happy) or by path (configs/grpo/happy.yaml); "
+              "`smollab config show NAME` prints it resolved")  # fmt: skip
+        return 0
 
     p.set_defaults(run=run)
 

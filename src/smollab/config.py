@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smollab.config_rules import data_rules, grpo_rules, not_read, pretrain_rules, shared_rules
 from smollab.errors import UserError
+from smollab.recipe_files import resolve_recipe
 
 
 class Section(BaseModel):
@@ -306,7 +307,7 @@ def guess_command(
 ) -> str:
     """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
     they have a `grpo` or `reward` section, otherwise pretraining."""
-    tree = read_yaml(recipe) if isinstance(recipe, str | Path) else (recipe or {})
+    tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
     if (
         "grpo" in tree
         or "reward" in tree
@@ -420,9 +421,10 @@ def validate(schema: type[Section], tree: dict[str, Any]) -> Section:
 def load_config(
     command: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
 ) -> Section:
-    """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema."""
+    """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema. `path` is
+    a file or a shipped recipe's name (`smollab.recipe_files.resolve_recipe`)."""
     schema = SCHEMAS[command]
-    tree = read_yaml(path) if path else {}
+    tree = read_yaml(resolve_recipe(path, command)) if path else {}
     for item in overrides:
         key, value = parse_override(item)
         set_dotted(tree, key, value)
