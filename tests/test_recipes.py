@@ -46,7 +46,7 @@ def test_the_wheel_carries_every_recipe(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [f for f in SHIPPED if f"smollab/configs/{f}" not in names]
     assert not missing, missing
-    assert "smollab/recipe_files.py" in names
+    assert "smollab/recipe_files.py" in names and "smollab/api.py" in names
 
 
 @pytest.mark.parametrize("ref, command, expected", [

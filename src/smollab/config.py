@@ -419,14 +419,29 @@ def validate(schema: type[Section], tree: dict[str, Any]) -> Section:
 
 
 def load_config(
-    command: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+    command: str,
+    path: str | Path | Section | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
 ) -> Section:
-    """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema. `path` is
-    a file or a shipped recipe's name (`smollab.recipe_files.resolve_recipe`)."""
+    """Resolve defaults < YAML at `path` < dotted `overrides` < `values` into the command's schema.
+
+    `path` is a file, a shipped recipe's name (`smollab.recipe_files.resolve_recipe`) or a config
+    object of this command (the Python API's `smollab.pretrain(cfg)`); `overrides` are `key=value`
+    strings as on the command line, `values` Python values by dotted key (a mapping value stands
+    for its dotted leaves, so `{"optim": {"lr": 1}}` changes optim.lr alone)."""
     schema = SCHEMAS[command]
-    tree = read_yaml(resolve_recipe(path, command)) if path else {}
+    if isinstance(path, Section):
+        if not isinstance(path, schema):
+            raise UserError(f"{command}: got a {type(path).__name__}, expected a {schema.__name__} "
+                            f"(or a recipe name or path)")  # fmt: skip
+        tree = to_dict(path)
+    else:
+        tree = read_yaml(resolve_recipe(path, command)) if path else {}
     for item in overrides:
         key, value = parse_override(item)
+        set_dotted(tree, key, value)
+    for key, value in flatten(values or {}).items():
         set_dotted(tree, key, value)
     return validate(schema, tree)
 
