@@ -1,5 +1,6 @@
-"""The `smollab` command: argument plumbing only. Each command imports what it needs lazily,
-because `import torch` alone costs seconds and every sweep child pays for it."""
+"""The `smollab` command: argument plumbing only. Each command calls its function in
+`smollab.api` (the Python API), which imports what it needs lazily, because `import torch` alone
+costs seconds and every sweep child pays for it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from smollab import api
 from smollab.errors import RunFailed, UserError
 
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
@@ -21,7 +23,8 @@ def command(name: str, help: str):
 
 
 def split_config(items: list[str]) -> tuple[str | None, list[str]]:
-    """`[CONFIG] [key=value ...]`: the first item is the config file unless it is an override."""
+    """`[CONFIG] [key=value ...]`: the first item is the recipe (a path or a shipped recipe's
+    name) unless it is an override."""
     if items and "=" not in items[0]:
         return items[0], items[1:]
     return None, items
@@ -29,7 +32,8 @@ def split_config(items: list[str]) -> tuple[str | None, list[str]]:
 
 def _config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                   help="YAML recipe, then dotted overrides such as optim.lr=3e-4")  # fmt: skip
+                   help="YAML recipe (a path, or a name from `smollab recipes`), then dotted "
+                        "overrides such as optim.lr=3e-4")  # fmt: skip
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -44,13 +48,9 @@ def _data(p: argparse.ArgumentParser) -> None:
     _config_args(prep)
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.config import load_config
-        from smollab.data.prepare import prepare
-
         path, overrides = split_config(a.args)
-        cfg = load_config("data", path, overrides)
-        meta = prepare(cfg.data)
-        print(f"data ready in {cfg.data.dir}: {meta['tokens']['train']:,} train tokens, "
+        meta = api.data_prepare(path, overrides)
+        print(f"data ready in {meta['dir']}: {meta['tokens']['train']:,} train tokens, "
               f"{meta['tokens']['val']:,} val tokens, vocab {meta['vocab_size']}")  # fmt: skip
         return 0
 
@@ -58,19 +58,14 @@ def _data(p: argparse.ArgumentParser) -> None:
 
 
 def _training_command(name: str, help_text: str) -> None:
-    """`smollab NAME [CONFIG] [key=value ...]` for a loop in `smollab.train.NAME`."""
+    """`smollab NAME [CONFIG] [key=value ...]` for the loop `smollab.api.NAME` runs."""
 
     def configure(p: argparse.ArgumentParser) -> None:
         _config_args(p)
 
         def run(a: argparse.Namespace) -> int:
-            import importlib
-
-            from smollab.config import load_config
-
             path, overrides = split_config(a.args)
-            cfg = load_config(name, path, overrides)
-            summary = importlib.import_module(f"smollab.train.{name}").train(cfg)
+            summary = getattr(api, name)(path, overrides)
             return 0 if summary.get("status") != "failed" else 1  # a diverged run is a result
 
         p.set_defaults(run=run)
@@ -97,15 +92,9 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.engine.sample_texts import sample_texts
-
-        if a.n < 1 or a.max_new_tokens < 1:
-            raise UserError("--n and --max-new-tokens must be at least 1")
-        if a.temperature < 0 or not 0 < a.top_p <= 1:
-            raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
-        for prompt, text in sample_texts(a.path, a.prompt, a.n, a.max_new_tokens, a.temperature,
-                                         a.top_p, a.top_k, a.seed, a.device):  # fmt: skip
-            print(f"[{prompt}] {text}\n")
+        for s in api.sample(a.path, a.prompt, a.n, a.max_new_tokens, a.temperature, a.top_p,
+                            a.top_k, a.seed, a.device):  # fmt: skip
+            print(f"[{s['prompt']}] {s['text']}\n")
         return 0
 
     p.set_defaults(run=run)
@@ -161,9 +150,7 @@ def _demo(p: argparse.ArgumentParser) -> None:
                    help="micro settings: checks the whole path in seconds (figures meaningless)")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.demo import run_demo
-
-        s = run_demo(a.dir, quick=a.quick)
+        s = api.demo(a.dir, quick=a.quick)
         sec = s["seconds"]
         print(f"\ndemo {s['status']} in {sec['total']:.0f} s (data {sec['data']:.0f}, pretrain "
               f"{sec['pretrain']:.0f}, grpo {sec['grpo']:.0f}, report {sec['report']:.0f}); "
@@ -200,15 +187,12 @@ def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.bench.run import run_bench
-
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:
-            raise UserError(
-                "bench: give a workload recipe first, e.g. configs/pretrain/simplestories-1.25m.yaml"
-            )
+            raise UserError("bench: give a workload recipe first, e.g. simplestories-1.25m or "
+                            "configs/pretrain/simplestories-1.25m.yaml")  # fmt: skip
         knobs = [k.strip() for k in a.knobs.split(",") if k.strip()] if a.knobs else None
-        result = run_bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, kind=a.kind,
+        result = api.bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, command=a.kind,
                            tolerance=a.tolerance, min_speedup=a.min_speedup, timeout=a.timeout,
                            repeat=a.repeat)  # fmt: skip
         return 0 if result["baseline_ok"] else 1
@@ -219,21 +203,13 @@ def _bench(p: argparse.ArgumentParser) -> None:
 @command("sweep", "run a sweep spec: packed, early-stopped, resumable trials; live results")
 def _sweep(p: argparse.ArgumentParser) -> None:
     p.add_argument("args", nargs="+", metavar="SPEC [key=value ...]",
-                   help="sweep spec YAML, then overrides on the spec (dir=..., concurrency=4, "
+                   help="sweep spec (a path, or a name from `smollab recipes`), then overrides on the spec (dir=..., concurrency=4, "
                         "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.sweep.spec_load import load_spec
-
         path, overrides = split_config(a.args)
-        spec = load_spec(path, overrides)
-        from smollab.lab.sweep import scheduler
-
-        if a.dry_run:
-            scheduler.dry_run(spec)
-            return 0
-        scheduler.run_sweep(spec)
+        api.sweep(path, overrides, dry_run=a.dry_run)
         return 0
 
     p.set_defaults(run=run)
@@ -246,26 +222,7 @@ def _report(p: argparse.ArgumentParser) -> None:
                    help="LR sweeps: mark which learning rates reach this loss")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from pathlib import Path
-
-        from smollab.runs import SWEEP_META, SWEEP_RESULTS
-
-        d = Path(a.path)
-        if not d.is_dir():
-            raise UserError(f"not a directory: {d}")
-        if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
-            from smollab.report.sweep_report import write_sweep_report
-
-            out = write_sweep_report(d, plots=True, target_loss=a.target_loss)
-        elif (d / "probe.json").exists():
-            from smollab.lab.probe.report import report_probe
-
-            out = report_probe(d)
-        else:
-            from smollab.report.run_report import write_run_report
-
-            out = write_run_report(d)
-        print(f"report: {out}")
+        print(f"report: {api.report(a.path, target_loss=a.target_loss)}")
         return 0
 
     p.set_defaults(run=run)
@@ -278,14 +235,10 @@ def _probe(p: argparse.ArgumentParser) -> None:
                         "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.probe.run import run_probe
-        from smollab.lab.probe.spec import load_probe
-
         workload, overrides = split_config(a.args)
         if workload is None:
             raise UserError("probe: give a WORKLOAD (a probe recipe or a training config) first")
-        spec, work = load_probe(workload, overrides)
-        run_probe(spec, work)
+        api.probe(workload, overrides)
         return 0
 
     p.set_defaults(run=run)
@@ -303,15 +256,28 @@ def _doctor(p: argparse.ArgumentParser) -> None:
                         "a temporary directory removed afterwards")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        from smollab.lab.doctor import render, run_doctor
+        from smollab.lab.doctor import render
 
-        if a.timeout <= 0:
-            raise UserError(f"--timeout {a.timeout:g}: must be above 0 seconds")
-        report = run_doctor(a.device, json_path=a.json, timeout=a.timeout, keep=a.keep)
+        report = api.doctor(a.device, json_path=a.json, timeout=a.timeout, keep=a.keep)
         render(report)
         if a.json:
             print(f"report: {a.json}")
         return 0 if report["ok"] else 1
+
+    p.set_defaults(run=run)
+
+
+@command("recipes", "list the shipped recipes: name, command and the command line each starts with")
+def _recipes(p: argparse.ArgumentParser) -> None:
+    def run(a: argparse.Namespace) -> int:
+        rows = api.recipes()
+        width = max(len(r["name"]) for r in rows) + 2
+        print(f"{'name':<{width}}{'command':<10}first line")
+        for r in rows:
+            print(f"{r['name']:<{width}}{r['command']:<10}{r['header']}")
+        print("\nrun one by name (smollab grpo happy) or by path (configs/grpo/happy.yaml); "
+              "`smollab config show NAME` prints it resolved")  # fmt: skip
+        return 0
 
     p.set_defaults(run=run)
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from smollab.config_rules import data_rules, grpo_rules, not_read, pretrain_rules, shared_rules
 from smollab.errors import UserError
+from smollab.recipe_files import resolve_recipe
 
 
 class Section(BaseModel):
@@ -339,7 +340,7 @@ def guess_command(
 ) -> str:
     """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
     they have a `grpo` or `reward` section, otherwise pretraining."""
-    tree = read_yaml(recipe) if isinstance(recipe, str | Path) else (recipe or {})
+    tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
     if (
         "grpo" in tree
         or "reward" in tree
@@ -451,13 +452,29 @@ def validate(schema: type[Section], tree: dict[str, Any]) -> Section:
 
 
 def load_config(
-    command: str, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()
+    command: str,
+    path: str | Path | Section | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    values: dict[str, Any] | None = None,
 ) -> Section:
-    """Resolve defaults < YAML at `path` < dotted `overrides` into the command's schema."""
+    """Resolve defaults < YAML at `path` < dotted `overrides` < `values` into the command's schema.
+
+    `path` is a file, a shipped recipe's name (`smollab.recipe_files.resolve_recipe`) or a config
+    object of this command (the Python API's `smollab.pretrain(cfg)`); `overrides` are `key=value`
+    strings as on the command line, `values` Python values by dotted key (a mapping value stands
+    for its dotted leaves, so `{"optim": {"lr": 1}}` changes optim.lr alone)."""
     schema = SCHEMAS[command]
-    tree = read_yaml(path) if path else {}
+    if isinstance(path, Section):
+        if not isinstance(path, schema):
+            raise UserError(f"{command}: got a {type(path).__name__}, expected a {schema.__name__} "
+                            f"(or a recipe name or path)")  # fmt: skip
+        tree = to_dict(path)
+    else:
+        tree = read_yaml(resolve_recipe(path, command)) if path else {}
     for item in overrides:
         key, value = parse_override(item)
+        set_dotted(tree, key, value)
+    for key, value in flatten(values or {}).items():
         set_dotted(tree, key, value)
     return validate(schema, tree)
 

@@ -1,7 +1,7 @@
 """`smollab demo`: the whole loop offline in minutes: data -> pretraining -> GRPO -> a report.
 
 Every stage is a shipped recipe (`configs/pretrain/simplestories-1.25m.yaml`,
-`configs/grpo/happy.yaml`) loaded through `load_config` with a few keys overridden, and runs
+`configs/grpo/happy.yaml`, package data, so a wheel install has them) loaded through `load_config` with a few keys overridden, and runs
 in this process through the same `train()` the `pretrain` and `grpo` commands call. So the
 report can print, for each stage, the ordinary command that reproduces it.
 
@@ -64,16 +64,6 @@ PLOTS = {  # demo file name -> (stage, plot written by plot_run)
 }
 
 
-def recipe_path(name: str) -> Path:
-    """A shipped recipe: `configs/` of the source checkout (editable install) or of the cwd."""
-    here = Path(__file__).resolve().parents[2] / "configs" / name
-    for p in (here, Path.cwd() / "configs" / name):
-        if p.is_file():
-            return p
-    raise UserError(f"recipe configs/{name} not found: run the demo from a smollab source "
-                    "checkout (pip install -e .)")  # fmt: skip
-
-
 def stage_overrides(out: Path, quick: bool = False) -> dict[str, list[str]]:
     """The dotted overrides each stage applies to its recipe (in precedence order)."""
     data = out / "data"
@@ -96,10 +86,12 @@ def collapse(overrides: list[str]) -> list[str]:
 
 def build_configs(out: Path, quick: bool = False):
     from smollab.config import load_config
+    from smollab.recipe_files import recipes_root
 
     ov = stage_overrides(out, quick)
-    pre = load_config("pretrain", recipe_path(PRETRAIN_RECIPE), ov["pretrain"])
-    grpo = load_config("grpo", recipe_path(GRPO_RECIPE), ov["grpo"])
+    # the shipped files themselves, never a same-named file in the working directory
+    pre = load_config("pretrain", recipes_root() / PRETRAIN_RECIPE, ov["pretrain"])
+    grpo = load_config("grpo", recipes_root() / GRPO_RECIPE, ov["grpo"])
     return pre, grpo
 
 

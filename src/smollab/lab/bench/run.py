@@ -52,8 +52,9 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     start.
     """
     from smollab.config import guess_command, load_config
+    from smollab.recipe_files import resolve_recipe
 
-    kind = kind or guess_command(workload, overrides)
+    kind = kind or guess_command(resolve_recipe(workload, "bench"), overrides)
     cfg = load_config(kind, workload, overrides)  # bad workloads stop here, before any run
     if knobs is not None and not knobs:
         raise UserError("--knobs: empty; name at least one knob, or leave --knobs out for all")

@@ -52,8 +52,9 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
     from smollab.config import guess_command, read_yaml
+    from smollab.recipe_files import resolve_recipe
 
-    tree = read_yaml(workload)
+    tree = read_yaml(resolve_recipe(workload, "probe"))
     if "command" in tree:
         spec_tree = dict(tree)
     else:
@@ -89,7 +90,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         spec = ProbeSpec.model_validate(spec_tree)
     except ValidationError as err:
         raise UserError(error_line(err, "probe")) from None
-    if spec.base and not Path(spec.base).is_file():
+    if spec.base and not resolve_recipe(spec.base, spec.command).is_file():
         raise UserError(f"probe key base: file not found: {spec.base}")
     if spec.ks and spec.ks[-1] > spec.max_k:
         raise UserError(f"probe key ks: {spec.ks[-1]} is above max_k ({spec.max_k}); "

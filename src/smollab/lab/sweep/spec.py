@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from smollab.config import read_yaml
 from smollab.lab.spec_common import SpecSection
+from smollab.recipe_files import resolve_recipe
 from smollab.sweep_metric import Metric
 
 
@@ -160,7 +161,7 @@ def base_tree(spec: SweepSpec) -> dict[str, Any]:
     """The base recipe with the spec's overrides applied (a config tree, not yet validated)."""
     from smollab.config import set_dotted
 
-    tree = read_yaml(spec.base) if spec.base else {}
+    tree = read_yaml(resolve_recipe(spec.base, spec.command)) if spec.base else {}
     for key, value in spec.overrides.items():
         set_dotted(tree, key, value)
     return tree

@@ -21,6 +21,7 @@ from smollab.config import read_yaml
 from smollab.errors import UserError
 from smollab.lab.spec_common import coerce, error_line, flatten
 from smollab.lab.sweep.spec import Distribution, SweepSpec, resolve_config
+from smollab.recipe_files import resolve_recipe
 
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
 # COLUMNS from their source, since importing a loop pulls in torch.
@@ -244,7 +245,7 @@ def _check_metric(command: str, name: str, where: str) -> None:
 
 
 def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
-    tree = _normalize(read_yaml(path, "sweep spec")) if path else {}
+    tree = _normalize(read_yaml(resolve_recipe(path, "sweep"), "sweep spec")) if path else {}
     tree = _normalize(apply_overrides(tree, overrides))
     spec = validate_spec(tree)
     if spec.dir is None:
@@ -337,7 +338,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
                 )
             if isinstance(dist, list) and value not in dist:
                 raise UserError(f"sweep key enqueue.{i}.{key}: {value!r} is not one of {dist}")
-    if spec.base and not Path(spec.base).is_file():
+    if spec.base and not resolve_recipe(spec.base, spec.command).is_file():
         raise UserError(f"sweep key base: file not found: {spec.base}")
     _check_points(spec)
     return spec

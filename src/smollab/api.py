@@ -1,0 +1,184 @@
+"""smollab from Python: every command as a function that returns what the command reports.
+
+The CLI parses its arguments and calls these same functions, so a script and a shell run the
+same code. Each training-style function takes a recipe (a shipped name such as `"happy"`, a path,
+or a config object from `load_config`), then `args`, `key=value` strings exactly as on the command
+line, then Python values by dotted key:
+
+    import smollab
+    smollab.grpo("happy", **{"optim.lr": 1e-4, "model.path": "runs/simplestories-1.25m"})
+
+Bad input raises `smollab.errors.UserError` (one line) before any work starts. Heavy modules
+(torch, transformers) are imported inside the functions: `import smollab` stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from smollab.errors import UserError
+
+if TYPE_CHECKING:
+    from smollab.config import Section
+
+__all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "load_config", "pretrain", "probe",
+           "recipes", "report", "sample", "sweep"]  # fmt: skip
+
+
+def _as_args(values: dict[str, Any]) -> list[str]:
+    """Python values as `key=value` strings, for the specs (sweep, probe) that pass them on to
+    their children's command lines; written so that the child's parser reads them back exactly."""
+    from smollab.lab.spec_common import override_value
+
+    return [f"{k}={override_value(v)}" for k, v in values.items()]
+
+
+def load_config(command: str, recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+                **values: Any) -> Section:  # fmt: skip
+    """The validated config of `command` ("pretrain", "grpo", "data"): recipe < args < values."""
+    from smollab.config import SCHEMAS
+    from smollab.config import load_config as load
+
+    if command not in SCHEMAS:
+        raise UserError(f"command {command!r}: one of {', '.join(sorted(SCHEMAS))}")
+    return load(command, recipe, list(args), values)
+
+
+def _train(command: str, recipe: Any, args: Sequence[str], values: dict[str, Any]) -> dict:
+    import importlib
+
+    cfg = load_config(command, recipe, args, **values)
+    return importlib.import_module(f"smollab.train.{command}").train(cfg)
+
+
+def pretrain(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+             **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Pretrain (or resume, or reuse the finished) run; returns its summary (summary.json)."""
+    return _train("pretrain", recipe, args, values)
+
+
+def grpo(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+         **values: Any) -> dict[str, Any]:  # fmt: skip
+    """GRPO fine-tuning; returns the run's summary (summary.json)."""
+    return _train("grpo", recipe, args, values)
+
+
+def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+                 **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Corpus, tokenizer and token files in data.dir (reused when prepared); returns their meta
+    (meta.json) with the directory under "dir"."""
+    from smollab.data.prepare import prepare
+
+    cfg = load_config("data", recipe, args, **values)
+    return {**prepare(cfg.data), "dir": cfg.data.dir}
+
+
+def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_tokens: int = 64,
+           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
+           device: str = "auto") -> list[dict[str, str]]:  # fmt: skip
+    """Generate from a run or checkpoint directory: `n` samples per prompt, each
+    {"prompt", "text"} (the text starts with its prompt)."""
+    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not prompts:
+        raise UserError("sample: give at least one prompt")
+    if n < 1 or max_new_tokens < 1:
+        raise UserError("--n and --max-new-tokens must be at least 1")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
+    from smollab.engine.sample_texts import sample_texts
+
+    pairs = sample_texts(str(path), prompts, n, max_new_tokens, temperature, top_p, top_k, seed,
+                         device)  # fmt: skip
+    return [{"prompt": p, "text": t} for p, t in pairs]
+
+
+def sweep(spec: str | Path | None, args: Sequence[str] = (), dry_run: bool = False,
+          **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Run a sweep spec (a shipped name such as "lr-micro" or a path; `values` set spec keys:
+    `dir=...`, `**{"overrides.train.max_steps": 50}`); returns the sweep's result. With
+    `dry_run`, prints the trials and returns {"status": "dry_run", "plan": [lines]}."""
+    from smollab.lab.sweep import scheduler
+    from smollab.lab.sweep.spec_load import load_spec
+
+    loaded = load_spec(spec, [*args, *_as_args(values)])
+    if dry_run:
+        scheduler.dry_run(loaded)
+        return {"status": "dry_run", "plan": loaded.describe()}
+    return scheduler.run_sweep(loaded)
+
+
+def probe(workload: str | Path, args: Sequence[str] = (), **values: Any) -> dict[str, Any]:
+    """Step time and throughput against concurrent runs (a probe recipe or a training recipe;
+    probe settings such as steps=10 or config keys); returns probe.json's result."""
+    from smollab.lab.probe.run import run_probe
+    from smollab.lab.probe.spec import load_probe
+
+    spec, work = load_probe(str(workload), [*args, *_as_args(values)])
+    return run_probe(spec, work)
+
+
+def bench(workload: str | Path, args: Sequence[str] = (), knobs: Sequence[str] | None = None,
+          steps: int | None = None, out: str | Path | None = None, command: str | None = None,
+          tolerance: float | None = None, min_speedup: float = 1.03, repeat: int = 1,
+          timeout: float | None = None, **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Measure each performance knob alone on a pretrain or grpo workload; returns bench.json."""
+    from smollab.lab.bench.run import run_bench
+
+    if command not in (None, "pretrain", "grpo"):
+        raise UserError(f"bench: command {command!r}: pretrain or grpo")
+    return run_bench(str(workload), [*args, *_as_args(values)],
+                     knobs=list(knobs) if knobs is not None else None, steps=steps, out=out,
+                     kind=command, tolerance=tolerance, min_speedup=min_speedup, timeout=timeout,
+                     repeat=repeat)  # fmt: skip
+
+
+def report(path: str | Path, target_loss: float | None = None) -> Path:
+    """Plots and report.md for a run, sweep or probe directory; returns the report's path."""
+    from smollab.runs import SWEEP_META, SWEEP_RESULTS
+
+    d = Path(path)
+    if not d.is_dir():
+        raise UserError(f"not a directory: {d}")
+    if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
+        from smollab.report.sweep_report import write_sweep_report
+
+        return Path(write_sweep_report(d, plots=True, target_loss=target_loss))
+    if (d / "probe.json").exists():
+        from smollab.lab.probe.report import report_probe
+
+        return Path(report_probe(d))
+    from smollab.report.run_report import write_run_report
+
+    return Path(write_run_report(d))
+
+
+def demo(dir: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
+    """The whole loop offline (data, pretraining, GRPO, a report) under `dir`; returns its
+    summary.json."""
+    from smollab.demo import run_demo
+
+    return run_demo(dir, quick=quick)
+
+
+def doctor(device: str = "auto", json_path: str | Path | None = None, timeout: float = 300.0,
+           keep: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """What this device supports, then a micro run of every command on it; returns the report
+    (`report["ok"]`: every check passed)."""
+    from smollab.lab.doctor import run_doctor
+
+    if device not in ("auto", "cpu", "cuda", "mps"):
+        raise UserError(f"doctor: device {device!r}: one of auto, cpu, cuda, mps")
+    if timeout <= 0:
+        raise UserError(f"--timeout {timeout:g}: must be above 0 seconds")
+    return run_doctor(device, json_path=None if json_path is None else str(json_path),
+                      timeout=timeout, keep=None if keep is None else str(keep))  # fmt: skip
+
+
+def recipes() -> list[dict[str, str]]:
+    """The shipped recipes: name, command, path and the command line from each one's header."""
+    from smollab.recipe_files import list_recipes
+
+    return [{"name": r.name, "command": r.command, "path": str(r.path), "header": r.header}
+            for r in list_recipes()]  # fmt: skip
