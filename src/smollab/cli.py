@@ -95,6 +95,8 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"],
+                   help="a gradient-routing run: the adapters to sample with (default both)")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
         from smollab.engine.sample_texts import sample_texts
@@ -104,7 +106,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
         if a.temperature < 0 or not 0 < a.top_p <= 1:
             raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
         for prompt, text in sample_texts(a.path, a.prompt, a.n, a.max_new_tokens, a.temperature,
-                                         a.top_p, a.top_k, a.seed, a.device):  # fmt: skip
+                                         a.top_p, a.top_k, a.seed, a.device, a.mode):  # fmt: skip
             print(f"[{prompt}] {text}\n")
         return 0
 
