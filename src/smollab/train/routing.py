@@ -103,7 +103,9 @@ class Router:
         share prompts (not under masks: they need one row per completion)."""
         retain, forget = masks_for(self.routed, self.cfg.mode)
         dev = next(policy.parameters()).device
-        retain, forget = (None if m is None else m.to(dev) for m in (retain, forget))
+        retain, forget = (
+            None if m is None or bool(m.all()) else m.to(dev) for m in (retain, forget)
+        )
         mode = "retain_only" if self.ablated(step) else "both"
         with adapter_mode(policy, mode), routing_masks(policy, retain, forget):
             yield retain is None and forget is None
