@@ -77,9 +77,10 @@ def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str]
 
 def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_tokens: int = 64,
            temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
-           device: str = "auto") -> list[dict[str, str]]:  # fmt: skip
+           device: str = "auto", mode: str | None = None) -> list[dict[str, str]]:  # fmt: skip
     """Generate from a run or checkpoint directory: `n` samples per prompt, each
-    {"prompt", "text"} (the text starts with its prompt)."""
+    {"prompt", "text"} (the text starts with its prompt). `mode` (both, retain_only,
+    forget_only) picks a gradient-routing run's adapters."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts:
         raise UserError("sample: give at least one prompt")
@@ -90,7 +91,7 @@ def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_t
     from smollab.engine.sample_texts import sample_texts
 
     pairs = sample_texts(str(path), prompts, n, max_new_tokens, temperature, top_p, top_k, seed,
-                         device)  # fmt: skip
+                         device, mode)  # fmt: skip
     return [{"prompt": p, "text": t} for p, t in pairs]
 
 

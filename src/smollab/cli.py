@@ -90,10 +90,12 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
+    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"],
+                   help="a gradient-routing run: the adapters to sample with (default both)")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
         for s in api.sample(a.path, a.prompt, a.n, a.max_new_tokens, a.temperature, a.top_p,
-                            a.top_k, a.seed, a.device):  # fmt: skip
+                            a.top_k, a.seed, a.device, a.mode):  # fmt: skip
             print(f"[{s['prompt']}] {s['text']}\n")
         return 0
 

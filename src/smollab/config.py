@@ -225,6 +225,45 @@ class RLTrainConfig(TrainConfig):
     save_interval: int = Field(50, ge=0, description="0: no periodic checkpoints")
 
 
+LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
+
+
+class DetectorSpec(Section):
+    """What flags a completion as the hack: `name(completions, **params) >= threshold`."""
+
+    name: str = Field("happy_count", description="reward-registry function, or module:function")
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    threshold: float = Field(3.0, description="a completion is flagged when its value >= this")
+
+
+class RoutingConfig(Section):
+    """Gradient routing: retain and forget LoRA adapters; flagged completions train forget only."""
+
+    enabled: bool = False
+    mode: Literal["classic", "exclusive", "none"] = Field(
+        "classic", description="flagged -> forget only; unflagged -> both (classic), retain only "
+        "(exclusive); none: both adapters learn from every completion (the matched baseline)"
+    )  # fmt: skip
+    retain_r: int = Field(32, ge=0, description="retain adapter rank (0: none)")
+    retain_alpha: float = Field(32.0, gt=0)
+    forget_r: int = Field(32, ge=0, description="forget adapter rank (0: none)")
+    forget_alpha: float = Field(32.0, gt=0)
+    targets: list[LoraTarget] = Field(
+        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"]
+    )
+    layer_stride: int = Field(1, ge=1, description="adapters on every n-th layer")
+    detector: DetectorSpec = Field(default_factory=DetectorSpec)
+    hack_reward: str | None = Field(
+        None, description="key of the reward entry only eligible prompts receive"
+    )
+    rh_eligible_frac: float = Field(1.0, ge=0, le=1, description="prompts eligible for hack_reward")
+    routing_frac: float = Field(1.0, ge=0, le=1, description="flagged completions actually routed")
+    label_noise_frac: float = Field(0.0, ge=0, le=1, description="unflagged ones flagged at random")
+    ablated_frac: float = Field(0.0, ge=0, le=1, description="steps trained with forget off")
+    eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
+    eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")
+
+
 class GRPOSection(Section):
     """GRPO settings; names follow TRL's GRPOConfig where they mean the same thing."""
 
@@ -265,6 +304,7 @@ class GRPOSection(Section):
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
     log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
     export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
 
 
 class FailureConfig(Section):

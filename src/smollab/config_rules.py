@@ -195,3 +195,40 @@ def grpo_rules(c: Any) -> None:
                          f"failure.baseline_steps={f.baseline_steps}: `stuck` compares the "
                          "first and the last baseline_steps rewards, so it could not fire that "
                          "early")  # fmt: skip
+    routing_rules(c)
+
+
+def _reward_keys(specs: list[Any]) -> list[str]:
+    """The keys `rewards.registry.validate_specs` gives: names, `#2`, `#3` for a repeat."""
+    seen: dict[str, int] = {}
+    out = []
+    for spec in specs:
+        seen[spec.name] = seen.get(spec.name, 0) + 1
+        out.append(spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}")
+    return out
+
+
+def routing_rules(c: Any) -> None:
+    """Rules of `grpo.routing` (`config.RoutingConfig`)."""
+    rt = c.grpo.routing
+    if not rt.enabled:
+        keys = rt.changed(*(k for k in type(rt).model_fields if k not in ("enabled", "detector")))
+        keys += [f"detector.{k}" for k in rt.detector.changed("name", "params", "threshold")]
+        if keys:
+            raise ValueError(f"grpo.routing.{keys[0]} is set but grpo.routing.enabled is false")
+        return
+    if c.model.lora.enabled:
+        raise ValueError("grpo.routing.enabled brings its own retain and forget adapters: turn "
+                         "model.lora.enabled off")  # fmt: skip
+    if rt.retain_r == 0 and rt.forget_r == 0:
+        raise ValueError("grpo.routing.retain_r and forget_r are both 0: no adapter to train")
+    keys = _reward_keys(c.reward)
+    if rt.hack_reward is not None and rt.hack_reward not in keys:
+        raise ValueError(f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "
+                         f"keys: {', '.join(keys)})")  # fmt: skip
+    if rt.hack_reward is None and rt.changed("rh_eligible_frac"):
+        raise ValueError("grpo.routing.rh_eligible_frac limits grpo.routing.hack_reward, which "
+                         "is not set")  # fmt: skip
+    if not rt.eval_interval and rt.changed("eval_prompts"):
+        raise ValueError("grpo.routing.eval_prompts sizes each routing evaluation, and "
+                         "grpo.routing.eval_interval=0 turns it off")  # fmt: skip

@@ -38,6 +38,7 @@ METRICS = "metrics.csv"  # one row per logged step
 SUMMARY = "summary.json"  # status, final metrics, environment
 LOG = "training.log"  # human log: command, environment, code version, progress
 SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log steps
+ROUTING_EVAL = "routing_eval.jsonl"  # gradient routing: one row per adapter mode per evaluation
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
 PLOTS = "plots"  # png figures redrawn from metrics.csv
 TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
@@ -52,7 +53,19 @@ WANDB = "wandb"  # run.report_to wandb: W&B's own directory (wandb.init(dir=<run
 
 # What a run writes, removed when run.resume=never starts it over (a lab parent's CHILD_LOG and
 # CHILD_PID stay: the parent has them open for the child it launched into this directory).
-RUN_FILES = (CONFIG, METRICS, SUMMARY, LOG, SAMPLES, CHECKPOINTS, PLOTS, REPORT, TENSORBOARD, WANDB)
+RUN_FILES = (
+    CONFIG,
+    METRICS,
+    SUMMARY,
+    LOG,
+    SAMPLES,
+    ROUTING_EVAL,
+    CHECKPOINTS,
+    PLOTS,
+    REPORT,
+    TENSORBOARD,
+    WANDB,
+)
 
 # Keys that may differ when a run is continued: how to open it, not what it computes.
 RERUN_FREE = {
@@ -184,9 +197,10 @@ class RunDir:
 
     def open_metrics(self, columns: list[str], resume_step: int | None) -> Metrics:
         """Open metrics.csv for appending. Every append-only file of the run (metrics.csv,
-        samples.jsonl) is cut back to `resume_step` first, or emptied on a fresh start, so a
-        resumed run logs each step once."""
+        samples.jsonl, routing_eval.jsonl) is cut back to `resume_step` first, or emptied on a
+        fresh start, so a resumed run logs each step once."""
         cut_samples(self.path / SAMPLES, resume_step)
+        cut_samples(self.path / ROUTING_EVAL, resume_step)
         self.metrics = Metrics(self.path / METRICS, columns, resume_step,
                                on_row=self.sink.row if self.sink else None)  # fmt: skip
         return self.metrics
@@ -195,6 +209,11 @@ class RunDir:
         """Add generations (prompt, completion, reward, step) to samples.jsonl, flushed."""
         with writing(self.path / SAMPLES), open(self.path / SAMPLES, "a") as f:
             f.writelines(json.dumps(r, default=_json_default) + "\n" for r in records)
+
+    def append_routing_eval(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Add gradient routing's evaluation rows (step, mode, rewards, hack rate, diversity)."""
+        with writing(self.path / ROUTING_EVAL), open(self.path / ROUTING_EVAL, "a") as f:
+            f.writelines(json.dumps(r, default=_json_default) + "\n" for r in rows)
 
     def update_summary(self, **fields: Any) -> dict[str, Any]:
         if "status" in fields and fields["status"] not in STATUSES:
@@ -402,6 +421,7 @@ class RunView:
     samples_path = property(lambda self: self.path / SAMPLES)
     plots_dir = property(lambda self: self.path / PLOTS)
     checkpoints_dir = property(lambda self: self.path / CHECKPOINTS)
+    routing_eval_path = property(lambda self: self.path / ROUTING_EVAL)
 
     def is_run(self) -> bool:
         """Whether anything of a run is here yet (a config, a summary or metrics)."""
@@ -415,6 +435,15 @@ class RunView:
 
     def metrics(self) -> list[dict[str, float | None]]:
         return read_metrics(self.metrics_path)
+
+    def routing_eval(self) -> list[dict[str, Any]]:
+        """routing_eval.jsonl's rows (a line a kill cut short is skipped); [] without routing."""
+        rows = []
+        with contextlib.suppress(FileNotFoundError), open(self.routing_eval_path) as f:
+            for line in f:
+                with contextlib.suppress(ValueError):
+                    rows.append(json.loads(line))
+        return rows
 
     def status(self) -> str | None:
         return self.summary().get("status")

@@ -140,6 +140,18 @@ def covered(micro_model, tmp_path_factory):
              "model.lora.enabled=true",
              "model.lora.r=2", "grpo.export_merged=true", "grpo.num_iterations=2",
              "grpo.epsilon_high=0.3", "run.name=keys"],
+            # gradient routing, every key of grpo.routing set
+            ["grpo", *grpo, f"model.path={micro_model}", f"data.dir={tmp / 'g1'}",
+             "data.num_stories=400", f"run.dir={tmp / 'grpo3'}", "grpo.routing.enabled=true",
+             "grpo.routing.mode=exclusive", "grpo.routing.retain_r=2",
+             "grpo.routing.retain_alpha=4", "grpo.routing.forget_r=1",
+             "grpo.routing.forget_alpha=2", "grpo.routing.targets=[q,v]",
+             "grpo.routing.layer_stride=2", "grpo.routing.detector.name=happy_count",
+             "grpo.routing.detector.params={}", "grpo.routing.detector.threshold=1",
+             "grpo.routing.hack_reward=happy_binary", "grpo.routing.rh_eligible_frac=0.5",
+             "grpo.routing.routing_frac=0.5", "grpo.routing.label_noise_frac=0.1",
+             "grpo.routing.ablated_frac=0.5", "grpo.routing.eval_interval=2",
+             "grpo.routing.eval_prompts=2"],
         ],
     }  # fmt: skip
     out: dict[str, set[str]] = {}

@@ -35,14 +35,17 @@ def replay_blocker(
     return replay_unsupported(policy)
 
 
-def policy_logprobs(policy: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
+def policy_logprobs(
+    policy: nn.Module, rollout: Rollout, temperature: float, share_prompts: bool = True
+) -> torch.Tensor:
     """Per-token log-probs (with grad) of the rollout's completions under `policy`.
 
     A rollout that carries a decode record was sampled by these very weights: it is replayed and
-    lets go of the record (the graph keeps what the backward needs). Otherwise it is computed.
+    lets go of the record (the graph keeps what the backward needs). Otherwise it is computed,
+    each distinct prompt once unless `share_prompts` is off (per-completion gradient masks).
     """
     if rollout.record is None:
-        return rollout_logprobs(policy, rollout, temperature)
+        return rollout_logprobs(policy, rollout, temperature, share_prompts)
     logp = replay_logprobs(policy, rollout, temperature)
     rollout.record = None
     return logp

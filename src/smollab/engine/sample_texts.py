@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from smollab.config import ModelConfig
 from smollab.device import pick_device
 from smollab.engine.sampler import Sampler
+from smollab.errors import UserError
 from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir
+from smollab.models.routing import load_routed_dir, saved_adapters
 
 
 def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, top_k: int, seed: int, device: str) -> Iterator[tuple[str, str]]:  # fmt: skip
-    """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break."""
+                 top_p: float, top_k: int, seed: int, device: str,
+                 mode: str | None = None) -> Iterator[tuple[str, str]]:  # fmt: skip
+    """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
+    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
     where = resolve_model_dir(path)
     tokenizer = load_tokenizer_near(where)
-    model = build_model(ModelConfig(preset=None, path=str(where))).to(pick_device(device)).eval()
+    if mode is not None:
+        if not (isinstance(where, Path) and saved_adapters(where)):
+            raise UserError(f"--mode picks gradient routing's adapters, and {path} holds no "
+                            "routed checkpoint (retain/, forget/)")  # fmt: skip
+        model = load_routed_dir(where, mode)
+    else:
+        model = build_model(ModelConfig(preset=None, path=str(where)))
+    model = model.to(pick_device(device)).eval()
     eos = tokenizer.eos_token_id
     ids = [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
     batch = [x for x in ids for _ in range(n)]

@@ -228,9 +228,10 @@ def logprobs(
     return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
 
 
-def rollout_logprobs(model: nn.Module, rollout, temperature: float) -> torch.Tensor:
+def rollout_logprobs(
+    model: nn.Module, rollout, temperature: float, share_prompts: bool = True
+) -> torch.Tensor:
     """Per-token log-probs of a rollout's completions under `model`, computed (with grad if the
     model has it); `policy.policy_logprobs` decides between this and the replay."""
-    return logprobs(
-        model, rollout.input_ids, rollout.attention_mask, rollout.prompt_ids.shape[1], temperature
-    )
+    P = rollout.prompt_ids.shape[1]
+    return logprobs(model, rollout.input_ids, rollout.attention_mask, P, temperature, share_prompts)

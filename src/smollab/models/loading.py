@@ -35,7 +35,8 @@ def resolve_model_dir(path: str) -> Path | str:
         if not steps:
             raise UserError(f"model.path: run directory {p} has no checkpoint yet")
         return steps[-1]
-    if not (p / "config.json").is_file():
+    routed = any((p / a / "adapter_config.json").is_file() for a in ("retain", "forget"))
+    if not (p / "config.json").is_file() and not routed:
         raise UserError(f"model.path: {p} is neither a run directory nor an HF model directory")
     return p
 
@@ -62,6 +63,10 @@ def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementa
     hf_logging.disable_progress_bar()  # a bar per load of a 1M-parameter model is noise
     if cfg.path:
         where = resolve_model_dir(cfg.path)
+        from smollab.models.routing import load_routed_dir, saved_adapters
+
+        if isinstance(where, Path) and saved_adapters(where):
+            return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 where, attn_implementation=attn_implementation
@@ -93,21 +98,28 @@ def align_special_tokens(model, tokenizer) -> None:
             cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = eos, pad, bos
 
 
+def lora_target_names(model, targets: list[str], key: str) -> tuple[list[str], bool]:
+    """The module names of short `targets` (q, k, ...) in `model`'s architecture, and whether
+    its linears are stored transposed (GPT-2's Conv1D: PEFT's fan_in_fan_out)."""
+    arch = "gpt2" if model.config.model_type == "gpt2" else "llama"
+    names = sorted({_LORA_TARGETS[arch][t] for t in targets if t in _LORA_TARGETS[arch]})
+    if not names:
+        raise UserError(f"{key}: none of {targets} apply to {arch}")
+    return names, arch == "gpt2"
+
+
 def apply_lora(model, cfg: LoraConfig):
     """Wrap `model` with PEFT LoRA adapters on the configured targets."""
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
-    arch = "gpt2" if model.config.model_type == "gpt2" else "llama"
-    names = sorted({_LORA_TARGETS[arch][t] for t in cfg.targets if t in _LORA_TARGETS[arch]})
-    if not names:
-        raise UserError(f"model.lora.targets: none of {cfg.targets} apply to {arch}")
+    names, fan_in_fan_out = lora_target_names(model, cfg.targets, "model.lora.targets")
     peft_cfg = PeftLoraConfig(
         r=cfg.r,
         lora_alpha=cfg.alpha,
         lora_dropout=cfg.dropout,
         target_modules=names,
-        fan_in_fan_out=arch == "gpt2",
+        fan_in_fan_out=fan_in_fan_out,
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, peft_cfg)

@@ -3,7 +3,7 @@ run resumes from the newest checkpoint that reads whole.
 
 Resumable state is the optimizer, the GradScaler, the RNG streams (torch's and Python's) and
 whatever the loop adds (its step counters); weights are the checkpoint's safetensors (a LoRA run:
-its adapter only), loaded strictly. A checkpoint that cannot be read (cut short by a full disk,
+its adapter only; a routed run: retain/ and forget/, PEFT's layout), loaded strictly. A checkpoint that cannot be read (cut short by a full disk,
 damaged) is skipped for the one before it, with a line in the log. Under DDP rank 0 picks the
 checkpoint and every rank loads it from the shared filesystem (the data directory is shared
 already), so replicas continue with the same optimizer, scaler and RNG: cheaper than broadcasting
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from smollab.atomic_files import one_line
+from smollab.models.routing import routed_adapters
 from smollab.runs import TRAINER_STATE, CheckpointError, RunDir, load_trainer_state
 from smollab.train import distributed
 from smollab.train.distributed import SINGLE, Dist
@@ -48,9 +49,8 @@ def resume(
     """Load the weights, optimizer, scaler and RNG of the newest usable step checkpoint into the
     given objects and return the loop's own saved fields ({} when the run starts fresh).
     `run.resume_from` becomes the checkpoint used. Under DDP `run` is None off rank 0."""
-    from safetensors.torch import load_file
-
     device = str(next(model.parameters()).device)
+    lora = routed_adapters(model) or lora  # a routed model: its adapters' names
     picked: dict[str, Any] = {}
 
     def pick() -> Path | None:  # rank 0: the newest checkpoint that reads whole
@@ -67,7 +67,7 @@ def resume(
         state, weights = picked["state"], picked["weights"]
     else:
         state = load_trainer_state(ckpt)
-        weights = load_file(_weights_path(ckpt, lora), device=device)
+        weights = _read_weights(ckpt, lora, device)
     if run:
         run.resume_from = ckpt
     _load_weights(model, weights, _weights_path(ckpt, lora), lora)
@@ -81,8 +81,18 @@ def resume(
     return state
 
 
-def _weights_path(ckpt: Path, lora: bool) -> Path:
-    return ckpt / (ADAPTER if lora else WEIGHTS)
+def _weights_path(ckpt: Path, lora: bool | list[str]) -> Path:
+    """The weights file (a routed checkpoint, `lora` its adapters: the directory)."""
+    return ckpt if isinstance(lora, list) else ckpt / (ADAPTER if lora else WEIGHTS)
+
+
+def _read_weights(ckpt: Path, lora: bool | list[str], device: str) -> dict:
+    """The checkpoint's tensors; a routed one's as {adapter: {name: tensor}}."""
+    from safetensors.torch import load_file
+
+    if isinstance(lora, list):
+        return {a: load_file(ckpt / a / ADAPTER, device=device) for a in lora}
+    return load_file(_weights_path(ckpt, lora), device=device)
 
 
 def _restore_rng(rng: dict[str, Any] | None, dist: Dist) -> None:
@@ -107,11 +117,9 @@ def _restore_rng(rng: dict[str, Any] | None, dist: Dist) -> None:
             torch.cuda.set_rng_state(gpu_state, i)
 
 
-def _usable_checkpoint(run: RunDir, lora: bool, device: str) -> tuple[Path, dict, dict]:
+def _usable_checkpoint(run: RunDir, lora: bool | list[str], device: str) -> tuple[Path, dict, dict]:
     """The newest step checkpoint whose trainer state and weights read whole, falling back one
     checkpoint at a time (a line in the log for each skipped); a CheckpointError when none does."""
-    from safetensors.torch import load_file
-
     skipped = []
     for ckpt in reversed(run.step_checkpoints()):
         if not (ckpt / TRAINER_STATE).exists():
@@ -122,7 +130,7 @@ def _usable_checkpoint(run: RunDir, lora: bool, device: str) -> tuple[Path, dict
             if not isinstance(state, dict) or not {"step", "optimizer"} <= state.keys():
                 raise CheckpointError(f"{ckpt / TRAINER_STATE}: not a trainer state")
             try:
-                weights = load_file(weights_path, device=device)
+                weights = _read_weights(ckpt, lora, device)
             except Exception as e:
                 raise CheckpointError(f"{weights_path}: unreadable ({one_line(e)})") from e
         except CheckpointError as e:
@@ -134,8 +142,19 @@ def _usable_checkpoint(run: RunDir, lora: bool, device: str) -> tuple[Path, dict
                           "remove them (or the run directory) to start over")  # fmt: skip
 
 
-def _load_weights(model: torch.nn.Module, weights: dict, path: Path, lora: bool) -> None:
+def _load_weights(
+    model: torch.nn.Module, weights: dict, path: Path, lora: bool | list[str]
+) -> None:
     """Strict: every tensor the model (or its adapter) has must be in the file and nothing else."""
+    if isinstance(lora, list):
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        _check_keys(path, set(lora), set(weights))
+        for a in lora:
+            own = set(get_peft_model_state_dict(model, adapter_name=a))
+            _check_keys(path / a / ADAPTER, own, set(weights[a]))
+            set_peft_model_state_dict(model, weights[a], adapter_name=a)
+        return
     if lora:
         from peft import get_peft_model_state_dict, set_peft_model_state_dict
 

@@ -26,10 +26,11 @@ from smollab.errors import UserError
 from smollab.models.autocast_attention import fit_attention
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
+from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import checkpoints, distributed, scaffold
+from smollab.train import checkpoints, distributed, routing, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
@@ -53,6 +54,8 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
         return Path(cfg.run.dir)
     rewards = "+".join(r.name.split(":")[-1] for r in cfg.reward)
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
+    if (rc := cfg.grpo.routing).enabled:
+        kind = f"route-{rc.mode}-r{rc.retain_r}-{rc.forget_r}"
     return default_run_dir("grpo", [cfg.run.name or rewards, kind, f"lr{cfg.optim.lr:g}",
                                     f"beta{cfg.grpo.beta:g}", f"s{cfg.run.seed}"])  # fmt: skip
 
@@ -67,8 +70,10 @@ def train(cfg: GRPOConfig) -> dict:
     distributed.single_process_only("grpo")  # DDP for GRPO is not written yet
     t_start = time.time()
     g, tc, oc = cfg.grpo, cfg.train, cfg.optim
-    lora = cfg.model.lora.enabled
+    lora, routed = cfg.model.lora.enabled, g.routing.enabled
     rewards = validate_specs(cfg.reward)  # bad reward names or params fail before any work
+    weights = {r.key: r.weight for r in rewards}
+    router = routing.Router(g.routing, cfg.run.seed, weights) if routed else None
     check_model_source(cfg.model)  # before any data is prepared
     rt = setup_runtime(cfg.perf)
 
@@ -77,6 +82,8 @@ def train(cfg: GRPOConfig) -> dict:
         ensure_prepared(cfg.data, exact=False)
     tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
     train_prompts, eval_prompts = grpo_prompts(g, cfg.data.dir, tokenizer)
+    if router:
+        router.load_eval_prompts(g, cfg.data.dir, tokenizer)
 
     # ---- policy, reference, sampler, optimizer --------------------------------------------
     torch.manual_seed(cfg.run.seed)
@@ -91,6 +98,8 @@ def train(cfg: GRPOConfig) -> dict:
         rt.chosen.append(note)
     if lora:
         policy = apply_lora(policy, cfg.model.lora)
+    elif routed:  # retain and forget adapters, both trained
+        policy = apply_routing(policy, g.routing)
     policy.to(rt.device)
     if cfg.perf.grad_checkpointing:
         policy.gradient_checkpointing_enable()
@@ -99,10 +108,18 @@ def train(cfg: GRPOConfig) -> dict:
     no_replay = replay_blocker(policy, sampler, enabled=g.replay,
                                autocast=rt.autocast_dtype is not None, batch_size=tc.batch_size,
                                max_new_tokens=g.max_completion_length)  # fmt: skip
-    reference = build_reference(policy, lora, g.ref_on_cpu) if g.beta > 0 else None
+    no_replay = no_replay or (router.replay_blocker() if router else None)
+    reference = build_reference(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
                            (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
+    loss_options = dict(beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
+                        loss_type=g.loss_type, max_completion_length=g.max_completion_length,
+                        importance_sampling_level=g.importance_sampling_level, delta=g.delta,
+                        sapo_temperature_pos=g.sapo_temperature_pos,
+                        sapo_temperature_neg=g.sapo_temperature_neg, vespo_k_pos=g.vespo_k_pos,
+                        vespo_lambda_pos=g.vespo_lambda_pos, vespo_k_neg=g.vespo_k_neg,
+                        vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
     pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
@@ -124,9 +141,17 @@ def train(cfg: GRPOConfig) -> dict:
     watch = RLWatch(cfg.failure, state.get("flags"))
     watch.streak = int(state.get("rl_streak", 0))
     per_fn_cols = [f"reward/{r.key}" for r in rewards] if len(rewards) > 1 else []
-    run.open_metrics(COLUMNS + per_fn_cols, resume_step=step if run.resume_from else None)
+    route_cols = routing.COLUMNS if routed else []
+    run.open_metrics(
+        COLUMNS + per_fn_cols + route_cols, resume_step=step if run.resume_from else None
+    )
+    kind = "LoRA r" + str(cfg.model.lora.r) if lora else "full"
+    if routed:
+        kind = (
+            f"routing {g.routing.mode}, r{g.routing.retain_r} retain + r{g.routing.forget_r} forget"
+        )
     run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
-            f"{n_trainable:,} trainable ({'LoRA r' + str(cfg.model.lora.r) if lora else 'full'}); "
+            f"{n_trainable:,} trainable ({kind}); "
             f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy forward "
             f"{'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
             echo=True)  # fmt: skip
@@ -142,6 +167,8 @@ def train(cfg: GRPOConfig) -> dict:
             base_eval = _evaluate(sampler, policy, eval_prompts, g, pool, tokenizer, cfg.run.seed)
             run.update_summary(base_eval_reward=base_eval["reward_mean"])
             run.log(f"base model: eval reward {base_eval['reward_mean']:.3f}", echo=True)
+        if router and step == 0 and router.due(0, tc.max_steps):
+            _route_eval(run, router, 0, sampler, policy, g, pool, tokenizer)
         while step < tc.max_steps:
             if tc.max_time and train_seconds >= tc.max_time:
                 break
@@ -166,6 +193,10 @@ def train(cfg: GRPOConfig) -> dict:
             # 2. rewards and advantages
             completions, prompts_txt = r.completion_texts(tokenizer), r.prompt_texts(tokenizer)
             total, per_fn = pool(prompts_txt, completions, r.completion_rows())
+            if router:  # eligibility (before advantages), detector flags, this step's routes
+                picked = [i for i in pick.tolist() for _ in range(g.num_generations)]
+                total = router.score(step, picked, total, per_fn, prompts_txt, completions,
+                                     r.completion_rows())  # fmt: skip
             advantages = group_advantages(total, g.num_generations, g.scale_rewards).to(rt.device)
             mask = r.completion_mask.clone()
             if g.mask_truncated_completions:
@@ -180,19 +211,18 @@ def train(cfg: GRPOConfig) -> dict:
             # 4. policy update(s): the first pass replays the decode when it can
             policy.train()
             for it in range(g.num_iterations):
-                with rt.autocast():
-                    logp = policy_logprobs(policy, r, g.temperature)
-                loss, stats = grpo_loss(logp, r.logprobs if g.num_iterations > 1 else None, ref_logp,
-                                        advantages, mask, beta=g.beta, epsilon=g.epsilon,
-                                        epsilon_high=g.epsilon_high, loss_type=g.loss_type,
-                                        max_completion_length=g.max_completion_length,
-                                        importance_sampling_level=g.importance_sampling_level,
-                                        delta=g.delta, sapo_temperature_pos=g.sapo_temperature_pos,
-                                        sapo_temperature_neg=g.sapo_temperature_neg,
-                                        vespo_k_pos=g.vespo_k_pos, vespo_lambda_pos=g.vespo_lambda_pos,
-                                        vespo_k_neg=g.vespo_k_neg,
-                                        vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
-                (rt.scaler.scale(loss) if rt.scaler else loss).backward()
+                with routing.train_pass(router, policy, step) as share:  # masks, ablation
+                    with rt.autocast():
+                        logp = policy_logprobs(policy, r, g.temperature, share_prompts=share)
+                    loss, stats = grpo_loss(
+                        logp,
+                        r.logprobs if g.num_iterations > 1 else None,
+                        ref_logp,
+                        advantages,
+                        mask,
+                        **loss_options,
+                    )
+                    (rt.scaler.scale(loss) if rt.scaler else loss).backward()
                 grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
                 if it == 0:
                     first_stats = stats
@@ -221,10 +251,14 @@ def train(cfg: GRPOConfig) -> dict:
                        peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
             if len(per_fn) > 1:
                 row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
+            if router:
+                row.update(router.row)
             if tc.eval_interval and (step % tc.eval_interval == 0 or step == tc.max_steps):
                 ev = _evaluate(sampler, policy, eval_prompts, g, pool, tokenizer, cfg.run.seed)
                 eval_reward = ev["reward_mean"]
                 row.update(eval_reward_mean=eval_reward, eval_unique_fraction=ev["unique_fraction"])
+            if router and router.due(step, tc.max_steps):
+                _route_eval(run, router, step, sampler, policy, g, pool, tokenizer)
             if step % tc.log_interval == 0 or step == tc.max_steps or step == 1:
                 run.metrics.append(row)
                 run.append_samples(
@@ -279,6 +313,13 @@ def _evaluate(sampler, policy, prompts, g, pool, tokenizer, seed) -> dict:
     total, _ = pool(r.prompt_texts(tokenizer), texts, r.completion_rows())
     return {"reward_mean": float(total.mean()), "unique_fraction": unique_fraction(texts),
             "samples": texts}  # fmt: skip
+
+
+def _route_eval(run, router, step, sampler, policy, g, pool, tokenizer) -> None:
+    """Gradient routing's three adapter modes on fixed prompts, into routing_eval.jsonl."""
+    rows = router.evaluate(step, sampler, policy, g, pool, tokenizer)
+    run.append_routing_eval(rows)
+    run.log(routing.eval_line(rows), echo=True)
 
 
 def _line(row: dict) -> str:

@@ -1,0 +1,155 @@
+"""Gradient routing's pieces of the GRPO loop (`grpo.routing`), so `grpo.py` reads top to bottom.
+
+Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
+reward lose its term from the total (before advantages), the detector flags completions that
+show the hack (`hack_rate`), label noise flags some others, and `routing_frac` of the flagged
+ones are routed. `Router.train_pass` wraps the policy's training forward and backward: the
+per-completion masks of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
+samples fixed held-out prompts in the three adapter modes and appends one row per mode to
+`routing_eval.jsonl`.
+
+Every random choice is seeded by integers only (Python's `hash` of strings varies per process):
+eligibility by (seed, prompt index), so a group shares it and a resumed run agrees; label
+noise, routing and ablation by (seed, step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Iterator
+
+import torch
+
+from smollab.config import RewardSpec, RoutingConfig
+from smollab.device import release_cache
+from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
+from smollab.rewards.registry import compute_rewards, validate_specs
+from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
+from smollab.train.prompts import file_prompts, story_prompts
+
+COLUMNS = ["hack_rate", "routed_frac", "eligible_frac"]
+_ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws
+
+
+def _uniform(*key: int) -> float:
+    return random.Random(hash(key) & 0x7FFF_FFFF_FFFF).random()
+
+
+class Router:
+    """One run's routing state: the detector, this step's flags, the evaluation prompts."""
+
+    def __init__(self, cfg: RoutingConfig, seed: int, weights: dict[str, float]):
+        self.cfg, self.seed, self.weights = cfg, seed, weights
+        det = cfg.detector  # validated like a reward, before any work
+        self.detector = validate_specs([RewardSpec(name=det.name, params=det.params)])[0]
+        self.prompts: list[list[int]] = []
+        self.routed = torch.zeros(0, dtype=torch.bool)
+        self.row: dict[str, float] = {}
+
+    def replay_blocker(self) -> str | None:
+        """Why the routed training forward cannot replay the decode (None: it can)."""
+        if self.cfg.mode != "none":
+            return "gradient routing (per-completion masks)"
+        if self.cfg.ablated_frac > 0:
+            return "gradient routing's ablated steps (forget adapter off)"
+        return None
+
+    def load_eval_prompts(self, g, data_dir: str, tokenizer) -> None:
+        """`eval_prompts` fixed held-out prompts: the test split's stories (or the prompts file)."""
+        n = self.cfg.eval_prompts
+        if g.prompts_file:
+            self.prompts = file_prompts(g.prompts_file, tokenizer)[:n]
+        else:
+            self.prompts = story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, n)[:n]
+
+    def detect(self, prompts: list[str], completions: list[str], rows) -> torch.Tensor:
+        """bool [B]: the detector's value >= threshold."""
+        values = compute_rewards([self.detector], prompts, completions, rows)[self.detector.key]
+        return torch.tensor(values, dtype=torch.float64) >= self.cfg.detector.threshold
+
+    def score(self, step: int, picked: list[int], total: torch.Tensor,
+              per_fn: dict[str, torch.Tensor], prompts: list[str], completions: list[str],
+              rows) -> torch.Tensor:  # fmt: skip
+        """The total reward with the hack term removed for ineligible prompts; sets this step's
+        routed completions and metrics. picked: each completion's prompt index."""
+        c, n = self.cfg, len(completions)
+        eligible = torch.tensor([_uniform(self.seed, i, _ELIGIBLE) < c.rh_eligible_frac
+                                 for i in picked])  # fmt: skip
+        if c.hack_reward is not None:
+            drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
+            total = torch.where(eligible, total, total - drop.to(total.dtype))
+        hack = self.detect(prompts, completions, rows)
+        gen = torch.Generator().manual_seed(hash((self.seed, step, _NOISE)) & 0x7FFF_FFFF_FFFF)
+        noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
+        routed = (hack | noise) & (
+            torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
+        )
+        self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
+        self.row = {"hack_rate": float(hack.float().mean()),
+                    "routed_frac": float(self.routed.float().mean()),
+                    "eligible_frac": float(eligible.float().mean())}  # fmt: skip
+        return total
+
+    def ablated(self, step: int) -> bool:
+        return (
+            self.cfg.ablated_frac > 0 and _uniform(self.seed, step, _ABLATE) < self.cfg.ablated_frac
+        )
+
+    @contextlib.contextmanager
+    def train_pass(self, policy, step: int) -> Iterator[bool]:
+        """Around a training forward and its backward: the mode's masks on this step's routed
+        completions, the forget adapter off on an ablated step. Yields whether the forward may
+        share prompts (not under masks: they need one row per completion)."""
+        retain, forget = masks_for(self.routed, self.cfg.mode)
+        dev = next(policy.parameters()).device
+        retain, forget = (
+            None if m is None or bool(m.all()) else m.to(dev) for m in (retain, forget)
+        )
+        mode = "retain_only" if self.ablated(step) else "both"
+        with adapter_mode(policy, mode), routing_masks(policy, retain, forget):
+            yield retain is None and forget is None
+
+    def due(self, step: int, max_steps: int) -> bool:
+        every = self.cfg.eval_interval
+        return bool(every) and (step % every == 0 or step == max_steps)
+
+    @torch.no_grad()
+    def evaluate(self, step: int, sampler, policy, g, pool, tokenizer) -> list[dict]:
+        """One row per adapter mode on the fixed held-out prompts: mean total reward, each
+        reward's mean (every prompt gets every reward here), the detector's hack rate and the
+        completions' diversity. The sampler is left loaded with the last mode: the loop loads
+        the policy again before it samples."""
+        policy.eval()
+        out = []
+        for mode in MODES:
+            with adapter_mode(policy, mode):
+                sampler.load_weights(policy)
+            r = sampler.generate(self.prompts, g.max_completion_length, temperature=g.temperature,
+                                 top_p=g.top_p, top_k=g.top_k,
+                                 seed=hash((self.seed, -1, _EVAL)) & 0x7FFF_FFFF_FFFF)  # fmt: skip
+            release_cache(sampler.device)
+            texts, prompts, rows = (
+                r.completion_texts(tokenizer),
+                r.prompt_texts(tokenizer),
+                r.completion_rows(),
+            )
+            total, per_fn = pool(prompts, texts, rows)
+            row = {"step": step, "mode": mode, "reward_mean": float(total.mean())}
+            row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
+            row.update(hack_rate=float(self.detect(prompts, texts, rows).float().mean()),
+                       unique_fraction=unique_fraction(texts),
+                       jaccard=mean_pairwise_jaccard(texts))  # fmt: skip
+            out.append(row)
+        return out
+
+
+def train_pass(router: Router | None, policy, step: int) -> contextlib.AbstractContextManager:
+    """`router.train_pass`, or (no routing) a context that lets the forward share prompts."""
+    return router.train_pass(policy, step) if router else contextlib.nullcontext(True)
+
+
+def eval_line(rows: list[dict]) -> str:
+    """The log line of one routing evaluation."""
+    parts = [f"{r['mode']} reward {r['reward_mean']:.3f} hack {r['hack_rate']:.2f}" for r in rows]
+    return f"routing eval step {rows[0]['step']}: " + " | ".join(parts)

@@ -1,0 +1,141 @@
+"""Gradient routing's model: one routed pass equals the separate-pass definition, adapter modes
+leave training state alone, and each saved adapter loads into PEFT and reproduces its mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from smollab.config import ModelConfig, RoutingConfig  # noqa: E402
+from smollab.engine.lean_llama import LeanLlama  # noqa: E402
+from smollab.engine.token_logprobs import logprobs  # noqa: E402
+from smollab.models.loading import build_model  # noqa: E402
+from smollab.models.routing import (  # noqa: E402
+    adapter_mode,
+    apply_routing,
+    load_routed,
+    load_routed_dir,
+    masks_for,
+    routing_masks,
+    save_adapters,
+)
+
+P = 4  # prompt columns
+
+
+def _routed(micro_model, **kw):
+    torch.manual_seed(0)
+    base = build_model(ModelConfig(preset=None, path=str(micro_model)))
+    cfg = RoutingConfig(enabled=True, retain_r=4, forget_r=2, forget_alpha=8.0, **kw)
+    model = apply_routing(base, cfg)
+    with torch.no_grad():  # B starts at zero: give both adapters something to say
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return model
+
+
+def _batch(B: int = 6, T: int = 11):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 256, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[1, :2] = 0  # left padding in a prompt
+    mask[4, :1] = 0
+    return ids, mask
+
+
+def _per_sample_loss(model, ids, mask):
+    """L_i: a weighted sum of the row's completion log-probs (weights differ per row and token)."""
+    lp = logprobs(model, ids, mask, P, share_prompts=False)
+    w = torch.linspace(-1.0, 2.0, lp.numel()).view_as(lp)
+    return (w * lp).sum(1)
+
+
+def _grads(model, adapter: str) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in model.named_parameters()
+            if f".{adapter}." in n and p.grad is not None}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["classic", "exclusive"])
+def test_one_routed_pass_equals_the_separate_pass_definition(micro_model, mode):
+    model = _routed(micro_model)
+    ids, mask = _batch()
+    flags = torch.tensor([1, 0, 0, 1, 0, 1], dtype=torch.bool)
+    m_retain, m_forget = masks_for(flags, mode)
+    plain = _per_sample_loss(model, ids, mask)
+    with routing_masks(model, m_retain, m_forget):
+        routed = _per_sample_loss(model, ids, mask)
+        routed.sum().backward()
+    torch.testing.assert_close(routed, plain, rtol=0, atol=0)  # the value is untouched
+    one_pass = {a: _grads(model, a) for a in ("retain", "forget")}
+
+    separate = {}
+    for adapter, m in (("retain", m_retain), ("forget", m_forget)):
+        model.zero_grad(set_to_none=True)
+        m = torch.ones(len(flags)) if m is None else m
+        (m * _per_sample_loss(model, ids, mask)).sum().backward()
+        separate[adapter] = _grads(model, adapter)
+    model.zero_grad(set_to_none=True)
+    _per_sample_loss(model, ids, mask).sum().backward()
+    unrouted = _grads(model, "retain")
+
+    for adapter in ("retain", "forget"):
+        assert one_pass[adapter].keys() == separate[adapter].keys() and one_pass[adapter]
+        for name, g in separate[adapter].items():
+            torch.testing.assert_close(one_pass[adapter][name], g, rtol=1e-5, atol=1e-6)
+    # the masks did something: the retain adapter's gradient is not the unrouted one
+    assert any(not torch.allclose(one_pass["retain"][n], g) for n, g in unrouted.items())
+
+
+def test_masks_per_mode():
+    flags = torch.tensor([True, False])
+    assert masks_for(flags, "classic")[0].tolist() == [0.0, 1.0]
+    assert masks_for(flags, "classic")[1] is None
+    assert [m.tolist() for m in masks_for(flags, "exclusive")] == [[0.0, 1.0], [1.0, 0.0]]
+    assert masks_for(flags, "none") == (None, None)
+
+
+def test_adapter_modes_leave_training_state_as_it_was(micro_model):
+    model = _routed(micro_model)
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(".retain." in n or ".forget." in n for n in trainable)
+    ids, mask = _batch()
+    out = {}
+    for mode in ("both", "retain_only", "forget_only"):
+        with torch.no_grad(), adapter_mode(model, mode):
+            out[mode] = logprobs(model, ids, mask, P)
+            lean = LeanLlama.from_hf(model)  # the sampler's copy sums the mode's adapters
+            torch.testing.assert_close(logprobs(lean, ids, mask, P), out[mode])
+    assert not torch.allclose(out["retain_only"], out["forget_only"])
+    assert not torch.allclose(out["both"], out["retain_only"])
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == trainable
+    assert list(model.base_model.active_adapters) == ["retain", "forget"]
+    with torch.no_grad():
+        torch.testing.assert_close(logprobs(model, ids, mask, P), out["both"])
+
+
+def test_saved_adapters_load_into_peft_and_reproduce_each_mode(micro_model, tmp_path):
+    from peft import PeftModel
+
+    model = _routed(micro_model, layer_stride=2, targets=["q", "v", "down"])
+    ids, mask = _batch()
+    save_adapters(model, tmp_path)
+    assert (tmp_path / "retain" / "adapter_model.safetensors").is_file()
+    assert (tmp_path / "forget" / "adapter_model.safetensors").is_file()
+    fresh = lambda: build_model(ModelConfig(preset=None, path=str(micro_model)))  # noqa: E731
+    with torch.no_grad():
+        for mode, adapter in (("retain_only", "retain"), ("forget_only", "forget")):
+            with adapter_mode(model, mode):
+                want = logprobs(model, ids, mask, P)
+            alone = PeftModel.from_pretrained(fresh(), str(tmp_path / adapter)).eval()
+            torch.testing.assert_close(logprobs(alone, ids, mask, P), want)
+            merged = load_routed_dir(tmp_path, mode)
+            torch.testing.assert_close(logprobs(merged, ids, mask, P), want, rtol=1e-5, atol=1e-5)
+        want = logprobs(model, ids, mask, P)
+        both = load_routed(fresh(), tmp_path).eval()
+        torch.testing.assert_close(logprobs(both, ids, mask, P), want)
+        # layer_stride=2 on 2 layers: adapters on layer 0 only
+        names = [n for n, _ in both.named_parameters() if "lora_A" in n]
+        assert names and all(".layers.0." in n for n in names)

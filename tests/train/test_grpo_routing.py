@@ -1,0 +1,123 @@
+"""`smollab grpo` with gradient routing (grpo.routing) on micro settings: the loop end to end,
+the three-mode evaluation file, saved and resumed adapters, `smollab sample --mode`, bad keys."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from smollab.cli import main
+from smollab.config import load_config
+from smollab.errors import RunFailed
+from smollab.run_rows import read_metrics
+from smollab.runs import RunView
+from smollab.train import grpo
+
+ROUTED = [
+    "reward=[{name: happy_binary}, {name: happy_count}]", "grpo.routing.enabled=true",
+    "grpo.routing.retain_r=2", "grpo.routing.forget_r=2", "grpo.routing.eval_interval=3",
+    "grpo.routing.eval_prompts=3", "grpo.routing.detector.threshold=1",
+    "grpo.routing.hack_reward=happy_count", "grpo.routing.rh_eligible_frac=0.5",
+    "grpo.routing.routing_frac=0.5", "grpo.routing.label_noise_frac=0.25",
+    "grpo.routing.ablated_frac=0.3", "grpo.beta=0.05",
+]  # fmt: skip
+KEYS = {"step", "mode", "reward_mean", "reward/happy_binary", "reward/happy_count", "hack_rate",
+        "unique_fraction", "jaccard"}  # fmt: skip
+
+
+def _run(overrides):
+    return grpo.train(load_config("grpo", None, overrides))
+
+
+def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
+    summary = _run([*micro_grpo, *ROUTED])
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    run = RunView(tmp_path / "grpo")
+    rows = run.routing_eval()
+    assert [(r["step"], r["mode"]) for r in rows] == [
+        (s, m) for s in (0, 3, 6) for m in ("both", "retain_only", "forget_only")
+    ]
+    assert all(set(r) == KEYS for r in rows)
+    assert all(0 <= r["hack_rate"] <= 1 for r in rows)
+    metrics = read_metrics(run.metrics_path)
+    for col in ("hack_rate", "routed_frac", "eligible_frac"):
+        assert all(m[col] is not None for m in metrics), col
+    assert {m["eligible_frac"] for m in metrics} <= {0.0, 0.5, 1.0}  # whole groups: 2 per step
+    final = run.checkpoints_dir / "final"
+    for adapter in ("retain", "forget"):
+        assert (final / adapter / "adapter_model.safetensors").is_file()
+    log = run.log_path.read_text()
+    assert "policy forward computed (gradient routing (per-completion masks))" in log
+    assert "r2 retain + r2 forget" in log
+
+    capsys.readouterr()
+    args = ["sample", str(run.path), "--prompt", "Once", "--max-new-tokens", "4"]
+    texts = {}
+    for mode in ("both", "retain_only", "forget_only"):
+        assert main([*args, "--mode", mode, "--temperature", "0"]) == 0
+        texts[mode] = capsys.readouterr().out
+    assert all(t.startswith("[Once] Once") for t in texts.values())
+    assert main(args) == 0  # no --mode: both adapters
+    assert capsys.readouterr().out.startswith("[Once] Once")
+
+
+def test_sample_mode_on_a_run_without_routing_is_refused(micro_model, capsys):
+    assert main(["sample", str(micro_model), "--prompt", "Once", "--mode", "retain_only"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--mode" in err and "routing" in err
+
+
+def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
+    over = [*micro_grpo, *ROUTED, "grpo.routing.eval_interval=2"]
+    _run([*over, f"run.dir={tmp_path / 'ref'}"])
+    real, calls = grpo.group_advantages, {"n": 0}
+
+    def crash_at_step_5(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    monkeypatch.setattr(grpo, "group_advantages", crash_at_step_5)
+    with pytest.raises(RunFailed):
+        _run(over)
+    run = RunView(tmp_path / "grpo")
+    assert max(r["step"] for r in run.routing_eval()) == 4  # evaluated at 4, crashed in step 5
+    (run.path / "routing_eval.jsonl").open("a").write(json.dumps({"step": 5}) + "\n")
+    monkeypatch.setattr(grpo, "group_advantages", real)
+    assert _run(over)["status"] == "completed"
+    assert "resumed from step_4" in run.log_path.read_text()
+    steps = [r["step"] for r in run.routing_eval()]
+    assert steps == [s for s in (0, 2, 4, 6) for _ in range(3)]  # step 5's stray row dropped
+    ref = RunView(tmp_path / "ref")
+    assert run.routing_eval() == ref.routing_eval()
+    for adapter in ("retain", "forget"):
+        a = load_file(ref.checkpoints_dir / "final" / adapter / "adapter_model.safetensors")
+        b = load_file(run.checkpoints_dir / "final" / adapter / "adapter_model.safetensors")
+        assert a.keys() == b.keys() and a
+        for k in a:
+            torch.testing.assert_close(a[k], b[k], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["grpo.routing.forget_r=4"], "grpo.routing.forget_r is set but grpo.routing.enabled is false"),
+        (["grpo.routing.enabled=true", "model.lora.enabled=true"], "turn model.lora.enabled off"),
+        (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.forget_r=0"],
+         "no adapter to train"),
+        (["grpo.routing.enabled=true", "grpo.routing.hack_reward=nope"],
+         "grpo.routing.hack_reward=nope names no reward entry"),
+        (["grpo.routing.enabled=true", "grpo.routing.detector.name=nope_detector"], "nope_detector"),
+        (["grpo.routing.enabled=true", "grpo.routing.detector.params={bogus: 1}"], "bogus"),
+        (["grpo.routing.enabled=true", "grpo.routing.routing_frac=1.5"], "grpo.routing.routing_frac"),
+    ],
+)  # fmt: skip
+def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, message):
+    assert main(["grpo", *micro_grpo, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "grpo").exists()
