@@ -244,15 +244,19 @@ def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a run directory or a sweep directory")
     p.add_argument("--target-loss", type=float, default=None,
                    help="LR sweeps: mark which learning rates reach this loss")  # fmt: skip
+    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"], default=None,
+                   help="routed GRPO runs: the adapter mode the headline reports (default both)")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
         from pathlib import Path
 
-        from smollab.runs import SWEEP_META, SWEEP_RESULTS
+        from smollab.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
 
         d = Path(a.path)
         if not d.is_dir():
             raise UserError(f"not a directory: {d}")
+        if a.mode is not None and not (d / ROUTING_EVAL).exists():
+            raise UserError(f"{d}: --mode needs a routed GRPO run, and it has no {ROUTING_EVAL}")
         if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
             from smollab.report.sweep_report import write_sweep_report
 
@@ -264,7 +268,7 @@ def _report(p: argparse.ArgumentParser) -> None:
         else:
             from smollab.report.run_report import write_run_report
 
-            out = write_run_report(d)
+            out = write_run_report(d, mode=a.mode)
         print(f"report: {out}")
         return 0
 

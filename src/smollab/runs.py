@@ -38,6 +38,7 @@ METRICS = "metrics.csv"  # one row per logged step
 SUMMARY = "summary.json"  # status, final metrics, environment
 LOG = "training.log"  # human log: command, environment, code version, progress
 SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log steps
+ROUTING_EVAL = "routing_eval.jsonl"  # routed GRPO: one row per (eval step, adapter mode)
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
 PLOTS = "plots"  # png figures redrawn from metrics.csv
 TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
