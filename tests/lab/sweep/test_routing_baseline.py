@@ -118,3 +118,17 @@ def test_without_the_option_results_csv_is_unchanged(fake_child, no_config_resol
     assert scheduler.run_sweep(spec, out=lambda m: None) == {"completed": 1}
     rows = results(tmp_path / "sweep")
     assert len(rows) == 1 and "role" not in rows[0] and "baseline_of" not in rows[0]
+
+
+@pytest.mark.parametrize(
+    "command, match",
+    [("pretrain", "routing is a grpo feature, not pretrain"), ("grpo", "no trial is routed")],
+)
+def test_a_baseline_option_with_nothing_to_match_is_refused(tmp_path, command, match):
+    from smollab.errors import UserError
+    from smollab.lab.sweep.spec_load import validate_spec
+
+    tree = dict(command=command, space={"optim.lr": [1e-3]}, routing_baseline=True,
+                metric={"name": "lr", "goal": "min"}, dir=str(tmp_path / "sweep"))  # fmt: skip
+    with pytest.raises(UserError, match=f"^sweep key routing_baseline: {match}"):
+        validate_spec(tree)
