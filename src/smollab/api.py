@@ -135,13 +135,16 @@ def bench(workload: str | Path, args: Sequence[str] = (), knobs: Sequence[str] |
                      repeat=repeat)  # fmt: skip
 
 
-def report(path: str | Path, target_loss: float | None = None) -> Path:
-    """Plots and report.md for a run, sweep or probe directory; returns the report's path."""
-    from smollab.runs import SWEEP_META, SWEEP_RESULTS
+def report(path: str | Path, target_loss: float | None = None, mode: str | None = None) -> Path:
+    """Plots and report.md for a run, sweep or probe directory; returns the report's path.
+    `mode` (both, retain_only, forget_only): the adapter mode a routed GRPO run's headline shows."""
+    from smollab.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
 
     d = Path(path)
     if not d.is_dir():
         raise UserError(f"not a directory: {d}")
+    if mode is not None and not (d / ROUTING_EVAL).exists():
+        raise UserError(f"{d}: --mode needs a routed GRPO run, and it has no {ROUTING_EVAL}")
     if (d / SWEEP_RESULTS).exists() or (d / SWEEP_META).exists():
         from smollab.report.sweep_report import write_sweep_report
 
@@ -152,7 +155,7 @@ def report(path: str | Path, target_loss: float | None = None) -> Path:
         return Path(report_probe(d))
     from smollab.report.run_report import write_run_report
 
-    return Path(write_run_report(d))
+    return Path(write_run_report(d, mode=mode))
 
 
 def demo(dir: str | Path = "demo", quick: bool = False) -> dict[str, Any]:

@@ -222,9 +222,11 @@ def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a run directory or a sweep directory")
     p.add_argument("--target-loss", type=float, default=None,
                    help="LR sweeps: mark which learning rates reach this loss")  # fmt: skip
+    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"], default=None,
+                   help="routed GRPO runs: the adapter mode the headline reports (default both)")  # fmt: skip
 
     def run(a: argparse.Namespace) -> int:
-        print(f"report: {api.report(a.path, target_loss=a.target_loss)}")
+        print(f"report: {api.report(a.path, target_loss=a.target_loss, mode=a.mode)}")
         return 0
 
     p.set_defaults(run=run)

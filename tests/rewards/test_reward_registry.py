@@ -34,7 +34,14 @@ def user_module(tmp_path, monkeypatch):
 
 def test_builtins_by_name():
     assert get_reward("happy_binary") is happy_binary
-    assert set(BUILTINS) == {"happy_binary", "happy_count", "sentiment", "sentence_length"}
+    assert set(BUILTINS) == {
+        "happy_binary",
+        "happy_count",
+        "happy_density",
+        "contains_words",
+        "sentiment",
+        "sentence_length",
+    }
 
 
 def test_unknown_name_suggests():

@@ -30,16 +30,23 @@ def _series(rows, x: str, y: str):
 
 
 def plot_run(run_dir: str | Path) -> list[Path]:
-    """loss_curves.png and lr_schedule.png (pretraining); reward/KL/diversity when present."""
+    """loss_curves.png and lr_schedule.png (pretraining); reward/KL/diversity when present;
+    routing.png when the run wrote routing_eval.jsonl."""
+    from smollab.report.routing import plot_routing, read_routing_eval
+
     run_dir = Path(run_dir)
     view = RunView(run_dir)
     rows = view.metrics()
-    if not rows:
+    routing = read_routing_eval(run_dir)
+    if not rows and not routing:
         return []
     plt = pyplot()
     out_dir = view.plots_dir
     out_dir.mkdir(exist_ok=True)
     written = []
+    if routing:
+        plot_routing(plt, routing, view.config(), run_dir.name, out_dir / "routing.png")
+        written.append(out_dir / "routing.png")
 
     if any(r.get("train_loss") is not None for r in rows):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -78,6 +85,7 @@ _PANELS = {
     "reward.png": ["reward_mean", "eval_reward_mean"],
     "kl.png": ["kl"],
     "diversity.png": ["unique_fraction", "jaccard", "repetition"],
+    "hack.png": ["hack_rate", "routed_frac", "eligible_frac"],  # routed GRPO, training batches
 }
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
-from smollab.runs import METRICS, REPORT, SUMMARY, RunView
+from smollab.runs import METRICS, REPORT, ROUTING_EVAL, SUMMARY, RunView
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
@@ -25,19 +25,31 @@ def _f(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def write_run_report(run_dir: str | Path) -> Path:
+def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
+    """report.md with the plots. On a routed run (routing_eval.jsonl) the headline gives the
+    final figures of adapter `mode` (default both); a `mode` on any other run is refused."""
+    from smollab.report import routing
     from smollab.report.plots import plot_run
 
     d = Path(run_dir)
     view = RunView(d)
     if not view.summary_path.exists() and not view.metrics_path.exists():
         raise UserError(f"{d}: no {SUMMARY} or {METRICS} (not a run directory)")
+    if mode is not None and mode not in routing.MODES:
+        raise UserError(f"mode must be one of {', '.join(routing.MODES)}, got {mode!r}")
+    routed = routing.read_routing_eval(d)
+    if mode is not None and not routed:
+        raise UserError(f"{d}: --mode needs a routed run, and it has no {ROUTING_EVAL}")
     summary = view.summary()
     rows = view.metrics()
-    images = plot_run(d)
     config = view.config()
+    head = routing.headline(routed, mode, config) if routed else []
+    images = plot_run(d)
+    routing_png = next((p for p in images if p.name == "routing.png"), None)
+    images = [p for p in images if p != routing_png]
 
     lines = [f"# Run `{d.name}`", "", f"_Written {time.strftime('%Y-%m-%d %H:%M:%S')}._", ""]
+    lines += head
     if summary.get("command"):
         lines.append(f"- command: `smollab {summary['command']}`")
     for k in KEYS:
@@ -69,6 +81,10 @@ def write_run_report(run_dir: str | Path) -> Path:
         lines.append("|" + "---|" * len(keys))
         lines.append("| " + " | ".join(_f(last[k]) for k in keys) + " |")
         lines.append("")
+    if routed:
+        lines += routing.routing_section(
+            routed, str(routing_png.relative_to(d)) if routing_png else None
+        )
     if images:
         lines += ["## Plots", ""]
         for p in images:

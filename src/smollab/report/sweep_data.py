@@ -19,6 +19,7 @@ from smollab.runs import FINISHED, SWEEP_LOCK, SWEEP_META, SWEEP_RESULTS, RunVie
 from smollab.sweep_metric import Metric
 
 FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")
+TEXT_COLUMNS = ("trial", "status", "reason", "run_dir", "role", "baseline_of")  # kept as text
 
 
 @dataclass
@@ -41,6 +42,11 @@ class Trial:
     def seed(self) -> int | None:
         s = self.row.get("seed")
         return int(float(s)) if s not in (None, "") else None
+
+    @property
+    def is_baseline(self) -> bool:
+        """A routing sweep's matched mode=none run, not a point of the space."""
+        return self.row.get("role") == "baseline"
 
 
 @dataclass
@@ -112,10 +118,7 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
     live: bool | None = None
     with open(d / SWEEP_RESULTS, newline="") as f:
         for r in csv.DictReader(f):
-            row = {
-                k: _num(v) if k not in ("trial", "status", "reason", "run_dir") else v
-                for k, v in r.items()
-            }
+            row = {k: _num(v) if k not in TEXT_COLUMNS else v for k, v in r.items()}
             if not space:  # no sweep.json: columns between trial and seed are parameters
                 keys = list(r)
                 space = keys[1 : keys.index("seed")] if "seed" in keys else []
@@ -151,6 +154,18 @@ def _f(v: Any) -> str:
 
 def _short(key: str) -> str:
     return key.split(".")[-1]
+
+
+def beside_baselines(trials: list[Trial]) -> list[Trial]:
+    """The trials in order, each routing baseline moved to just after the last trial it serves
+    (`baseline_of` holds their trial ids), so a table shows it beside them."""
+    rest = [t for t in trials if not t.is_baseline]
+    out = list(rest)
+    for b in (t for t in trials if t.is_baseline):
+        served = set(str(b.row.get("baseline_of") or "").split())
+        at = [i for i, t in enumerate(out) if str(t.row.get("trial")) in served]
+        out.insert(at[-1] + 1 if at else len(out), b)
+    return out
 
 
 # ---- the LR analysis over a sweep ------------------------------------------------------------

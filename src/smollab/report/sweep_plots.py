@@ -185,7 +185,8 @@ def plot_metric_vs_params(data: SweepData, out_dir: Path) -> list[Path]:
         t
         for t in data.trials
         if t.status == "completed" and isinstance(t.row.get(label), int | float)
-    ]
+        and not t.is_baseline  # not a point of the space
+    ]  # fmt: skip
     if not done:
         return []
     plt = pyplot()

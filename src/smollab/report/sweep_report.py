@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from smollab.atomic_files import atomic_write_text
-from smollab.report.sweep_data import FAILURES, _f, is_lr_sweep, load_sweep, lr_curves
+from smollab.report.sweep_data import (
+    FAILURES,
+    SweepData,
+    _f,
+    beside_baselines,
+    is_lr_sweep,
+    load_sweep,
+    lr_curves,
+)
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
 from smollab.runs import REPORT
 
@@ -79,7 +87,8 @@ def write_sweep_report(
         t
         for t in data.trials
         if t.status == "completed" and isinstance(t.row.get(label), int | float)
-    ]
+        and not t.is_baseline
+    ]  # fmt: skip
     if done:
         sign = 1 if data.goal == "min" else -1
         best = sorted(done, key=lambda t: sign * t.row[label])
@@ -144,10 +153,15 @@ def write_sweep_report(
                           t.row.get("reason") or t.summary.get("evidence") or ""] for t in failed])  # fmt: skip
     lines.append("")
 
+    lines += _baseline_section(data)
+    roles = any(t.row.get("role") for t in data.trials)
     lines += ["## All trials", ""]
-    lines += _table(["trial", *data.space, "seed", "status", label, "steps", "wall s"],
-                    [[t.row.get("trial"), *t.params.values(), t.seed, t.status, t.row.get(label),
-                      t.row.get("steps"), t.row.get("wall_s")] for t in data.trials])  # fmt: skip
+    lines += _table(["trial", *data.space, "seed", *(["role"] if roles else []), "status", label,
+                     "steps", "wall s"],
+                    [[t.row.get("trial"), *t.params.values(), t.seed,
+                      *([t.row.get("role") or ""] if roles else []), t.status, t.row.get(label),
+                      t.row.get("steps"), t.row.get("wall_s")]
+                     for t in beside_baselines(data.trials)])  # fmt: skip
     lines.append("")
     if images:
         lines += ["## Plots", ""]
@@ -157,3 +171,24 @@ def write_sweep_report(
     path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _baseline_section(data: SweepData) -> list[str]:
+    """`routing_baseline: true`: each matched mode=none baseline beside its routed trials."""
+    baselines = [t for t in data.trials if t.is_baseline]
+    if not baselines:
+        return []
+    label = data.metric_label
+    by_id = {str(t.row.get("trial")): t for t in data.trials if not t.is_baseline}
+    rows = []
+    for b in baselines:
+        served = [by_id[i] for i in str(b.row.get("baseline_of") or "").split() if i in by_id]
+        shown = ", ".join(f"{t.row.get('trial')} ({_f(t.row.get(label)) or t.status})"
+                          for t in served)  # fmt: skip
+        rows.append([f"`{b.name}`", b.seed, b.status, b.row.get(label), shown])
+    return ["## Routing baselines", "",
+            "Each routed trial's matched non-routed baseline (the same config with "
+            "grpo.routing.mode=none), run once for the routed trials that differ only in routing "
+            f"keys; {label} of each routed trial in brackets.", "",
+            *_table(["baseline", "seed", "status", label, f"routed trials ({label})"], rows),
+            ""]  # fmt: skip

@@ -29,6 +29,7 @@ from typing import Any
 
 from smollab.config import RewardSpec
 from smollab.errors import UserError
+from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
 from smollab.rewards.sentiment import sentiment
@@ -38,6 +39,8 @@ RewardFn = Callable[..., Sequence[float]]
 BUILTINS: dict[str, RewardFn] = {
     "happy_binary": happy_binary,
     "happy_count": happy_count,
+    "happy_density": happy_density,
+    "contains_words": contains_words,
     "sentiment": sentiment,
     "sentence_length": sentence_length,
 }

@@ -155,7 +155,7 @@ class Sweep:
             n_start = max(1, min(self.concurrency - len(self.running), self.trials.remaining() + 1))
             threads = ch.split_threads(max(free, 1), n_start)[0]
         overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
-        overrides += [f"{k}={override_value(v)}" for k, v in nxt.params.items()]
+        overrides += [f"{k}={override_value(v)}" for k, v in {**nxt.params, **nxt.extra}.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
         if "run.group" not in self.spec.overrides:  # trackers group the trials by their study
             overrides.append(f"run.group={json.dumps(self.trials.study.study_name)}")  # a str
@@ -169,7 +169,9 @@ class Sweep:
         metrics_path = RunView(run_dir).metrics_path
         self.running[child] = RunningTrial(trial=trial, tail=ch.MetricsTail(metrics_path),
                                            reported=set(reported_steps(trial)), prior_wall=prior)  # fmt: skip
-        shown = " ".join(f"{k.split('.')[-1]}={fmt(v)}" for k, v in nxt.params.items())
+        shown = " ".join(
+            f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
+        )
         resumed = " (resuming)" if metrics_path.exists() else ""
         self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, "
                   f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip

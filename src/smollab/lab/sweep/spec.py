@@ -103,6 +103,11 @@ class SweepSpec(SpecSection):
         3600.0, gt=0, description="seconds a trial may write nothing to its run dir (null: off)"
     )
     poll_s: float = Field(0.5, gt=0)
+    routing_baseline: bool = Field(
+        False,
+        description="also run each routed GRPO trial's matched grpo.routing.mode=none "
+        "baseline, once per distinct baseline (smollab.lab.sweep.baseline)",
+    )
     report: ReportOptions = Field(default_factory=ReportOptions)
 
     # ---- derived ---------------------------------------------------------------------------
@@ -149,12 +154,29 @@ class SweepSpec(SpecSection):
                 f"{self.sampler}: {self.n_trials} configurations x {len(self.seeds)} seed(s)"
             )
             out += [f"  {k}: {v}" for k, v in self.space.items()]
+        if self.routing_baseline:
+            out.append(self._describe_baselines())
         out.append(f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
                    f"concurrency: {self.concurrency}")  # fmt: skip
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
         out.append("; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
                    + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT")  # fmt: skip
         return out
+
+    def _describe_baselines(self) -> str:
+        from smollab.lab.sweep.baseline import Baselines
+
+        if self.sampler != "grid":
+            return (
+                "routing baselines: one matched mode=none trial per distinct routed configuration"
+            )
+        found = Baselines(self)
+        routed = [
+            found.add(str(i), p, s) for i, p in enumerate(self.grid_points()) for s in self.seeds
+        ]
+        n_routed = sum(1 for b in routed if b is not None)
+        return (f"routing baselines: {len(found.by_name)} matched mode=none trial(s) for "
+                f"{n_routed} routed trial(s)")  # fmt: skip
 
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:

@@ -340,6 +340,8 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
                 raise UserError(f"sweep key enqueue.{i}.{key}: {value!r} is not one of {dist}")
     if spec.base and not resolve_recipe(spec.base, spec.command).is_file():
         raise UserError(f"sweep key base: file not found: {spec.base}")
+    if spec.routing_baseline:
+        _check_routing_baseline(spec)
     _check_points(spec)
     return spec
 
@@ -362,3 +364,18 @@ def _check_points(spec: SweepSpec) -> None:
         except UserError as e:
             shown = ", ".join(f"{k}={v}" for k, v in point.items())
             raise UserError(f"sweep trial {{{shown}}}: {e}") from None
+
+
+def _check_routing_baseline(spec: SweepSpec) -> None:
+    """`routing_baseline: true` must have routed trials to match (a grid's are known now)."""
+    if spec.command != "grpo":
+        raise UserError(f"sweep key routing_baseline: routing is a grpo feature, "
+                        f"not {spec.command}")  # fmt: skip
+    if spec.sampler != "grid":
+        return
+    from smollab.lab.sweep.baseline import Baselines
+
+    found = Baselines(spec)
+    if not any(found.is_routed(p) for p in spec.grid_points()):
+        raise UserError("sweep key routing_baseline: no trial is routed (none has "
+                        "grpo.routing.enabled true and grpo.routing.mode other than none)")  # fmt: skip

@@ -24,13 +24,14 @@ import io
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
 from smollab.lab import children as ch
+from smollab.lab.sweep.baseline import Baseline, Baselines, BaselineTrial
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import distributions
 from smollab.runs import FINISHED, SWEEP_RESULTS, RunView
@@ -118,10 +119,11 @@ def trial_name(number: int, params: dict[str, Any], seed: int) -> str:
 
 @dataclass
 class NextTrial:
-    trial: Any  # optuna.trial.Trial
+    trial: Any  # optuna.trial.Trial, or a BaselineTrial
     name: str  # its run directory under trials/
     params: dict[str, Any]
     seed: int
+    extra: dict[str, Any] = field(default_factory=dict)  # overrides after params (a baseline's)
 
 
 @dataclass
@@ -163,6 +165,9 @@ class Trials:
         self.resume_queue: list[Any] = []  # FrozenTrials to continue
         self.fails_in_a_row = 0
         self.successes = 0
+        self.baselines = Baselines(spec)  # routing_baseline: the routed trials' baselines
+        self.baseline_queue: list[Baseline] = []
+        self.baseline_runs: dict[str, BaselineTrial] = {}  # launched by this sweep process
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -208,11 +213,29 @@ class Trials:
 
         waiting = len(self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
         fresh_left = max(0, self.spec.total_runs() - self._fresh_count())
-        return len(self.resume_queue) + waiting + fresh_left
+        return len(self.resume_queue) + len(self.baseline_queue) + waiting + fresh_left
 
     def progress(self) -> tuple[int, int]:
         done = sum(1 for t in self.latest_by_dir().values() if t.state.is_finished())
-        return done, max(self.spec.total_runs(), done)
+        done += sum(1 for r in self._baseline_rows({}) if r["status"] in FINISHED)
+        return done, max(self.spec.total_runs() + len(self.baselines.by_name), done)
+
+    # ---- routing baselines ----------------------------------------------------------------
+
+    def _note_baseline(self, routed: str, params: dict[str, Any], seed: int,
+                       stop_timeout: float | None = None) -> None:  # fmt: skip
+        """Find the routed trial's baseline; queue it, once per sweep process, unless its run
+        finished (a failed one only when `retry_failed`). After a previous parent
+        (`stop_timeout` given), a child it left in the baseline's run dir is stopped first."""
+        b = self.baselines.add(routed, params, seed)
+        if b is None or b.name in self.baseline_runs or b in self.baseline_queue:
+            return
+        status = read_summary(self.run_dir(b.name)).get("status")
+        if status in FINISHED or (status == "failed" and not self.spec.retry_failed):
+            return
+        if stop_timeout is not None and ch.reap_stale(self.run_dir(b.name), stop_timeout):
+            self.say(f"baseline {b.name}: stopped a child left by the previous sweep process")
+        self.baseline_queue.append(b)
 
     # ---- what runs next -------------------------------------------------------------------
 
@@ -224,6 +247,7 @@ class Trials:
 
         for name, t in self.latest_by_dir().items():
             run_dir = self.run_dir(name)
+            self._note_baseline(name, *self.point(t), stop_timeout=stop_timeout)
             if t.state == TrialState.RUNNING:
                 if ch.reap_stale(run_dir, stop_timeout):
                     self.say(f"trial {name}: stopped a child left by the previous sweep process")
@@ -261,6 +285,10 @@ class Trials:
             frozen = self.resume_queue.pop(0)
             params, seed = self.point(frozen)
             return NextTrial(self.attach(frozen), self.run_dir_name(frozen), params, seed)
+        if self.baseline_queue:
+            b = self.baseline_queue.pop(0)
+            trial = self.baseline_runs[b.name] = BaselineTrial(b)
+            return NextTrial(trial, b.name, b.params, b.seed, extra=b.extra)
         if not self._waiting() and self._fresh_count() >= self.spec.total_runs():
             return None
         trial = self.study.ask(distributions(self.spec))
@@ -273,6 +301,7 @@ class Trials:
         if self.spec.sampler != "grid" and fresh:
             for s in self.spec.seeds[1:]:  # the same configuration once per further seed
                 self.study.enqueue_trial(params, user_attrs={"seed": s, "sibling": True})
+        self._note_baseline(name, params, seed)  # launched next, beside its routed trial
         return NextTrial(trial, name, params, seed)
 
     # ---- endings --------------------------------------------------------------------------
@@ -314,7 +343,7 @@ class Trials:
         attrs.update(status=status, reason=reason)
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
-        if state is not None:
+        if state is not None and not isinstance(trial, BaselineTrial):
             self.study.tell(trial, attrs.get("metric") if state == TrialState.COMPLETE else None,
                             state=state)  # fmt: skip
         if status == "failed":
@@ -353,12 +382,20 @@ class Trials:
                    "wall_s": None if wall is None else round(wall, 1),
                    "reason": ua.get("reason") if status not in ("running", "completed") else None,
                    "run_dir": f"{TRIALS}/{name}"}  # fmt: skip
+            if self.baselines.enabled:
+                routed = any(name in b.of for b in self.baselines.by_name.values())
+                row.update(role="routed" if routed else None, baseline_of=None)
             rows.append(row)
-        return rows
+        return rows + self._baseline_rows(live)
+
+    def _baseline_rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
+        return self.baselines.rows(self.trials_dir, self.baseline_runs, live)
 
     def write_results(self, live: Mapping[str, Live]) -> None:
         fields = ["trial", *self.spec.space, "seed", "status", self.spec.metric.label, "steps",
                   "wall_s", "reason", "run_dir"]  # fmt: skip
+        if self.baselines.enabled:
+            fields += ["role", "baseline_of"]
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
         w.writeheader()

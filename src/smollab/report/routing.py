@@ -1,0 +1,151 @@
+"""A routed GRPO run's evaluation in three adapter modes (issue 17): routing_eval.jsonl read back,
+plots/routing.png, the report's "Gradient routing" section and the headline of one chosen mode.
+
+The file has one row per (eval step, mode), modes by adapter scales: both (1, 1), retain_only
+(1, 0), forget_only (0, 1). Each row holds reward_mean, reward/<key> for every reward key,
+hack_rate, unique_fraction and jaccard. The question it answers: does retain_only keep the task
+reward while its hack rate falls to 0, with forget_only carrying the hack?
+
+"Task reward" is the weighted sum of the rewards other than `grpo.routing.hack_reward` (weights
+from the run's config.json), so the hack bonus does not prop it up; when the config does not
+name them, reward_mean stands in and is labelled so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from smollab.errors import UserError
+from smollab.runs import ROUTING_EVAL
+
+MODES = ("both", "retain_only", "forget_only")
+_COLORS = {"both": "tab:blue", "retain_only": "tab:green", "forget_only": "tab:red"}
+_TAIL = ("hack_rate", "unique_fraction", "jaccard")
+
+
+def read_routing_eval(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of routing_eval.jsonl ([] without the file), a repeated (step, mode) keeping its
+    last row (a resumed run), sorted by step. A last line a kill cut short is left out; any
+    other bad line is a UserError naming the file and line."""
+    path = Path(run_dir) / ROUTING_EVAL
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key = (int(row["step"]), row["mode"])
+        except (ValueError, TypeError, KeyError) as e:
+            if i == len(lines):
+                break  # torn by a kill mid-write
+            raise UserError(f"{path}: line {i} is not a row with step and mode ({e})") from e
+        if key[1] not in MODES:
+            raise UserError(f"{path}: line {i}: mode {key[1]!r} is not one of {', '.join(MODES)}")
+        rows[key] = row
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], MODES.index(k[1])))]
+
+
+def final_by_mode(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The last evaluated row of each mode present, in MODES order."""
+    last: dict[str, dict[str, Any]] = {}
+    for r in rows:  # sorted by step
+        last[r["mode"]] = r
+    return {m: last[m] for m in MODES if m in last}
+
+
+def task_weights(config: dict[str, Any]) -> dict[str, float] | None:
+    """{reward key: weight} of the task rewards (all but the hack reward), keys made as the
+    registry makes them (name, name#2, ...); None when the config does not name a hack reward."""
+    hack = ((config.get("grpo") or {}).get("routing") or {}).get("hack_reward")
+    specs = config.get("reward") or []
+    if not hack or not specs:
+        return None
+    seen: dict[str, int] = {}
+    weights = {}
+    for s in specs:
+        name = s.get("name")
+        seen[name] = seen.get(name, 0) + 1
+        key = name if seen[name] == 1 else f"{name}#{seen[name]}"
+        if key != hack:
+            weights[key] = float(s.get("weight", 1.0))
+    return weights or None
+
+
+def task_reward(row: dict[str, Any], weights: dict[str, float] | None) -> float | None:
+    """The row's task reward (see the module docstring); None when a task key is missing."""
+    if weights is None:
+        return row.get("reward_mean")
+    vals = [row.get(f"reward/{k}") for k in weights]
+    if any(v is None for v in vals):
+        return None
+    return sum(w * v for w, v in zip(weights.values(), vals, strict=True))
+
+
+def plot_routing(plt, rows: list[dict[str, Any]], config: dict[str, Any], title: str, path: Path):
+    """Two panels against steps, one line per mode: task reward and hack rate."""
+    from smollab.report.plots import save_figure
+
+    weights = task_weights(config)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = (("task reward" if weights else "reward mean", lambda r: task_reward(r, weights)),
+              ("hack rate", lambda r: r.get("hack_rate")))  # fmt: skip
+    for ax, (label, value) in zip(axes, panels, strict=True):
+        for mode in MODES:
+            pts = [(r["step"], value(r)) for r in rows if r["mode"] == mode]
+            pts = [p for p in pts if p[1] is not None]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(xs, ys, "-o" if len(xs) < 30 else "-", color=_COLORS[mode],
+                        label=mode.replace("_", " "), markersize=3)  # fmt: skip
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    axes[1].set_ylim(-0.03, 1.03)
+    fig.suptitle(f"{title}: gradient routing, evaluation per adapter mode")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _f(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else ""
+
+
+def routing_section(rows: list[dict[str, Any]], image: str | None) -> list[str]:
+    """Markdown: the final row of each mode as a table, then the plot."""
+    final = final_by_mode(rows)
+    keys = sorted({k for r in final.values() for k in r if k.startswith("reward/")})
+    cols = ["step", "reward_mean", *keys, *_TAIL]
+    lines = ["## Gradient routing", "",
+             "Final evaluation per adapter mode (retain_only should keep the task reward with a "
+             "hack rate near 0; forget_only should carry the hack).", "",
+             "| mode | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
+    for mode, r in final.items():
+        cells = [str(r["step"])] + [_f(r.get(c)) for c in cols[1:]]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if image:
+        lines += [f"![routing]({image})", ""]
+    return lines
+
+
+def headline(rows: list[dict[str, Any]], mode: str | None, config: dict[str, Any]) -> list[str]:
+    """The report's first line: the final figures of `mode` (None: both, or the first mode
+    evaluated yet); UserError when a mode asked for has no rows."""
+    final = final_by_mode(rows)
+    if mode is None:
+        mode = "both" if "both" in final else next(iter(final))
+    if mode not in final:
+        raise UserError(f"{ROUTING_EVAL} has no rows for mode {mode!r}")
+    r = final[mode]
+    weights = task_weights(config)
+    task = task_reward(r, weights)
+    parts = [f"task reward {_f(task)}"] if weights else []
+    parts += [f"reward mean {_f(r.get('reward_mean'))}", f"hack rate {_f(r.get('hack_rate'))}",
+              f"unique fraction {_f(r.get('unique_fraction'))}"]  # fmt: skip
+    return [f"- adapter mode **{mode}** (step {r['step']}): " + ", ".join(parts)]
