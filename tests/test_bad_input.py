@@ -75,11 +75,6 @@ CASES: list[tuple[str, list[str], str]] = [
     ("out of range", ["pretrain", "optim.lr=-1"], "optim.lr"),
     ("unknown choice", ["pretrain", "perf.precision=fp8"], "perf.precision"),
     ("min_lr above lr", ["pretrain", "optim.lr=1e-3", "optim.min_lr=1e-2"], "optim.min_lr"),
-    (
-        "warmup past the end",
-        ["pretrain", "train.max_steps=10", "optim.warmup_steps=20"],
-        "optim.warmup_steps",
-    ),  # fmt: skip
     ("key grpo does not read", ["grpo", "train.grad_accum=2"], "train.grad_accum"),
     ("key pretrain does not read", ["pretrain", "model.lora.enabled=true"], "model.lora"),
     ("set but unused", ["grpo", "model.lora.r=16"], "model.lora"),

@@ -100,8 +100,6 @@ def test_grpo_recipes_validate():
 # Rules across keys: (command, overrides, keys the one line must name).
 RULES = [
     ("pretrain", ["optim.min_lr=0.01"], ["optim.min_lr=0.01", "optim.lr=0.001"]),
-    ("pretrain", ["optim.warmup_steps=10", "train.max_steps=10"],
-     ["optim.warmup_steps=10", "train.max_steps=10"]),
     ("pretrain", ["optim.schedule=constant", "optim.min_lr=0"], ["optim.min_lr", "constant"]),
     ("pretrain", ["optim.decay_fraction=0.5"], ["optim.decay_fraction", "optim.schedule=cosine"]),
     ("pretrain", ["perf.compile_mode=max-autotune"], ["perf.compile_mode", "perf.compile"]),

@@ -112,9 +112,6 @@ def shared_rules(c: Any) -> None:
     if o.schedule != "wsd" and o.changed("decay_fraction"):
         raise ValueError(f"optim.decay_fraction is the wsd schedule's; optim.schedule="
                          f"{o.schedule} does not read it")  # fmt: skip
-    if o.warmup_steps and o.warmup_steps >= t.max_steps:
-        raise ValueError(f"optim.warmup_steps={o.warmup_steps} must be below train.max_steps="
-                         f"{t.max_steps} (0: no warmup)")  # fmt: skip
     if not t.save_interval and t.changed("keep_last"):
         raise ValueError("train.keep_last counts periodic checkpoints, and train.save_interval=0 "
                          "writes none")  # fmt: skip

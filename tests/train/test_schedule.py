@@ -1,9 +1,7 @@
-import math
-
 import pytest
 
 from smollab.config import OptimConfig
-from smollab.train.schedule import lr_at
+from smollab.train.schedule import lr_at, schedule_note
 
 
 def test_cosine_warmup_then_min_at_last_step():
@@ -26,6 +24,11 @@ def test_constant_and_wsd():
     assert 0 < lr_at(90, w, 101) < 1
 
 
-def test_warmup_longer_than_run_is_clamped():
+def test_warmup_longer_than_run_is_clamped_and_noted():
     o = OptimConfig(lr=1.0, min_lr=0.0, warmup_steps=1000)
-    assert all(math.isfinite(lr_at(s, o, 5)) for s in range(5))
+    lrs = [lr_at(s, o, 5) for s in range(5)]
+    assert lrs == sorted(lrs) and lrs[-1] == pytest.approx(1.0)  # rises, reaching lr at the end
+    note = schedule_note(o, 5)
+    assert "optim.warmup_steps=1000" in note and "train.max_steps=5" in note
+    assert schedule_note(o, 1001) is None
+    assert schedule_note(OptimConfig(warmup_steps=0), 1) is None

@@ -18,6 +18,7 @@ from smollab.config import DataConfig, ModelConfig, TrainingConfig, to_dict
 from smollab.runs import RunDir
 from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist
+from smollab.train.schedule import schedule_note
 
 
 def open_run(
@@ -26,8 +27,9 @@ def open_run(
     """Start `path` or find where to resume it. The second value is the summary of a run that had
     already finished: the loop returns it and does nothing else. A run that goes on is marked
     running (an earlier failure's evidence cleared), cleaned of what a killed writer left, its
-    trackers (`run.report_to`) attached, and from here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the
-    others get None) and every rank learns whether it had finished or was refused."""
+    trackers (`run.report_to`) attached, a warmup longer than the run noted in its log, and from
+    here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the others
+    get None) and every rank learns whether it had finished or was refused."""
     from smollab.trackers import check_installed, open_trackers
 
     check_installed(cfg.run.report_to)  # before anything is written
@@ -48,6 +50,8 @@ def open_run(
             run.log(f"leftover of an interrupted write: {done}")
         run.update_summary(status="running", evidence=None)
         open_trackers(run, cfg.run.report_to, to_dict(cfg), cfg.run.group)
+        if note := schedule_note(cfg.optim, cfg.train.max_steps):
+            run.log(note, echo=True)
     return run, finished
 
 

@@ -27,3 +27,14 @@ def lr_at(step: int, optim: OptimConfig, max_steps: int) -> float:
         return optim.lr
     progress = min((step - decay_start) / max(last - decay_start, 1), 1.0)
     return optim.lr + (optim.min_lr - optim.lr) * progress
+
+
+def schedule_note(optim: OptimConfig, max_steps: int) -> str | None:
+    """The run log's line when the warmup outlasts the run (a recipe shortened from the command
+    line, `train.max_steps=20` on a 50-step warmup): the run goes on, warming up until its end,
+    where it reaches `optim.lr`; nothing is left to decay."""
+    if optim.warmup_steps and optim.warmup_steps >= max_steps:
+        return (f"optim.warmup_steps={optim.warmup_steps} is not below train.max_steps="
+                f"{max_steps}: the LR warms up over the whole run, reaching optim.lr="
+                f"{optim.lr:g} at its end (no {optim.schedule} phase)")  # fmt: skip
+    return None
