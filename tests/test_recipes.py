@@ -78,6 +78,17 @@ def test_a_path_that_exists_wins_over_a_shipped_name(tmp_path, monkeypatch):
     assert load_config("grpo", "configs/grpo/happy.yaml").optim.lr == 0.25
 
 
+def test_a_directory_of_that_name_does_not_hijack_the_recipe(tmp_path, monkeypatch):
+    """`happy/` (a run directory, say) in the working directory is not a recipe file."""
+    monkeypatch.chdir(tmp_path)
+    Path("happy").mkdir()
+    (tmp_path / "configs" / "grpo" / "happy.yaml").mkdir(parents=True)
+    assert resolve_recipe("happy", "grpo") == recipes_root() / "grpo/happy.yaml"
+    assert resolve_recipe("configs/grpo/happy.yaml", "grpo") == recipes_root() / "grpo/happy.yaml"
+    shipped = load_config("grpo", str(recipes_root() / "grpo/happy.yaml"))
+    assert load_config("grpo", "happy") == shipped
+
+
 def test_unknown_names_are_one_line_naming_what_there_is(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError) as e:

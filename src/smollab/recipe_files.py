@@ -3,7 +3,7 @@ wheel install has them too, found by name as well as by path.
 
 A reference is resolved in this order:
 
-1. a path that exists, relative to the working directory, is that file (your own copy wins);
+1. a file that exists, relative to the working directory, is that file (your own copy wins);
 2. `configs/<dir>/<name>.yaml`, the spelling the docs and the recipes' headers use, is the
    shipped file when no such path exists here, so it works from any directory once installed;
 3. a bare name (`happy`, `happy.yaml`) or `<dir>/<name>` is the shipped recipe with that stem
@@ -75,7 +75,7 @@ def resolve_recipe(ref: str | Path, command: str | None = None) -> Path:
     returned as given, so the caller's own "not found" line names it; an unknown bare name is
     a UserError listing the names there are."""
     p = Path(ref)
-    if p.exists():
+    if p.is_file():  # a directory of that name (a run's, say) is not a recipe
         return p
     root, parts = recipes_root(), p.parts
     if len(parts) >= 2 and parts[0] == "configs":  # the documented spelling, from anywhere
