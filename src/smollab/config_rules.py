@@ -6,7 +6,8 @@ not be honoured. `config.validate` refuses either in one line that names the key
   batch)`); `smollab bench` skips a knob whose key the workload's command does not read. An entry
   is a dotted key or a whole section (`grpo` covers `grpo.beta`). tests/train/test_config_keys.py
   checks the table against the schemas both ways.
-- The rules across keys (`shared_rules`, `data_rules`, `pretrain_rules`, `grpo_rules`) run on a
+- The rules across keys and the environment (`tracker_rules`: a tracker's package is installed;
+  `shared_rules`, `data_rules`, `pretrain_rules`, `grpo_rules`) run on a
   validated config.
   "Set" means set in YAML or on the command line to a value other than the default
   (`Section.changed`): a default changes nothing, and `smollab config show` prints every key.
@@ -16,6 +17,7 @@ Imports nothing of smollab (config imports this) and no torch: the bench parent 
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 # The rules take config sections (config.DataConfig, PretrainConfig, GRPOConfig, ...): config
@@ -92,6 +94,22 @@ def data_rules(d: Any) -> None:
                          "split (the fraction applies only with data.max_stories)")  # fmt: skip
 
 
+# run.report_to name -> (the package it imports, the pyproject extra that installs it)
+TRACKER_PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
+                    "trackio": ("trackio", "trackio")}  # fmt: skip
+
+
+def tracker_rules(r: Any) -> None:
+    """A tracker of `run.report_to` whose package is missing is refused with the extra to install,
+    when the config is read: before data, model or run directory, and once in a sweep's parent
+    (which validates every trial's config). Only looked up (find_spec), never imported here."""
+    for name in r.report_to:
+        package, extra = TRACKER_PACKAGES[name]
+        if importlib.util.find_spec(package) is None:
+            raise ValueError(f"run.report_to {name}: the {package} package is not installed; "
+                             f"pip install 'smollab[{extra}]'")  # fmt: skip
+
+
 def shared_rules(c: Any) -> None:
     """Model, data, optim, train and run rules of every training command."""
     m, o, t, r = c.model, c.optim, c.train, c.run
@@ -118,6 +136,7 @@ def shared_rules(c: Any) -> None:
     if r.dir and r.changed("name"):
         raise ValueError(f"run.name={r.name} names the default run directory, and run.dir={r.dir} "
                          "is set")  # fmt: skip
+    tracker_rules(r)
 
 
 def pretrain_rules(c: Any) -> None:

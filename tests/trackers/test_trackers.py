@@ -34,6 +34,26 @@ def pretrain(overrides: list[str]) -> dict:
     return train(load_config("pretrain", None, overrides))
 
 
+def crash_at(monkeypatch, args: list[str], call: int) -> None:
+    """Run pretrain with its `call`-th batch raising: the run fails (a checkpoint at step 10 and
+    rows up to 15 when `call` is 18)."""
+    from smollab.errors import RunFailed
+    from smollab.train import pretrain as loop
+
+    real, calls = loop.get_batch, {"n": 0}
+
+    def crashing(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(loop, "get_batch", crashing)
+        with pytest.raises(RunFailed):
+            pretrain(args)
+
+
 # ---- TensorBoard: tensorboard's EventAccumulator -------------------------------------------
 
 
@@ -69,22 +89,8 @@ def test_tensorboard_after_a_crash_and_resume_equals_metrics_csv(micro_pretrain,
     """The crashed process logged step 15 past its step-10 checkpoint; the resumed one logs 15
     again: TensorBoard, like metrics.csv, holds each step once, the resumed value."""
     pytest.importorskip("tensorboard")
-    from smollab.errors import RunFailed
-    from smollab.train import pretrain as loop
-
     args = [*micro_pretrain, "run.report_to=tensorboard"]
-    real, calls = loop.get_batch, {"n": 0}
-
-    def crash_at_18(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 18:
-            raise RuntimeError("simulated crash")
-        return real(*a, **k)
-
-    with monkeypatch.context() as m:
-        m.setattr(loop, "get_batch", crash_at_18)
-        with pytest.raises(RunFailed):
-            pretrain(args)
+    crash_at(monkeypatch, args, 18)
     run = tmp_path / "run"
     assert sorted(tb_series(run / "tb")[0]["train_loss"]) == [1, 5, 10, 15]
     assert tb_series(run / "tb")[0]["summary/steps"] == {15: 17.0}  # the failed summary
@@ -94,6 +100,24 @@ def test_tensorboard_after_a_crash_and_resume_equals_metrics_csv(micro_pretrain,
     assert as_float32(csv_series(run)) == logged
     assert sorted(logged["train_loss"]) == [1, 5, 10, 15, 20]
     assert series["summary/steps"] == {20: 20.0}
+
+
+def test_tensorboard_resume_that_fails_before_a_row_keeps_the_earlier_events(
+    micro_pretrain, tmp_path, monkeypatch
+):
+    """A resumed attempt that dies before its first row purges nothing: the events the earlier
+    attempt logged stay readable (a purge from step 0 would hide them all)."""
+    pytest.importorskip("tensorboard")
+    args = [*micro_pretrain, "run.report_to=tensorboard"]
+    crash_at(monkeypatch, args, 18)
+    crash_at(monkeypatch, args, 1)  # resumed from step 10, fails before logging
+    series, _ = tb_series(tmp_path / "run" / "tb")
+    assert sorted(series["train_loss"]) == [1, 5, 10, 15]
+    assert sorted(series["val_loss"]) == [10]
+    pretrain(args)  # the next resume still purges past its checkpoint
+    series, _ = tb_series(tmp_path / "run" / "tb")
+    logged = {k: v for k, v in series.items() if not k.startswith("summary/")}
+    assert as_float32(csv_series(tmp_path / "run")) == logged
 
 
 def test_tensorboard_grpo_equals_metrics_csv(micro_grpo, tmp_path):
@@ -174,6 +198,47 @@ def test_wandb_offline_equals_metrics_csv(micro_pretrain, tmp_path, monkeypatch)
     assert final["final_val_loss"] == pytest.approx(summary["final_val_loss"])
 
 
+def wandb_attempt(file: Path) -> tuple[object, dict[str, dict[int, float]]]:
+    """An offline W&B run file's run record and its logged series."""
+    info, series = None, {}
+    for r in wandb_records(file):
+        kind = r.WhichOneof("record_type")
+        if kind == "history":
+            for item in r.history.item:
+                if not key(item).startswith("_"):
+                    series.setdefault(key(item), {})[r.history.step.num] = json.loads(
+                        item.value_json
+                    )
+        elif kind == "run":
+            info = r.run
+    return info, series
+
+
+def test_wandb_resume_is_a_new_run_holding_the_steps_it_logged(micro_pretrain, tmp_path,
+                                                               monkeypatch):  # fmt: skip
+    """W&B ignores steps at or below a run's last: a resumed attempt (from the step-10 checkpoint,
+    after a crash past step 15) is a run of its own, `run-resume10`, in the same group."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    args = [*micro_pretrain, "run.report_to=wandb", "run.group=g"]
+    crash_at(monkeypatch, args, 18)
+    summary = pretrain(args)
+    run = tmp_path / "run"
+    files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    attempts = {info.display_name: (info, series) for info, series in map(wandb_attempt, files)}
+    assert sorted(attempts) == ["run", "run-resume10"]
+    (first, dead), (second, resumed) = attempts["run"], attempts["run-resume10"]
+    assert [first.run_id, second.run_id] == summary["wandb_run_ids"]
+    assert second.run_id == summary["wandb_run_id"] != first.run_id
+    assert first.run_group == second.run_group == "g"
+    csv = csv_series(run)
+    assert sorted(dead["train_loss"]) == [1, 5, 10, 15]
+    assert {k: {s: v for s, v in d.items() if s <= 10} for k, d in dead.items()} == {
+        k: {s: v for s, v in d.items() if s <= 10} for k, d in csv.items()}  # fmt: skip
+    assert resumed == {k: {s: v for s, v in d.items() if s > 10} for k, d in csv.items()}
+
+
 # ---- Trackio: its local SQLite store, through trackio's own storage API --------------------
 
 TRACKIO_RUN = """
@@ -236,16 +301,32 @@ def test_report_to_spellings():
 
 
 def test_missing_package_is_one_line_before_any_work(micro_pretrain, tmp_path, monkeypatch):
+    """Refused when the config is read: no data prepared, no model built, no run directory; a
+    sweep whose overrides name the tracker fails once, in the parent, before any trial."""
     import importlib.util
+
+    import yaml
+
+    from smollab.lab.sweep.spec_load import load_spec
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "wandb" else real(name, *a))  # fmt: skip
+    line = "run.report_to wandb: the wandb package is not installed; pip install 'smollab[wandb]'"
+    fresh = [x for x in micro_pretrain if not x.startswith("data.dir=")]
+    fresh.append(f"data.dir={tmp_path / 'data'}")  # not prepared: preparing it would be work
     with pytest.raises(UserError) as e:
-        pretrain([*micro_pretrain, "run.report_to=[tensorboard,wandb]"])
-    assert str(e.value) == ("run.report_to wandb: the wandb package is not installed; "
-                            "pip install 'smollab[wandb]'")  # fmt: skip
-    assert not (tmp_path / "run").exists()
+        pretrain([*fresh, "run.report_to=[tensorboard,wandb]"])
+    assert str(e.value) == f"config: {line}"
+    assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(dict(
+        command="pretrain", overrides={"model.preset": "micro", "run.report_to": ["wandb"]},
+        space={"optim.lr": [1e-2, 3e-3]}, metric={"name": "val_loss", "goal": "min"},
+        dir=str(tmp_path / "sweep"))))  # fmt: skip
+    with pytest.raises(UserError, match=line.replace("[", r"\[").replace("]", r"\]")):
+        load_spec(spec)
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_tracker_error_keeps_every_csv_row(micro_pretrain, tmp_path, monkeypatch):
@@ -263,8 +344,8 @@ def test_tracker_error_keeps_every_csv_row(micro_pretrain, tmp_path, monkeypatch
         def close(self, summary):
             raise AssertionError("a dropped tracker is not closed")
 
+    pytest.importorskip("tensorboard")  # run.report_to=tensorboard needs it installed
     monkeypatch.setattr(fanout, "_open", lambda *a: Flaky())
-    monkeypatch.setattr(fanout, "check_installed", lambda names: None)
     summary = pretrain([*micro_pretrain, "run.report_to=tensorboard"])
     run = RunView(tmp_path / "run")
     assert summary["status"] == "completed" and Flaky.rows == 2

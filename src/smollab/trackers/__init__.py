@@ -9,6 +9,6 @@ This package sits beside `report` under `train` in the import layers: it reads n
 run directory and config, and the loops (through the scaffold) are its only callers.
 """
 
-from smollab.trackers.fanout import check_installed, open_trackers
+from smollab.trackers.fanout import open_trackers
 
-__all__ = ["check_installed", "open_trackers"]
+__all__ = ["open_trackers"]

@@ -1,8 +1,8 @@
 """The trackers a run names in `run.report_to`, started together and fed as one sink.
 
-Failure policy: a tracker that cannot start fails the run before its first step (a missing package
-is refused before the run directory is written, naming the extra to install). A tracker that fails
-later, mid-run, is logged once in training.log (and on stderr) with its error, recorded in the
+Failure policy: a tracker that cannot start fails the run before its first step (a missing
+package is refused earlier, when the config is validated: `config_rules.tracker_rules`). A tracker
+that fails later, mid-run, is logged once in training.log (and on stderr) with its error, recorded in the
 summary's `tracker_errors`, and dropped; training and the other trackers go on. The rows are in
 metrics.csv already, so nothing is lost, and hours of training are not thrown away because a
 dashboard's upload failed.
@@ -11,18 +11,12 @@ dashboard's upload failed.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from smollab.atomic_files import one_line
-from smollab.errors import UserError
 from smollab.runs import RunDir
-
-# name in run.report_to -> (package it imports, pyproject extra that installs it)
-PACKAGES = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"),
-            "trackio": ("trackio", "trackio")}  # fmt: skip
 
 
 class Tracker(Protocol):
@@ -31,26 +25,19 @@ class Tracker(Protocol):
     def close(self, summary: dict[str, Any]) -> None: ...
 
 
-def check_installed(report_to: list[str]) -> None:
-    """One line naming the extra to install for the first tracker whose package is missing."""
-    for name in report_to:
-        package, extra = PACKAGES[name]
-        if importlib.util.find_spec(package) is None:
-            raise UserError(f"run.report_to {name}: the {package} package is not installed; "
-                            f"pip install 'smollab[{extra}]'")  # fmt: skip
-
-
 def open_trackers(run: RunDir, report_to: list[str], config: dict[str, Any],
                   group: str | None) -> Fanout | None:  # fmt: skip
     """Start every tracker of `report_to` for `run` (named by its directory, grouped by `group`,
     the resolved `config` as hyperparameters) and attach them to it as its row sink."""
     if not report_to:
         return None
-    resumed = run.resume_from is not None
+    # A resumed attempt goes on from its newest checkpoint, step_<N>: a new run in W&B and
+    # Trackio (which cannot rewind), a purge past N in TensorBoard.
+    resume_step = int(run.resume_from.name.split("_")[1]) if run.resume_from else None
     started: list[tuple[str, Tracker]] = []
     for name in report_to:
         try:
-            started.append((name, _open(name, run, config, group, resumed)))
+            started.append((name, _open(name, run, config, group, resume_step)))
         except Exception:
             for _, t in started:
                 t.close({"status": "failed"})
@@ -61,20 +48,28 @@ def open_trackers(run: RunDir, report_to: list[str], config: dict[str, Any],
     return fan
 
 
+def attempt_name(run_name: str, resume_step: int | None) -> str:
+    """A tracker run's name: the run directory's, and `-resume<N>` for an attempt that resumed
+    from step N (W&B ignores steps at or below a run's last and Trackio appends duplicates, so
+    each attempt after a resume is a run of its own, in the same group)."""
+    return run_name if resume_step is None else f"{run_name}-resume{resume_step}"
+
+
 def _open(name: str, run: RunDir, config: dict[str, Any], group: str | None,
-          resumed: bool) -> Tracker:  # fmt: skip
-    path, title = Path(run.path), Path(run.path).resolve().name
+          resume_step: int | None) -> Tracker:  # fmt: skip
+    path = Path(run.path)
+    title = attempt_name(path.resolve().name, resume_step)
     if name == "tensorboard":
         from smollab.trackers.tensorboard_sink import TensorBoardTracker
 
-        return TensorBoardTracker(path, config)
+        return TensorBoardTracker(path, config, resume_step)
     if name == "wandb":
         from smollab.trackers.wandb_sink import WandbTracker
 
         return WandbTracker(path, title, group, config, run.read_summary(), run.update_summary)
     from smollab.trackers.trackio_sink import TrackioTracker
 
-    return TrackioTracker(title, group, config, resumed)
+    return TrackioTracker(title, group, config, run.read_summary(), run.update_summary)
 
 
 class Fanout:

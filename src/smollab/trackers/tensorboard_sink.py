@@ -16,25 +16,30 @@ from smollab.runs import TENSORBOARD
 
 
 class TensorBoardTracker:
-    def __init__(self, run_dir: Path, config: dict[str, Any]):
+    """`resume_step`: the checkpoint step a resumed attempt goes on from (None: a fresh start)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], resume_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
         self._make = SummaryWriter
         self.dir = run_dir / TENSORBOARD
         self.config = config
         self.writer = None
-        self.step = 0
+        self.resume_step = resume_step
+        self.step = resume_step or 0
 
-    def _open(self, first_step: int):
+    def _open(self, purge_step: int | None):
         # purge_step: a resumed run drops the events an interrupted process logged past its
-        # checkpoint, as metrics.csv does, so each step appears once.
-        self.writer = self._make(log_dir=str(self.dir), purge_step=first_step)
-        self.writer.add_text("config", _code(self.config), first_step)
+        # checkpoint, as metrics.csv does, so each step appears once. Only a writer that logs a
+        # row purges: an attempt that ends before its first row (a failed or interrupted resume)
+        # must not hide the earlier events (purge_step 0 would hide them all).
+        self.writer = self._make(log_dir=str(self.dir), purge_step=purge_step)
+        self.writer.add_text("config", _code(self.config), self.step)
 
     def row(self, row: dict[str, float]) -> None:
         self.step = int(row["step"])
         if self.writer is None:
-            self._open(self.step)
+            self._open(0 if self.resume_step is None else self.resume_step + 1)
         for key, value in row.items():
             if key != "step":
                 self.writer.add_scalar(key, value, self.step)
@@ -42,7 +47,7 @@ class TensorBoardTracker:
 
     def close(self, summary: dict[str, Any]) -> None:
         if self.writer is None:
-            self._open(self.step)
+            self._open(None)
         from torch.utils.tensorboard.summary import hparams
 
         numbers = {f"summary/{k}": float(v) for k, v in summary.items()

@@ -2,8 +2,12 @@
 user's working directory. W&B reads its own settings from the environment: WANDB_MODE=offline
 keeps everything on disk (`wandb sync <run dir>/wandb/offline-run-*` uploads it later),
 WANDB_PROJECT names the project (default `smollab`). The run is named after its directory and
-grouped by `run.group` (a sweep's study); its id is kept in summary.json, so a resumed run
-continues the same W&B run.
+grouped by `run.group` (a sweep's study). Each attempt is a W&B run of its own: one that resumed
+from checkpoint step N is `<run name>-resumeN` (same group) and logs steps N+1 on, since W&B keeps
+a run's steps increasing and ignores a row at or below its last (the dead process's rows past the
+checkpoint would win over the new ones). `resume_from` (rewind) would keep one run, but it needs
+the W&B server (a beta feature that offline mode only records). summary.json keeps the newest
+attempt's id as `wandb_run_id` and every attempt's in `wandb_run_ids`.
 """
 
 from __future__ import annotations
@@ -22,12 +26,13 @@ class WandbTracker:
                  summary: dict[str, Any], update_summary: Callable[..., Any]):  # fmt: skip
         import wandb
 
-        run_id = summary.get("wandb_run_id") or secrets.token_hex(4)
+        run_id = secrets.token_hex(4)
         self.run = wandb.init(
             dir=str(run_dir), project=os.environ.get("WANDB_PROJECT") or "smollab", name=name,
-            group=group, config=config, id=run_id, resume="allow", reinit="create_new",
+            group=group, config=config, id=run_id, resume="never", reinit="create_new",
         )  # fmt: skip
-        update_summary(wandb_run_id=run_id)
+        earlier = summary.get("wandb_run_ids") or []
+        update_summary(wandb_run_id=run_id, wandb_run_ids=[*earlier, run_id])
 
     def row(self, row: dict[str, float]) -> None:
         step = int(row["step"])

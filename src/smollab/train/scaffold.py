@@ -30,9 +30,8 @@ def open_run(
     trackers (`run.report_to`) attached, a warmup longer than the run noted in its log, and from
     here on a crash is recorded into it. Under DDP rank 0 alone opens the directory (the others
     get None) and every rank learns whether it had finished or was refused."""
-    from smollab.trackers import check_installed, open_trackers
+    from smollab.trackers import open_trackers
 
-    check_installed(cfg.run.report_to)  # before anything is written
     opened: list[RunDir] = []
 
     def start() -> dict | None:
