@@ -121,3 +121,24 @@ def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "grpo").exists()
+
+
+def test_routing_frac_thins_the_detector_flags_and_not_the_label_noise():
+    from smollab.config import RoutingConfig
+    from smollab.train.routing import Router
+
+    def routed(**kw) -> list[bool]:
+        cfg = RoutingConfig(enabled=True, detector={"name": "happy_count", "threshold": 1}, **kw)
+        router = Router(cfg, seed=0, weights={})
+        texts = ["happy day", "a sad day"] * 8
+        router.score(3, list(range(16)), torch.zeros(16), {}, ["Once"] * 16, texts, None)
+        return router.routed.tolist()
+
+    flagged = [True, False] * 8
+    # every unflagged one noised, no flagged one routed: the noise flags alone are routed
+    assert routed(routing_frac=0.0, label_noise_frac=1.0) == [not f for f in flagged]
+    assert routed(routing_frac=1.0) == flagged
+    some = routed(routing_frac=0.5)
+    assert not any(r and not f for r, f in zip(some, flagged, strict=True))
+    assert 0 < sum(some) < 8  # some of the flagged ones (seeded: the same on every run)
+    assert routed(routing_frac=1.0, label_noise_frac=1.0) == [True] * 16

@@ -2,9 +2,10 @@
 
 Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
 reward lose its term from the total (before advantages), the detector flags completions that
-show the hack (`hack_rate`), label noise flags some others, and `routing_frac` of the flagged
-ones are routed. `Router.train_pass` wraps the policy's training forward and backward: the
-per-completion masks of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
+show the hack (`hack_rate`), and `routing_frac` of those are routed (an imperfect classifier's
+recall); label noise routes `label_noise_frac` of the others (false positives, not thinned).
+`Router.train_pass` wraps the policy's training forward and backward: the per-completion masks
+of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
 samples fixed held-out prompts in the three adapter modes and appends one row per mode to
 `routing_eval.jsonl`.
 
@@ -82,9 +83,8 @@ class Router:
         hack = self.detect(prompts, completions, rows)
         gen = torch.Generator().manual_seed(hash((self.seed, step, _NOISE)) & 0x7FFF_FFFF_FFFF)
         noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
-        routed = (hack | noise) & (
-            torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
-        )
+        caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
+        routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
         self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
         self.row = {"hack_rate": float(hack.float().mean()),
                     "routed_frac": float(self.routed.float().mean()),
