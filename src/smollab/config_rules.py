@@ -219,6 +219,22 @@ def routing_rules(c: Any) -> None:
                          "model.lora.enabled off")  # fmt: skip
     if rt.retain_r == 0 and rt.forget_r == 0:
         raise ValueError("grpo.routing.retain_r and forget_r are both 0: no adapter to train")
+    if rt.mode == "none" and rt.changed("routing_frac"):
+        raise ValueError("grpo.routing.routing_frac thins the detector's routed flags, and "
+                         "grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.mode == "none" and rt.changed("label_noise_frac"):
+        raise ValueError("grpo.routing.label_noise_frac routes unflagged completions at random, "
+                         "and grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.ablated_frac > 0 and rt.forget_r == 0:
+        raise ValueError("grpo.routing.ablated_frac trains steps with the forget adapter off, "
+                         "and grpo.routing.forget_r=0 has none (the step would change nothing)")  # fmt: skip
+    if rt.ablated_frac > 0 and rt.retain_r == 0:
+        raise ValueError("grpo.routing.ablated_frac trains steps with the forget adapter off, "
+                         "and grpo.routing.retain_r=0 leaves nothing to train then")  # fmt: skip
+    if rt.ablated_frac > 0 and c.grpo.num_iterations > 1:
+        raise ValueError("grpo.routing.ablated_frac needs grpo.num_iterations=1: the old "
+                         "log-probs are sampled with both adapters, so an ablated step's first "
+                         "ratio would measure removing the forget adapter")  # fmt: skip
     keys = _reward_keys(c.reward)
     if rt.hack_reward is not None and rt.hack_reward not in keys:
         raise ValueError(f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "

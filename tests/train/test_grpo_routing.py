@@ -114,6 +114,16 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
         (["grpo.routing.enabled=true", "grpo.routing.detector.name=nope_detector"], "nope_detector"),
         (["grpo.routing.enabled=true", "grpo.routing.detector.params={bogus: 1}"], "bogus"),
         (["grpo.routing.enabled=true", "grpo.routing.routing_frac=1.5"], "grpo.routing.routing_frac"),
+        (["grpo.routing.enabled=true", "grpo.routing.mode=none", "grpo.routing.routing_frac=0.2"],
+         "grpo.routing.routing_frac thins the detector's routed flags, and grpo.routing.mode=none"),
+        (["grpo.routing.enabled=true", "grpo.routing.mode=none",
+          "grpo.routing.label_noise_frac=0.1"], "grpo.routing.label_noise_frac routes unflagged"),
+        (["grpo.routing.enabled=true", "grpo.routing.forget_r=0", "grpo.routing.ablated_frac=0.3"],
+         "grpo.routing.forget_r=0 has none"),
+        (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.ablated_frac=0.3"],
+         "grpo.routing.retain_r=0 leaves nothing to train"),
+        (["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
+         "grpo.routing.ablated_frac needs grpo.num_iterations=1"),
     ],
 )  # fmt: skip
 def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, message):
