@@ -67,6 +67,8 @@ def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementa
 
         if isinstance(where, Path) and saved_adapters(where):
             return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
+        if isinstance(where, Path):  # absolute: PEFT records it as its adapters' base model,
+            where = where.resolve()  # which must load from any working directory
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 where, attn_implementation=attn_implementation
