@@ -28,8 +28,8 @@ from smollab.config import RoutingConfig
 from smollab.errors import UserError
 from smollab.models.loading import lora_target_names
 
-__all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "is_routed", "load_routed",
-           "load_routed_dir", "masks_for", "routed_adapters", "routing_masks", "save_adapters"]  # fmt: skip
+__all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "load_routed", "load_routed_dir",
+           "masks_for", "routed_adapters", "routing_masks", "saved_adapters"]  # fmt: skip
 
 ADAPTERS = ("retain", "forget")
 MODES = {"both": ("retain", "forget"), "retain_only": ("retain",), "forget_only": ("forget",)}
@@ -63,10 +63,6 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
 def routed_adapters(model: nn.Module) -> list[str]:
     """The routing adapters `model` has, in ADAPTERS order."""
     return [a for a in ADAPTERS if a in getattr(model, "peft_config", {})]
-
-
-def is_routed(model: nn.Module) -> bool:
-    return bool(routed_adapters(model))
 
 
 @contextlib.contextmanager
@@ -146,19 +142,15 @@ def routing_masks(
             h.remove()
 
 
-def save_adapters(model: nn.Module, directory: str | Path) -> None:
-    """directory/retain/ and directory/forget/: each a standard PEFT adapter directory (PEFT
-    saves an adapter not named "default" under its name)."""
-    model.save_pretrained(str(directory), selected_adapters=routed_adapters(model))
-
-
 def saved_adapters(directory: str | Path) -> list[str]:
-    """The routing adapters saved under `directory` (empty: not a routed checkpoint)."""
+    """The routing adapters saved under `directory` (empty: not a routed checkpoint). The loop
+    saves them through `RunDir.save_checkpoint`: PEFT's save_pretrained writes each adapter not
+    named "default" to directory/<name>/, a standard PEFT adapter directory."""
     return [a for a in ADAPTERS if (Path(directory) / a / "adapter_config.json").is_file()]
 
 
 def load_routed(base_model: nn.Module, directory: str | Path, trainable: bool = False):
-    """The PEFT model of `base_model` with the adapters saved by `save_adapters`, all active."""
+    """The PEFT model of `base_model` with the adapters saved under `directory`, all active."""
     from peft import PeftModel
 
     names = saved_adapters(directory)
