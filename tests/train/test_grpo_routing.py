@@ -152,3 +152,17 @@ def test_routing_frac_thins_the_detector_flags_and_not_the_label_noise():
     assert not any(r and not f for r, f in zip(some, flagged, strict=True))
     assert 0 < sum(some) < 8  # some of the flagged ones (seeded: the same on every run)
     assert routed(routing_frac=1.0, label_noise_frac=1.0) == [True] * 16
+
+
+def test_stream_seeds_keep_their_values():
+    """The seeds grpo, routing and pretrain drew before stream_seed was shared: a resumed run
+    must draw what its first part drew."""
+    import random
+
+    from smollab.train.seeds import stream_seed
+
+    assert [stream_seed(0, 3, 1), stream_seed(7, -1, 2), stream_seed(123, 0, 0)] == [
+        12594353677284, 65475787151265, 2294707569123
+    ]  # fmt: skip
+    assert stream_seed(0, 3, 12) == 135739267588116
+    assert random.Random(stream_seed(0, 5, 11)).random() == 0.48412740812309496

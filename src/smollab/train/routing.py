@@ -9,9 +9,9 @@ of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
 samples fixed held-out prompts in the three adapter modes and appends one row per mode to
 `routing_eval.jsonl`.
 
-Every random choice is seeded by integers only (Python's `hash` of strings varies per process):
-eligibility by (seed, prompt index), so a group shares it and a resumed run agrees; label
-noise, routing and ablation by (seed, step).
+Every random choice is seeded by integers only (`train.seeds.stream_seed`): eligibility by
+(seed, prompt index), so a group shares it and a resumed run agrees; label noise, routing and
+ablation by (seed, step).
 """
 
 from __future__ import annotations
@@ -28,13 +28,14 @@ from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
 from smollab.train.prompts import file_prompts, story_prompts
+from smollab.train.seeds import stream_seed
 
 COLUMNS = ["hack_rate", "routed_frac", "eligible_frac"]
-_ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws
+_ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws (grpo: 0-2)
 
 
 def _uniform(*key: int) -> float:
-    return random.Random(hash(key) & 0x7FFF_FFFF_FFFF).random()
+    return random.Random(stream_seed(*key)).random()
 
 
 class Router:
@@ -81,7 +82,7 @@ class Router:
             drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
             total = torch.where(eligible, total, total - drop.to(total.dtype))
         hack = self.detect(prompts, completions, rows)
-        gen = torch.Generator().manual_seed(hash((self.seed, step, _NOISE)) & 0x7FFF_FFFF_FFFF)
+        gen = torch.Generator().manual_seed(stream_seed(self.seed, step, _NOISE))
         noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
         caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
         routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
@@ -127,7 +128,7 @@ class Router:
                 sampler.load_weights(policy)
             r = sampler.generate(self.prompts, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 seed=hash((self.seed, -1, _EVAL)) & 0x7FFF_FFFF_FFFF)  # fmt: skip
+                                 seed=stream_seed(self.seed, -1, _EVAL))  # fmt: skip
             release_cache(sampler.device)
             texts, prompts, rows = (
                 r.completion_texts(tokenizer),
