@@ -188,3 +188,20 @@ def test_sample_a_routed_run_from_another_working_directory(routed_run, tmp_path
         argv = ["sample", str(routed_run), "--prompt", "Once", "--max-new-tokens", "3"]
         assert main([*argv, "--mode", mode]) == 0, capsys.readouterr().err
         assert capsys.readouterr().out.startswith("[Once] Once")
+
+
+def test_wrapping_in_peft_prints_no_checkpointing_deprecation():
+    """PEFT reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model:
+    a FutureWarning on every run that smollab, which reads the new name, silences there."""
+    import warnings
+
+    from smollab.config import LoraConfig
+    from smollab.models.loading import apply_lora
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_routing(build_model(ModelConfig(preset="micro"), vocab_size=300),
+                      RoutingConfig(enabled=True, retain_r=2, forget_r=2))  # fmt: skip
+        apply_lora(build_model(ModelConfig(preset="micro"), vocab_size=300),
+                   LoraConfig(enabled=True, r=2))  # fmt: skip
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

@@ -26,7 +26,7 @@ from torch import nn
 
 from smollab.config import RoutingConfig
 from smollab.errors import UserError
-from smollab.models.loading import lora_target_names
+from smollab.models.loading import lora_target_names, peft_wrapping
 
 __all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "load_routed", "load_routed_dir",
            "masks_for", "routed_adapters", "routing_masks", "saved_adapters"]  # fmt: skip
@@ -53,7 +53,8 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
                             layers_to_transform=layers, fan_in_fan_out=fan_in_fan_out,
                             task_type="CAUSAL_LM")  # fmt: skip
         if peft is None:
-            peft = get_peft_model(model, pc, adapter_name=name)
+            with peft_wrapping():
+                peft = get_peft_model(model, pc, adapter_name=name)
         else:
             peft.add_adapter(name, pc)
     peft.base_model.set_adapter(routed_adapters(peft))  # both active, both trainable
@@ -157,8 +158,9 @@ def load_routed(base_model: nn.Module, directory: str | Path, trainable: bool = 
     if not names:
         raise UserError(f"{directory}: no retain/ or forget/ adapter directory")
     d = Path(directory)
-    model = PeftModel.from_pretrained(base_model, str(d / names[0]), adapter_name=names[0],
-                                      is_trainable=trainable)  # fmt: skip
+    with peft_wrapping():
+        model = PeftModel.from_pretrained(base_model, str(d / names[0]), adapter_name=names[0],
+                                          is_trainable=trainable)  # fmt: skip
     for name in names[1:]:
         model.load_adapter(str(d / name), adapter_name=name, is_trainable=trainable)
     model.base_model.set_adapter(names, inference_mode=not trainable)
