@@ -257,8 +257,11 @@ class RoutingConfig(Section):
         None, description="key of the reward entry only eligible prompts receive"
     )
     rh_eligible_frac: float = Field(1.0, ge=0, le=1, description="prompts eligible for hack_reward")
-    routing_frac: float = Field(1.0, ge=0, le=1, description="flagged completions actually routed")
-    label_noise_frac: float = Field(0.0, ge=0, le=1, description="unflagged ones flagged at random")
+    routing_frac: float = Field(1.0, ge=0, le=1, description="detector-flagged completions "
+                                "routed (its recall); label noise is not thinned by it")  # fmt: skip
+    label_noise_frac: float = Field(
+        0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
+    )
     ablated_frac: float = Field(0.0, ge=0, le=1, description="steps trained with forget off")
     eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")

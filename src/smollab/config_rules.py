@@ -18,6 +18,7 @@ Imports nothing of smollab (config imports this) and no torch: the bench parent 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from typing import Any
 
 # The rules take config sections (config.DataConfig, PretrainConfig, GRPOConfig, ...): config
@@ -214,13 +215,15 @@ def grpo_rules(c: Any) -> None:
     routing_rules(c)
 
 
-def _reward_keys(specs: list[Any]) -> list[str]:
-    """The keys `rewards.registry.validate_specs` gives: names, `#2`, `#3` for a repeat."""
+def reward_keys(names: Iterable[str]) -> list[str]:
+    """The key of each reward entry, from its function name: the name, `name#2`, `name#3` when
+    a name repeats. One rule for the registry (`ResolvedReward.key`, the metric columns), the
+    routing rules (`grpo.routing.hack_reward`) and the routing report (task weights)."""
     seen: dict[str, int] = {}
     out = []
-    for spec in specs:
-        seen[spec.name] = seen.get(spec.name, 0) + 1
-        out.append(spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}")
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
     return out
 
 
@@ -238,7 +241,23 @@ def routing_rules(c: Any) -> None:
                          "model.lora.enabled off")  # fmt: skip
     if rt.retain_r == 0 and rt.forget_r == 0:
         raise ValueError("grpo.routing.retain_r and forget_r are both 0: no adapter to train")
-    keys = _reward_keys(c.reward)
+    if rt.mode == "none" and rt.changed("routing_frac"):
+        raise ValueError("grpo.routing.routing_frac thins the detector's routed flags, and "
+                         "grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.mode == "none" and rt.changed("label_noise_frac"):
+        raise ValueError("grpo.routing.label_noise_frac routes unflagged completions at random, "
+                         "and grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.ablated_frac > 0 and rt.forget_r == 0:
+        raise ValueError("grpo.routing.ablated_frac trains steps with the forget adapter off, "
+                         "and grpo.routing.forget_r=0 has none (the step would change nothing)")  # fmt: skip
+    if rt.ablated_frac > 0 and rt.retain_r == 0:
+        raise ValueError("grpo.routing.ablated_frac trains steps with the forget adapter off, "
+                         "and grpo.routing.retain_r=0 leaves nothing to train then")  # fmt: skip
+    if rt.ablated_frac > 0 and c.grpo.num_iterations > 1:
+        raise ValueError("grpo.routing.ablated_frac needs grpo.num_iterations=1: the old "
+                         "log-probs are sampled with both adapters, so an ablated step's first "
+                         "ratio would measure removing the forget adapter")  # fmt: skip
+    keys = reward_keys(r.name for r in c.reward)
     if rt.hack_reward is not None and rt.hack_reward not in keys:
         raise ValueError(f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "
                          f"keys: {', '.join(keys)})")  # fmt: skip

@@ -1,7 +1,11 @@
 """Gradient routing's model: one routed pass equals the separate-pass definition, adapter modes
-leave training state alone, and each saved adapter loads into PEFT and reproduces its mode."""
+leave training state alone, and each adapter a routed run saves loads into PEFT and reproduces
+its mode, from any working directory."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +23,6 @@ from smollab.models.routing import (  # noqa: E402
     load_routed_dir,
     masks_for,
     routing_masks,
-    save_adapters,
 )
 
 P = 4  # prompt columns
@@ -116,26 +119,89 @@ def test_adapter_modes_leave_training_state_as_it_was(micro_model):
         torch.testing.assert_close(logprobs(model, ids, mask, P), out["both"])
 
 
-def test_saved_adapters_load_into_peft_and_reproduce_each_mode(micro_model, tmp_path):
+@pytest.fixture(scope="module")
+def routed_run(micro_model, micro_data, tmp_path_factory) -> Path:
+    """A micro routed GRPO run whose model.path is relative (`run`, from micro_model's parent),
+    as a user typing `model.path=runs/x` makes it; adapters on layer 0 only (layer_stride=2)."""
+    from smollab.config import load_config
+    from smollab.train import grpo
+
+    out = tmp_path_factory.mktemp("routed") / "grpo"
+    here = os.getcwd()
+    os.chdir(micro_model.parent)
+    try:
+        grpo.train(load_config("grpo", None, [
+            f"model.path={micro_model.name}", f"data.dir={micro_data}", "train.max_steps=2",
+            "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=8",
+            "train.eval_interval=0", "optim.lr=3e-2", f"run.dir={out}",
+            "grpo.routing.enabled=true", "grpo.routing.retain_r=4", "grpo.routing.forget_r=2",
+            "grpo.routing.layer_stride=2", "grpo.routing.targets=[q,v,down]",
+            "grpo.routing.eval_interval=0", "reward=[{name: happy_binary}]",
+        ]))  # fmt: skip
+    finally:
+        os.chdir(here)
+    return out
+
+
+def test_saved_adapters_load_into_peft_and_reproduce_each_mode(routed_run, tmp_path, monkeypatch):
     from peft import PeftModel
 
-    model = _routed(micro_model, layer_stride=2, targets=["q", "v", "down"])
+    final = routed_run / "checkpoints" / "final"
+    monkeypatch.chdir(tmp_path)  # the base is found from anywhere (recorded absolute)
     ids, mask = _batch()
-    save_adapters(model, tmp_path)
-    assert (tmp_path / "retain" / "adapter_model.safetensors").is_file()
-    assert (tmp_path / "forget" / "adapter_model.safetensors").is_file()
-    fresh = lambda: build_model(ModelConfig(preset=None, path=str(micro_model)))  # noqa: E731
+    both = load_routed(_base(final), final).eval()
     with torch.no_grad():
+        out = {}
         for mode, adapter in (("retain_only", "retain"), ("forget_only", "forget")):
-            with adapter_mode(model, mode):
-                want = logprobs(model, ids, mask, P)
-            alone = PeftModel.from_pretrained(fresh(), str(tmp_path / adapter)).eval()
+            with adapter_mode(both, mode):
+                out[mode] = want = logprobs(both, ids, mask, P)
+            alone = PeftModel.from_pretrained(_base(final), str(final / adapter)).eval()
             torch.testing.assert_close(logprobs(alone, ids, mask, P), want)
-            merged = load_routed_dir(tmp_path, mode)
+            merged = load_routed_dir(final, mode)
             torch.testing.assert_close(logprobs(merged, ids, mask, P), want, rtol=1e-5, atol=1e-5)
-        want = logprobs(model, ids, mask, P)
-        both = load_routed(fresh(), tmp_path).eval()
-        torch.testing.assert_close(logprobs(both, ids, mask, P), want)
-        # layer_stride=2 on 2 layers: adapters on layer 0 only
-        names = [n for n, _ in both.named_parameters() if "lora_A" in n]
-        assert names and all(".layers.0." in n for n in names)
+        assert not torch.allclose(out["retain_only"], out["forget_only"])  # trained apart
+        whole = build_model(ModelConfig(preset=None, path=str(routed_run)))  # both merged
+        torch.testing.assert_close(logprobs(whole, ids, mask, P), logprobs(both, ids, mask, P),
+                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+    names = [n for n, _ in both.named_parameters() if "lora_A" in n]
+    assert names and all(".layers.0." in n for n in names)  # layer_stride=2 on 2 layers
+
+
+def _base(final: Path):
+    """The base model the adapters name, loaded as they record it."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    cfg = json.loads((final / "retain" / "adapter_config.json").read_text())
+    assert Path(cfg["base_model_name_or_path"]).is_absolute()
+    return AutoModelForCausalLM.from_pretrained(cfg["base_model_name_or_path"])
+
+
+def test_sample_a_routed_run_from_another_working_directory(routed_run, tmp_path, monkeypatch,
+                                                           capsys):  # fmt: skip
+    from smollab.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    for mode in ("both", "retain_only", "forget_only"):
+        argv = ["sample", str(routed_run), "--prompt", "Once", "--max-new-tokens", "3"]
+        assert main([*argv, "--mode", mode]) == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.startswith("[Once] Once")
+
+
+def test_wrapping_in_peft_prints_no_checkpointing_deprecation():
+    """PEFT reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model:
+    a FutureWarning on every run that smollab, which reads the new name, silences there."""
+    import warnings
+
+    from smollab.config import LoraConfig
+    from smollab.models.loading import apply_lora
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_routing(build_model(ModelConfig(preset="micro"), vocab_size=300),
+                      RoutingConfig(enabled=True, retain_r=2, forget_r=2))  # fmt: skip
+        apply_lora(build_model(ModelConfig(preset="micro"), vocab_size=300),
+                   LoraConfig(enabled=True, r=2))  # fmt: skip
+    assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

@@ -114,6 +114,16 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
         (["grpo.routing.enabled=true", "grpo.routing.detector.name=nope_detector"], "nope_detector"),
         (["grpo.routing.enabled=true", "grpo.routing.detector.params={bogus: 1}"], "bogus"),
         (["grpo.routing.enabled=true", "grpo.routing.routing_frac=1.5"], "grpo.routing.routing_frac"),
+        (["grpo.routing.enabled=true", "grpo.routing.mode=none", "grpo.routing.routing_frac=0.2"],
+         "grpo.routing.routing_frac thins the detector's routed flags, and grpo.routing.mode=none"),
+        (["grpo.routing.enabled=true", "grpo.routing.mode=none",
+          "grpo.routing.label_noise_frac=0.1"], "grpo.routing.label_noise_frac routes unflagged"),
+        (["grpo.routing.enabled=true", "grpo.routing.forget_r=0", "grpo.routing.ablated_frac=0.3"],
+         "grpo.routing.forget_r=0 has none"),
+        (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.ablated_frac=0.3"],
+         "grpo.routing.retain_r=0 leaves nothing to train"),
+        (["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
+         "grpo.routing.ablated_frac needs grpo.num_iterations=1"),
     ],
 )  # fmt: skip
 def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, message):
@@ -121,3 +131,38 @@ def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert not (tmp_path / "grpo").exists()
+
+
+def test_routing_frac_thins_the_detector_flags_and_not_the_label_noise():
+    from smollab.config import RoutingConfig
+    from smollab.train.routing import Router
+
+    def routed(**kw) -> list[bool]:
+        cfg = RoutingConfig(enabled=True, detector={"name": "happy_count", "threshold": 1}, **kw)
+        router = Router(cfg, seed=0, weights={})
+        texts = ["happy day", "a sad day"] * 8
+        router.score(3, list(range(16)), torch.zeros(16), {}, ["Once"] * 16, texts, None)
+        return router.routed.tolist()
+
+    flagged = [True, False] * 8
+    # every unflagged one noised, no flagged one routed: the noise flags alone are routed
+    assert routed(routing_frac=0.0, label_noise_frac=1.0) == [not f for f in flagged]
+    assert routed(routing_frac=1.0) == flagged
+    some = routed(routing_frac=0.5)
+    assert not any(r and not f for r, f in zip(some, flagged, strict=True))
+    assert 0 < sum(some) < 8  # some of the flagged ones (seeded: the same on every run)
+    assert routed(routing_frac=1.0, label_noise_frac=1.0) == [True] * 16
+
+
+def test_stream_seeds_keep_their_values():
+    """The seeds grpo, routing and pretrain drew before stream_seed was shared: a resumed run
+    must draw what its first part drew."""
+    import random
+
+    from smollab.train.seeds import stream_seed
+
+    assert [stream_seed(0, 3, 1), stream_seed(7, -1, 2), stream_seed(123, 0, 0)] == [
+        12594353677284, 65475787151265, 2294707569123
+    ]  # fmt: skip
+    assert stream_seed(0, 3, 12) == 135739267588116
+    assert random.Random(stream_seed(0, 5, 11)).random() == 0.48412740812309496

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from smollab.config import LoraConfig, ModelConfig
@@ -15,6 +18,17 @@ _LORA_TARGETS = {
     "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj",
              "up": "mlp.c_fc", "down": "mlp.c_proj"},
 }  # fmt: skip
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Around PEFT's wrapping of a model (get_peft_model, PeftModel.from_pretrained): PEFT reads
+    transformers' deprecated `is_gradient_checkpointing`, a FutureWarning on every run that is
+    not ours to fix (smollab reads `is_activation_checkpointing`, token_logprobs.checkpointing)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
+                                category=FutureWarning)  # fmt: skip
+        yield
 
 
 def resolve_model_dir(path: str) -> Path | str:
@@ -67,6 +81,8 @@ def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementa
 
         if isinstance(where, Path) and saved_adapters(where):
             return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
+        if isinstance(where, Path):  # absolute: PEFT records it as its adapters' base model,
+            where = where.resolve()  # which must load from any working directory
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 where, attn_implementation=attn_implementation
@@ -122,7 +138,8 @@ def apply_lora(model, cfg: LoraConfig):
         fan_in_fan_out=fan_in_fan_out,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, peft_cfg)
+    with peft_wrapping():
+        return get_peft_model(model, peft_cfg)
 
 
 def load_tokenizer_near(path: str | Path):

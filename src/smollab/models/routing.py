@@ -26,10 +26,10 @@ from torch import nn
 
 from smollab.config import RoutingConfig
 from smollab.errors import UserError
-from smollab.models.loading import lora_target_names
+from smollab.models.loading import lora_target_names, peft_wrapping
 
-__all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "is_routed", "load_routed",
-           "load_routed_dir", "masks_for", "routed_adapters", "routing_masks", "save_adapters"]  # fmt: skip
+__all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "load_routed", "load_routed_dir",
+           "masks_for", "routed_adapters", "routing_masks", "saved_adapters"]  # fmt: skip
 
 ADAPTERS = ("retain", "forget")
 MODES = {"both": ("retain", "forget"), "retain_only": ("retain",), "forget_only": ("forget",)}
@@ -53,7 +53,8 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
                             layers_to_transform=layers, fan_in_fan_out=fan_in_fan_out,
                             task_type="CAUSAL_LM")  # fmt: skip
         if peft is None:
-            peft = get_peft_model(model, pc, adapter_name=name)
+            with peft_wrapping():
+                peft = get_peft_model(model, pc, adapter_name=name)
         else:
             peft.add_adapter(name, pc)
     peft.base_model.set_adapter(routed_adapters(peft))  # both active, both trainable
@@ -63,10 +64,6 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
 def routed_adapters(model: nn.Module) -> list[str]:
     """The routing adapters `model` has, in ADAPTERS order."""
     return [a for a in ADAPTERS if a in getattr(model, "peft_config", {})]
-
-
-def is_routed(model: nn.Module) -> bool:
-    return bool(routed_adapters(model))
 
 
 @contextlib.contextmanager
@@ -146,27 +143,24 @@ def routing_masks(
             h.remove()
 
 
-def save_adapters(model: nn.Module, directory: str | Path) -> None:
-    """directory/retain/ and directory/forget/: each a standard PEFT adapter directory (PEFT
-    saves an adapter not named "default" under its name)."""
-    model.save_pretrained(str(directory), selected_adapters=routed_adapters(model))
-
-
 def saved_adapters(directory: str | Path) -> list[str]:
-    """The routing adapters saved under `directory` (empty: not a routed checkpoint)."""
+    """The routing adapters saved under `directory` (empty: not a routed checkpoint). The loop
+    saves them through `RunDir.save_checkpoint`: PEFT's save_pretrained writes each adapter not
+    named "default" to directory/<name>/, a standard PEFT adapter directory."""
     return [a for a in ADAPTERS if (Path(directory) / a / "adapter_config.json").is_file()]
 
 
 def load_routed(base_model: nn.Module, directory: str | Path, trainable: bool = False):
-    """The PEFT model of `base_model` with the adapters saved by `save_adapters`, all active."""
+    """The PEFT model of `base_model` with the adapters saved under `directory`, all active."""
     from peft import PeftModel
 
     names = saved_adapters(directory)
     if not names:
         raise UserError(f"{directory}: no retain/ or forget/ adapter directory")
     d = Path(directory)
-    model = PeftModel.from_pretrained(base_model, str(d / names[0]), adapter_name=names[0],
-                                      is_trainable=trainable)  # fmt: skip
+    with peft_wrapping():
+        model = PeftModel.from_pretrained(base_model, str(d / names[0]), adapter_name=names[0],
+                                          is_trainable=trainable)  # fmt: skip
     for name in names[1:]:
         model.load_adapter(str(d / name), adapter_name=name, is_trainable=trainable)
     model.base_model.set_adapter(names, inference_mode=not trainable)

@@ -17,10 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from smollab.config_rules import reward_keys
 from smollab.errors import UserError
+from smollab.models.routing import MODES
 from smollab.runs import ROUTING_EVAL
 
-MODES = ("both", "retain_only", "forget_only")
 _COLORS = {"both": "tab:blue", "retain_only": "tab:green", "forget_only": "tab:red"}
 _TAIL = ("hack_rate", "unique_fraction", "jaccard")
 
@@ -47,7 +48,8 @@ def read_routing_eval(run_dir: str | Path) -> list[dict[str, Any]]:
         if key[1] not in MODES:
             raise UserError(f"{path}: line {i}: mode {key[1]!r} is not one of {', '.join(MODES)}")
         rows[key] = row
-    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], MODES.index(k[1])))]
+    order = list(MODES)  # models.routing.MODES: mode -> its adapters, in order
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order.index(k[1])))]
 
 
 def final_by_mode(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -65,14 +67,10 @@ def task_weights(config: dict[str, Any]) -> dict[str, float] | None:
     specs = config.get("reward") or []
     if not hack or not specs:
         return None
-    seen: dict[str, int] = {}
-    weights = {}
-    for s in specs:
-        name = s.get("name")
-        seen[name] = seen.get(name, 0) + 1
-        key = name if seen[name] == 1 else f"{name}#{seen[name]}"
-        if key != hack:
-            weights[key] = float(s.get("weight", 1.0))
+    keys = reward_keys(s.get("name") for s in specs)
+    weights = {
+        k: float(s.get("weight", 1.0)) for k, s in zip(keys, specs, strict=True) if k != hack
+    }
     return weights or None
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smollab.config import RewardSpec
+from smollab.config_rules import reward_keys
 from smollab.errors import UserError
 from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
@@ -144,8 +145,7 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
     """
     if not specs:
         raise UserError("reward: give at least one reward function")
-    out: list[ResolvedReward] = []
-    seen: dict[str, int] = {}
+    resolved: list[tuple[RewardSpec, RewardFn]] = []
     for raw in specs:
         if isinstance(raw, RewardSpec):
             spec = raw
@@ -165,10 +165,10 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
                 completion_ids=[[1, 2, 3, 4, 5, 6, 7]],
                 **spec.params,
             )
-        seen[spec.name] = seen.get(spec.name, 0) + 1
-        key = spec.name if seen[spec.name] == 1 else f"{spec.name}#{seen[spec.name]}"
-        out.append(ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params)))
-    return out
+        resolved.append((spec, fn))
+    keys = reward_keys(spec.name for spec, _ in resolved)
+    return [ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params))
+            for key, (spec, fn) in zip(keys, resolved, strict=True)]  # fmt: skip
 
 
 class _TimedOut(BaseException):

@@ -38,6 +38,7 @@ from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo
 from smollab.train.progress import Progress
 from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
+from smollab.train.seeds import stream_seed  # salts: prompts 0, rollouts 1, evaluation 2
 
 COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "frac_reward_zero_std", "kl", "entropy",
            "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
@@ -58,11 +59,6 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
         kind = f"route-{rc.mode}-r{rc.retain_r}-{rc.forget_r}"
     return default_run_dir("grpo", [cfg.run.name or rewards, kind, f"lr{cfg.optim.lr:g}",
                                     f"beta{cfg.grpo.beta:g}", f"s{cfg.run.seed}"])  # fmt: skip
-
-
-def _seed(seed: int, step: int, salt: int) -> int:
-    """The seed of one stream of draws: prompts (salt 0), rollouts (1), evaluation (2)."""
-    return hash((seed, step, salt)) & 0x7FFF_FFFF_FFFF
 
 
 @records_failure
@@ -178,7 +174,7 @@ def train(cfg: GRPOConfig) -> dict:
                 group["lr"] = lr
 
             # 1. rollouts
-            picker = torch.Generator(device="cpu").manual_seed(_seed(cfg.run.seed, step, 0))
+            picker = torch.Generator(device="cpu").manual_seed(stream_seed(cfg.run.seed, step, 0))
             pick = torch.randint(len(train_prompts), (prompts_per_step,), generator=picker,
                                  device="cpu")  # fmt: skip
             prompt_ids = [train_prompts[i] for i in pick.tolist() for _ in range(g.num_generations)]
@@ -186,7 +182,7 @@ def train(cfg: GRPOConfig) -> dict:
             sampler.load_weights(policy)
             r = sampler.generate(prompt_ids, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 seed=_seed(cfg.run.seed, step, 1),
+                                 seed=stream_seed(cfg.run.seed, step, 1),
                                  record=no_replay is None)  # fmt: skip
             t_gen = time.perf_counter()
 
@@ -307,7 +303,7 @@ def _evaluate(sampler, policy, prompts, g, pool, tokenizer, seed) -> dict:
     policy.eval()
     sampler.load_weights(policy)
     r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                         top_p=g.top_p, top_k=g.top_k, seed=_seed(seed, -1, 2))  # fmt: skip
+                         top_p=g.top_p, top_k=g.top_k, seed=stream_seed(seed, -1, 2))  # fmt: skip
     release_cache(sampler.device)
     texts = r.completion_texts(tokenizer)
     total, _ = pool(r.prompt_texts(tokenizer), texts, r.completion_rows())

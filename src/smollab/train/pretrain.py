@@ -36,6 +36,7 @@ from smollab.train.failure_rules import diverged_loss
 from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
+from smollab.train.seeds import stream_seed
 
 COLUMNS = ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "grad_norm",
            "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
@@ -51,8 +52,7 @@ def run_dir_for(cfg: PretrainConfig) -> Path:
 
 def batch_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
     """Batches are drawn on the CPU (the token file is there) and then copied to the device."""
-    seeded = hash((seed, step, micro, rank)) & 0x7FFF_FFFF_FFFF
-    return torch.Generator(device="cpu").manual_seed(seeded)
+    return torch.Generator(device="cpu").manual_seed(stream_seed(seed, step, micro, rank))
 
 
 @torch.no_grad()

@@ -2,15 +2,16 @@
 
 Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
 reward lose its term from the total (before advantages), the detector flags completions that
-show the hack (`hack_rate`), label noise flags some others, and `routing_frac` of the flagged
-ones are routed. `Router.train_pass` wraps the policy's training forward and backward: the
-per-completion masks of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
+show the hack (`hack_rate`), and `routing_frac` of those are routed (an imperfect classifier's
+recall); label noise routes `label_noise_frac` of the others (false positives, not thinned).
+`Router.train_pass` wraps the policy's training forward and backward: the per-completion masks
+of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
 samples fixed held-out prompts in the three adapter modes and appends one row per mode to
 `routing_eval.jsonl`.
 
-Every random choice is seeded by integers only (Python's `hash` of strings varies per process):
-eligibility by (seed, prompt index), so a group shares it and a resumed run agrees; label
-noise, routing and ablation by (seed, step).
+Every random choice is seeded by integers only (`train.seeds.stream_seed`): eligibility by
+(seed, prompt index), so a group shares it and a resumed run agrees; label noise, routing and
+ablation by (seed, step).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
 from smollab.train.prompts import file_prompts, story_prompts
+from smollab.train.seeds import stream_seed
 
 COLUMNS = ["hack_rate", "routed_frac", "eligible_frac"]
-_ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws
+_ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws (grpo: 0-2)
 
 
 def _uniform(*key: int) -> float:
-    return random.Random(hash(key) & 0x7FFF_FFFF_FFFF).random()
+    return random.Random(stream_seed(*key)).random()
 
 
 class Router:
@@ -80,11 +82,10 @@ class Router:
             drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
             total = torch.where(eligible, total, total - drop.to(total.dtype))
         hack = self.detect(prompts, completions, rows)
-        gen = torch.Generator().manual_seed(hash((self.seed, step, _NOISE)) & 0x7FFF_FFFF_FFFF)
+        gen = torch.Generator().manual_seed(stream_seed(self.seed, step, _NOISE))
         noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
-        routed = (hack | noise) & (
-            torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
-        )
+        caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
+        routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
         self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
         self.row = {"hack_rate": float(hack.float().mean()),
                     "routed_frac": float(self.routed.float().mean()),
@@ -127,7 +128,7 @@ class Router:
                 sampler.load_weights(policy)
             r = sampler.generate(self.prompts, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 seed=hash((self.seed, -1, _EVAL)) & 0x7FFF_FFFF_FFFF)  # fmt: skip
+                                 seed=stream_seed(self.seed, -1, _EVAL))  # fmt: skip
             release_cache(sampler.device)
             texts, prompts, rows = (
                 r.completion_texts(tokenizer),

@@ -58,6 +58,11 @@ def test_which_trials_get_which_baseline(tmp_path):
     assert a.of == ["000-x", "001-x"] and a.params == {"grpo.routing.retain_r": 4}
     assert a.extra["grpo.routing.mode"] == "none" and a.name.startswith("b")
     assert a.name.endswith("-retain_r4-s0") and d.name.endswith("-s1")
+    # ablated_frac is read by a none run too: the baseline keeps it, and it tells baselines apart
+    e = found.add("005-x", {"grpo.routing.routing_frac": 0.2, "grpo.routing.retain_r": 4,
+                            "grpo.routing.ablated_frac": 0.3}, 0)  # fmt: skip
+    assert e is not a and e.params["grpo.routing.ablated_frac"] == 0.3
+    assert "grpo.routing.ablated_frac" not in e.extra
     # a trial whose routing is off, or already mode none, is no routed trial
     assert found.add("004-x", {"grpo.routing.mode": "none"}, 0) is None
     assert Baselines(routing_spec(tmp_path, routing_baseline=False)).add("0", {}, 0) is None

@@ -3,8 +3,9 @@
 A trial is routed when its config has `grpo.routing.enabled` true and `grpo.routing.mode` other
 than none. Its baseline is the same config with `mode: none` (the same two adapters, no masks),
 so it differs from the routed trial only in the routing itself. Routed trials that differ only in
-routing-only keys (`ROUTING_ONLY`: what the masks do, which a none run never reads) share one
-baseline, run once per seed: a routing_frac x mode grid of 6 routed trials needs 1 baseline.
+routing-only keys (`ROUTING_ONLY`: what the masks do, which a none run never reads; not
+`ablated_frac`, which a none run reads) share one baseline, run once per seed: a routing_frac x
+mode grid of 6 routed trials needs 1 baseline.
 
 A baseline is not a point of the study's space, so it is not an Optuna trial: samplers and
 pruners never see it. Its run directory, `trials/b<hash>-<params>-s<seed>`, is its identity (the
@@ -26,8 +27,9 @@ from smollab.lab.sweep.spec import SweepSpec, base_tree
 
 ROUTING = "grpo.routing."
 # What routes the gradients: meaningless under mode none, so reset there and not part of the key.
-ROUTING_ONLY = tuple(ROUTING + k for k in ("mode", "routing_frac", "label_noise_frac",
-                                           "ablated_frac"))  # fmt: skip
+# ablated_frac is not one: a none run trains its ablated steps with the forget adapter off too,
+# so the baseline keeps the routed trial's value.
+ROUTING_ONLY = tuple(ROUTING + k for k in ("mode", "routing_frac", "label_noise_frac"))
 _MISSING = object()
 
 
