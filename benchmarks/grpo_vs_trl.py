@@ -70,7 +70,7 @@ def ensure_model(args) -> Path:
     from smollab.models.loading import resolve_model_dir
 
     if not Path(args.model).exists():
-        from smollab.config import load_config
+        from smollab.config_load import load_config
         from smollab.train.pretrain import train
 
         print(f"{args.model} not found: pretraining it ({PRETRAIN_RECIPE.name}, 300 steps) ...",
@@ -81,7 +81,7 @@ def ensure_model(args) -> Path:
 
 
 def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
-    from smollab.config import load_config
+    from smollab.config_load import load_config
 
     over = [
         f"model.path={model_dir}", f"data.dir={args.data_dir}", f"train.max_steps={args.steps}",

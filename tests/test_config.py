@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.config import flatten, load_config, parse_override, to_dict
+from smollab.config_load import flatten, load_config, parse_override, to_dict
 from smollab.errors import UserError
 
 
@@ -199,7 +199,8 @@ def test_config_show_output_loads_again(command, tmp_path):
     """`smollab config show` prints every key; set to their defaults, none is refused."""
     import yaml
 
-    from smollab.config import SCHEMAS, validate
+    from smollab.config import SCHEMAS
+    from smollab.config_load import validate
 
     recipes = sorted((Path(__file__).resolve().parents[1] / "configs" / command).glob("*.yaml"))
     for cfg in [load_config(command), *(load_config(command, r) for r in recipes)]:

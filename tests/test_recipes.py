@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from smollab.cli import main
-from smollab.config import load_config
+from smollab.config_load import load_config
 from smollab.errors import UserError
 from smollab.lab.probe.spec import load_probe
 from smollab.lab.sweep.spec_load import load_spec

@@ -17,9 +17,10 @@ import typing
 
 import pytest
 
-from smollab import config
+from smollab import config_load as config
 from smollab.cli import main
-from smollab.config import SCHEMAS, Section, set_dotted, to_dict, validate
+from smollab.config import SCHEMAS, Section
+from smollab.config_load import set_dotted, to_dict, validate
 from smollab.config_rules import NOT_READ, not_read
 from smollab.errors import UserError
 
@@ -229,7 +230,7 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
 
 
 def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micro_grpo, tmp_path):
-    from smollab.config import load_config
+    from smollab.config_load import load_config
     from smollab.runs import RunView
     from smollab.train import grpo, pretrain
 

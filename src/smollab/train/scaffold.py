@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from smollab.config import DataConfig, ModelConfig, TrainingConfig, to_dict
+from smollab.config import DataConfig, ModelConfig, TrainingConfig
+from smollab.config_load import to_dict
 from smollab.runs import RunDir
 from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist

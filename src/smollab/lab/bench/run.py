@@ -51,7 +51,7 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     disagreement shows how much noise there was. Each result records the load average at its
     start.
     """
-    from smollab.config import guess_command, load_config
+    from smollab.config_load import guess_command, load_config
     from smollab.recipe_files import resolve_recipe
 
     kind = kind or guess_command(resolve_recipe(workload, "bench"), overrides)

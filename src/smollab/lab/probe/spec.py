@@ -51,7 +51,7 @@ class ProbeSpec(SpecSection):
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
-    from smollab.config import guess_command, read_yaml
+    from smollab.config_load import guess_command, read_yaml
     from smollab.recipe_files import resolve_recipe
 
     tree = read_yaml(resolve_recipe(workload, "probe"))
@@ -65,7 +65,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
                         f"(train.batch_size: 8), got {type(got).__name__} {got!r}"[:300])  # fmt: skip
     spec_tree["overrides"] = coerce(flatten(spec_tree.get("overrides") or {}))
     work: list[str] = []
-    from smollab.config import parse_override
+    from smollab.config_load import parse_override
 
     for item in overrides:
         key, value = parse_override(item)
@@ -97,7 +97,8 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
                         f"raise max_k or drop it")  # fmt: skip
     if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
         raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
-    from smollab.config import SCHEMAS, load_config
+    from smollab.config import SCHEMAS
+    from smollab.config_load import load_config
 
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")

@@ -92,7 +92,7 @@ class Baselines:
         return fallback if v is _MISSING else v
 
     def is_routed(self, params: dict[str, Any]) -> bool:
-        from smollab.config import set_dotted
+        from smollab.config_load import set_dotted
 
         tree = copy.deepcopy(self._base)
         for k, v in params.items():
