@@ -67,10 +67,13 @@ class StrictDevice(TorchFunctionMode):
         self.violations: list[str] = []
         self.draws = 0  # generator draws checked: a test can tell that its run drew at all
         self._generator = None
+        self.on_change = None  # called at the first draw and at each new violation
 
     def _add(self, text: str) -> None:
         if text not in self.violations:
             self.violations.append(text)
+            if self.on_change:
+                self.on_change()
 
     # ---- torch.Generator: remember where a generator made without a device came from --------
     def _tracked_generator_class(self):
@@ -114,6 +117,8 @@ class StrictDevice(TorchFunctionMode):
 
     def _check_draw(self, func, args, kwargs, g) -> None:
         self.draws += 1
+        if self.draws == 1 and self.on_change:
+            self.on_change()
         name = getattr(func, "__name__", str(func))
         if func in FACTORIES:  # a new tensor: on `device`, else on the default device
             dev = kwargs.get("device")
@@ -136,8 +141,9 @@ class StrictDevice(TorchFunctionMode):
 
 
 def install_in_process(report_path: str | Path) -> StrictDevice:
-    """Strict mode for the rest of this process; its violations go to `report_path` (JSON) at
-    exit (a child stopped by SIGINT exits normally and writes it too)."""
+    """Strict mode for the rest of this process; its violations go to `report_path` (JSON) at the
+    first draw, at each new violation and at exit, so a child killed before its exit handlers
+    run (a probe stopping a slow child on a loaded machine) still leaves its report."""
     mode = StrictDevice()
     mode.__enter__()
 
@@ -145,5 +151,6 @@ def install_in_process(report_path: str | Path) -> StrictDevice:
         Path(report_path).write_text(json.dumps({"violations": mode.violations,
                                                  "draws": mode.draws}))  # fmt: skip
 
+    mode.on_change = write
     atexit.register(write)
     return mode
