@@ -255,6 +255,10 @@ class RoutingConfig(Section):
     label_noise_frac: float = Field(
         0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
     )
+    retain_advantage: Literal["all", "positive"] = Field(
+        "all", description="unflagged completions that update retain: all (the classic "
+        "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)"
+    )  # fmt: skip
     ablated_frac: float = Field(0.0, ge=0, le=1, description="steps trained with forget off")
     eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")

@@ -247,6 +247,12 @@ def routing_rules(c: Any) -> None:
     if rt.mode == "none" and rt.changed("label_noise_frac"):
         raise ValueError("grpo.routing.label_noise_frac routes unflagged completions at random, "
                          "and grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.mode == "none" and rt.changed("retain_advantage"):
+        raise ValueError("grpo.routing.retain_advantage picks which unflagged completions "
+                         "update retain, and grpo.routing.mode=none routes nothing")  # fmt: skip
+    if rt.retain_r == 0 and rt.changed("retain_advantage"):
+        raise ValueError("grpo.routing.retain_advantage picks what updates the retain adapter, "
+                         "and grpo.routing.retain_r=0 has none")  # fmt: skip
     if rt.ablated_frac > 0 and rt.forget_r == 0:
         raise ValueError("grpo.routing.ablated_frac trains steps with the forget adapter off, "
                          "and grpo.routing.forget_r=0 has none (the step would change nothing)")  # fmt: skip

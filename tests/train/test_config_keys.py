@@ -151,7 +151,8 @@ def covered(micro_model, tmp_path_factory):
              "grpo.routing.detector.params={}", "grpo.routing.detector.threshold=1",
              "grpo.routing.hack_reward=happy_binary", "grpo.routing.rh_eligible_frac=0.5",
              "grpo.routing.routing_frac=0.5", "grpo.routing.label_noise_frac=0.1",
-             "grpo.routing.ablated_frac=0.5", "grpo.routing.eval_interval=2",
+             "grpo.routing.ablated_frac=0.5", "grpo.routing.retain_advantage=positive",
+             "grpo.routing.eval_interval=2",
              "grpo.routing.eval_prompts=2"],
         ],
     }  # fmt: skip

@@ -3,6 +3,7 @@ the three-mode evaluation file, saved and resumed adapters, `smollab sample --mo
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -118,6 +119,8 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
          "grpo.routing.routing_frac thins the detector's routed flags, and grpo.routing.mode=none"),
         (["grpo.routing.enabled=true", "grpo.routing.mode=none",
           "grpo.routing.label_noise_frac=0.1"], "grpo.routing.label_noise_frac routes unflagged"),
+        (["grpo.routing.enabled=true", "grpo.routing.mode=none",
+          "grpo.routing.retain_advantage=positive"], "grpo.routing.retain_advantage picks which"),
         (["grpo.routing.enabled=true", "grpo.routing.forget_r=0", "grpo.routing.ablated_frac=0.3"],
          "grpo.routing.forget_r=0 has none"),
         (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.ablated_frac=0.3"],
@@ -166,3 +169,35 @@ def test_stream_seeds_keep_their_values():
     ]  # fmt: skip
     assert stream_seed(0, 3, 12) == 135739267588116
     assert random.Random(stream_seed(0, 5, 11)).random() == 0.48412740812309496
+
+
+@pytest.mark.parametrize("which, mode, retain_rows, forget_rows", [
+    ("all", "classic", [0, 2, 3], None),  # unflagged rows, whatever their advantage
+    ("positive", "classic", [0], None),  # unflagged rows that beat their group's mean
+    ("positive", "exclusive", [0], [1]),  # forget keeps the flagged rows either way
+])  # fmt: skip
+def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
+    monkeypatch, which, mode, retain_rows, forget_rows
+):
+    from smollab.config import RoutingConfig
+    from smollab.train import routing
+
+    seen = {}
+
+    def fake_masks(policy, retain, forget):
+        seen.update(retain=retain, forget=forget)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(routing, "routing_masks", fake_masks)
+    monkeypatch.setattr(routing, "adapter_mode", lambda policy, m: contextlib.nullcontext())
+    cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage=which)
+    router = routing.Router(cfg, seed=0, weights={})
+    router.routed = torch.tensor([False, True, False, False])  # row 1 flagged
+    advantages = torch.tensor([0.5, 2.0, -0.5, 0.0])
+    with router.train_pass(torch.nn.Linear(1, 1), 1, advantages):
+        pass
+
+    def rows(mask):
+        return None if mask is None else mask.nonzero().flatten().tolist()
+
+    assert rows(seen["retain"]) == retain_rows and rows(seen["forget"]) == forget_rows

@@ -207,7 +207,7 @@ def train(cfg: GRPOConfig) -> dict:
             # 4. policy update(s): the first pass replays the decode when it can
             policy.train()
             for it in range(g.num_iterations):
-                with routing.train_pass(router, policy, step) as share:  # masks, ablation
+                with routing.train_pass(router, policy, step, advantages) as share:
                     with rt.autocast():
                         logp = policy_logprobs(policy, r, g.temperature, share_prompts=share)
                     loss, stats = grpo_loss(

@@ -29,7 +29,9 @@ ROUTING = "grpo.routing."
 # What routes the gradients: meaningless under mode none, so reset there and not part of the key.
 # ablated_frac is not one: a none run trains its ablated steps with the forget adapter off too,
 # so the baseline keeps the routed trial's value.
-ROUTING_ONLY = tuple(ROUTING + k for k in ("mode", "routing_frac", "label_noise_frac"))
+ROUTING_ONLY = tuple(
+    ROUTING + k for k in ("mode", "routing_frac", "label_noise_frac", "retain_advantage")
+)
 _MISSING = object()
 
 
