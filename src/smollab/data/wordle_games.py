@@ -1,0 +1,167 @@
+"""Wordle games: secret sampling, a solver, solver-played transcripts and GRPO prompts files,
+and `play_games`, the multi-turn evaluation of any model callable.
+
+The solver plays hard mode (it guesses only words consistent with all feedback so far, so its
+transcripts teach the use of feedback) and picks the candidate of highest expected information;
+`top_k > 1` picks at random among the k best, so transcripts are not one fixed opening.
+
+Files (one example per line, as `data.source=files` and `grpo.prompts_file` read them):
+    python -m smollab.data.wordle_games transcripts data/wordle/transcripts.txt --games 4000
+    python -m smollab.data.wordle_games prompts data/wordle/prompts.txt --n 2000
+A transcript line is a prompt, a space and the solver's completion; a prompt line is a position
+of a solver-played game (turn 1 to the turn before the solve), so GRPO sees every stage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from smollab.atomic_files import atomic_write_text
+from smollab.data.wordle import (
+    NUM_CODES,
+    WORDS,
+    build_prompt,
+    candidate_mask,
+    completion,
+    entropy_bits,
+    feedback,
+    is_word,
+    parse_guess,
+    parse_history,
+    word_table,
+)
+
+GenerateFn = Callable[[list[str]], Sequence[str]]
+History = list[tuple[str, str]]
+
+
+def sample_secrets(n: int, seed: int = 0) -> list[str]:
+    """`n` secrets from WORDS: without repeats while n <= len(WORDS), then with."""
+    rng = random.Random(seed)
+    return rng.sample(WORDS, n) if n <= len(WORDS) else rng.choices(WORDS, k=n)
+
+
+def solver_move(history: History, rng: random.Random | None = None, top_k: int = 1
+                ) -> tuple[str, int]:  # fmt: skip
+    """(guess, candidates left) for the position `history`: the consistent word whose feedback
+    partitions the candidates best (highest entropy); ties and `top_k` resolved by `rng`."""
+    table, _ = word_table()
+    idx = np.flatnonzero(candidate_mask(history))
+    if len(idx) == 0:
+        raise ValueError(f"no word of the list is consistent with {history}")
+    sub = table[np.ix_(idx, idx)].astype(np.intp)  # rows: secrets, cols: guesses
+    n = len(idx)
+    counts = np.bincount((sub + NUM_CODES * np.arange(n)).ravel(), minlength=NUM_CODES * n)
+    gains = entropy_bits(counts.reshape(n, NUM_CODES))
+    rng = rng or random.Random(0)
+    order = sorted(range(n), key=lambda j: (-round(gains[j], 9), rng.random()))
+    return WORDS[idx[rng.choice(order[:top_k])]], n
+
+
+def solver_completion(history: History, rng: random.Random | None = None, top_k: int = 1) -> str:
+    guess, left = solver_move(history, rng, top_k)
+    return completion(f"{left} left", guess)
+
+
+def solver_game(secret: str, rng: random.Random, top_k: int = 1, max_turns: int = 12
+                ) -> list[tuple[str, str]]:  # fmt: skip
+    """A whole solver-played game as (prompt, completion) pairs, one per turn."""
+    history: History = []
+    turns = []
+    for _ in range(max_turns):
+        prompt = build_prompt(history)
+        guess, left = solver_move(history, rng, top_k)
+        turns.append((prompt, completion(f"{left} left", guess)))
+        if guess == secret:
+            break
+        history.append((guess, feedback(secret, guess)))
+    return turns
+
+
+def write_transcripts(path: str | Path, games: int, seed: int = 0, top_k: int = 3) -> int:
+    """Solver-played games, one turn a line (prompt, space, completion); returns the lines."""
+    rng = random.Random(seed)
+    lines = [f"{p} {c}" for s in sample_secrets(games, seed) for p, c in solver_game(s, rng, top_k)]
+    atomic_write_text(Path(path), "\n".join(lines) + "\n")
+    return len(lines)
+
+
+def write_prompts(path: str | Path, n: int, seed: int = 0, top_k: int = 3) -> int:
+    """`n` prompts, one a line: a random unsolved turn of a solver-played game for each secret."""
+    rng = random.Random(seed + 1)
+    prompts = [rng.choice(solver_game(s, rng, top_k))[0] for s in sample_secrets(n, seed)]
+    atomic_write_text(Path(path), "\n".join(prompts) + "\n")
+    return len(prompts)
+
+
+def solver_generate(prompts: list[str]) -> list[str]:
+    """The solver as a model callable (prompt text -> completion text) for `play_games`."""
+    return [solver_completion(parse_history(p)) for p in prompts]
+
+
+def play_games(generate_fn: GenerateFn, secrets: Sequence[str], max_turns: int = 6) -> dict:
+    """Play one game per secret with `generate_fn` (a batch of prompt texts -> completions); all
+    unfinished games advance together, one batched call a turn.
+
+    A guess that is unreadable or not in WORDS wastes its turn (nothing is added to the history),
+    as the game refuses non-words. Returns solve_rate, mean_guesses (over solved games; nan when
+    none is solved) and invalid_rate (share of all turns taken that were wasted).
+    """
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    words = set(WORDS)
+    histories: list[History] = [[] for _ in secrets]
+    solved_at: list[int | None] = [None] * len(secrets)
+    invalid = taken = 0
+    for turn in range(1, max_turns + 1):
+        live = [i for i, t in enumerate(solved_at) if t is None]
+        if not live:
+            break
+        outs = list(generate_fn([build_prompt(histories[i]) for i in live]))
+        if len(outs) != len(live):
+            raise ValueError(f"generate_fn returned {len(outs)} completions for {len(live)}")
+        for i, out in zip(live, outs, strict=True):
+            taken += 1
+            guess = parse_guess(out)
+            if guess is None or not is_word(guess) or guess not in words:
+                invalid += 1
+            elif guess == secrets[i]:
+                solved_at[i] = turn
+            else:
+                histories[i].append((guess, feedback(secrets[i], guess)))
+    solved = [t for t in solved_at if t is not None]
+    return {
+        "solve_rate": len(solved) / len(secrets) if secrets else 0.0,
+        "mean_guesses": sum(solved) / len(solved) if solved else math.nan,
+        "invalid_rate": invalid / taken if taken else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m smollab.data.wordle_games", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("kind", choices=("transcripts", "prompts"))
+    ap.add_argument("out", help="the .txt file to write (its folder is made)")
+    ap.add_argument("--games", type=int, default=4000, help="transcripts: games to play")
+    ap.add_argument("--n", type=int, default=2000, help="prompts: lines to write")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--top-k", type=int, default=3, help="solver picks among the k best guesses")
+    a = ap.parse_args(argv)
+    if a.games < 1 or a.n < 1 or a.top_k < 1:
+        ap.error("--games, --n and --top-k must be >= 1")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    if a.kind == "transcripts":
+        lines = write_transcripts(a.out, a.games, a.seed, a.top_k)
+    else:
+        lines = write_prompts(a.out, a.n, a.seed, a.top_k)
+    print(f"wrote {lines} lines to {a.out}")
+
+
+if __name__ == "__main__":
+    main()
