@@ -34,6 +34,7 @@ from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
 from smollab.rewards.sentiment import sentiment
+from smollab.rewards.wordle import wordle_feedback_use, wordle_format, wordle_info_gain
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -44,6 +45,9 @@ BUILTINS: dict[str, RewardFn] = {
     "contains_words": contains_words,
     "sentiment": sentiment,
     "sentence_length": sentence_length,
+    "wordle_format": wordle_format,
+    "wordle_feedback_use": wordle_feedback_use,
+    "wordle_info_gain": wordle_info_gain,
 }
 
 # Passed by the trainer on every call, never set in a spec's params.
