@@ -41,6 +41,9 @@ def test_builtins_by_name():
         "contains_words",
         "sentiment",
         "sentence_length",
+        "wordle_format",
+        "wordle_feedback_use",
+        "wordle_info_gain",
     }
 
 
