@@ -41,6 +41,9 @@ def test_builtins_by_name():
         "contains_words",
         "sentiment",
         "sentence_length",
+        "fen_valid",
+        "fen_exact",
+        "fen_distance",
     }
 
 
