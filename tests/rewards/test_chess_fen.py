@@ -27,13 +27,15 @@ CASES = {
     "pawn push": (START, "e2e4", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"),
     "pawn push san": (START, "e4", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"),
     "knight": (START, "Nf3", "rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1"),
-    "castling": ("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", "e1g1", "r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1"),
+    "castling": ("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", "e1g1",
+                 "r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1"),
     "castling long san": ("r3k2r/8/8/8/8/8/8/R3K2R b KQkq - 3 7", "O-O-O",
                           "2kr3r/8/8/8/8/8/8/R3K2R w KQ - 4 8"),
     "en passant": ("rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", "e5f6",
                    "rnbqkbnr/ppp1p1pp/5P2/3p4/8/8/PPPP1PPP/RNBQKBNR b KQkq - 0 3"),
     "promotion": ("8/P7/8/8/8/8/8/k6K w - - 0 50", "a7a8q", "Q7/8/8/8/8/8/8/k6K b - - 0 50"),
-    "underpromotion san": ("8/P7/8/8/8/8/8/k6K w - - 5 50", "a8=N", "N7/8/8/8/8/8/8/k6K b - - 0 50"),
+    "underpromotion san": ("8/P7/8/8/8/8/8/k6K w - - 5 50", "a8=N",
+                           "N7/8/8/8/8/8/8/k6K b - - 0 50"),
 }  # fmt: skip
 
 
@@ -125,7 +127,8 @@ def test_each_completion_is_scored_against_its_own_prompt():
 
 @pytest.mark.parametrize("bad, match", [
     ("Once upon a time", "is not 'FEN: <fen> Move: <move> Next FEN:'"),
-    (prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1", "e2e4"), "does not parse"),
+    (prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1", "e2e4"), "is not a valid position"),
+    (prompt(START.lower(), "e2e4"), "data.tokenizer=bpe"),
     (prompt(START, "e2e5"), "move 'e2e5' is not legal"),
 ])  # fmt: skip
 def test_a_prompt_that_is_not_a_chess_prompt_is_one_line(bad, match):

@@ -53,9 +53,12 @@ def true_fen(prompt: str) -> str:
                         "Next FEN:' (grpo.prompts_file: see smollab.data.chess_fen)")  # fmt: skip
     try:
         board = chess.Board(m["fen"])
-    except ValueError as e:
-        raise UserError(f"chess rewards: prompt FEN {m['fen']!r} does not parse ({e}); a case-"
-                        "folding tokenizer breaks FENs: use data.tokenizer=bpe") from None  # fmt: skip
+        ok = board.is_valid()
+    except ValueError:
+        ok = False
+    if not ok:  # WordPiece lower-cases, and a FEN's case tells white from black
+        raise UserError(f"chess rewards: prompt FEN {m['fen']!r} is not a valid position (a "
+                        "model whose tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
     move = _parse_move(chess, board, m["move"])
     if move is None:
         raise UserError(f"chess rewards: move {m['move']!r} is not legal in {m['fen']!r}")
@@ -155,6 +158,7 @@ def fen_distance_serial(completions: list[str], prompts: list[str] | None = None
 
 
 # validate_specs' dry call: a chess prompt, since a story prompt is refused.
+_PROBE = {"prompts": [_PROBE_PROMPT], "completions": ["8/8/8/8 w - - 0 1"],
+          "completion_ids": [[1, 2, 3]]}  # fmt: skip
 for _fn in (fen_valid, fen_exact, fen_distance):
-    _fn.probe = {"prompts": [_PROBE_PROMPT], "completions": ["8/8/8/8 w - - 0 1"],  # type: ignore[attr-defined]
-                 "completion_ids": [[1, 2, 3]]}  # fmt: skip
+    _fn.probe = _PROBE  # type: ignore[attr-defined]
