@@ -30,6 +30,7 @@ from typing import Any
 from smollab.config import RewardSpec
 from smollab.config_rules import reward_keys
 from smollab.errors import UserError
+from smollab.rewards.chess_fen import fen_distance, fen_exact, fen_valid
 from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
@@ -48,7 +49,14 @@ BUILTINS: dict[str, RewardFn] = {
     "wordle_format": wordle_format,
     "wordle_feedback_use": wordle_feedback_use,
     "wordle_info_gain": wordle_info_gain,
+    "fen_valid": fen_valid,
+    "fen_exact": fen_exact,
+    "fen_distance": fen_distance,
 }
+
+# validate_specs calls each built-in once on this (or its own `probe`) so bad params fail early.
+_PROBE = {"completions": ["The sun came out. Tom smiled"], "prompts": ["Once upon a time"],
+          "completion_ids": [[1, 2, 3, 4, 5, 6, 7]]}  # fmt: skip
 
 # Passed by the trainer on every call, never set in a spec's params.
 CALL_KWARGS = ("prompts", "completions", "completion_ids")
@@ -162,13 +170,8 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
             raise UserError(f"reward spec must be a mapping with name/weight/params, got {raw!r}")
         fn = get_reward(spec.name)
         _check_signature(spec, fn)
-        if spec.name in BUILTINS:
-            fn(
-                completions=["The sun came out. Tom smiled"],
-                prompts=["Once upon a time"],
-                completion_ids=[[1, 2, 3, 4, 5, 6, 7]],
-                **spec.params,
-            )
+        if spec.name in BUILTINS:  # a built-in whose prompts have a form carries its own probe
+            fn(**getattr(fn, "probe", _PROBE), **spec.params)
         resolved.append((spec, fn))
     keys = reward_keys(spec.name for spec, _ in resolved)
     return [ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params))
