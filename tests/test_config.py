@@ -210,9 +210,10 @@ def test_config_show_output_loads_again(command, tmp_path):
 
 def test_keys_another_command_reads_are_refused_with_the_reason():
     with pytest.raises(UserError) as e:
-        load_config("grpo", None, ["train.grad_accum=2"])
+        load_config("grpo", None, ["train.max_tokens=2"])
     assert str(e.value) == (
-        "config key train.grad_accum: grpo does not read it (one optimizer step per generated batch)"
+        "config key train.max_tokens: grpo does not read it (it counts optimizer steps, not "
+        "tokens (train.max_steps, max_time))"
     )
     with pytest.raises(UserError, match=r"^config key model.lora.r: pretrain does not read it \("):
         load_config("pretrain", None, ["model.lora.r=4"])

@@ -213,6 +213,9 @@ class RLTrainConfig(TrainConfig):
 
     max_steps: int = Field(200, ge=1)
     batch_size: int = Field(32, ge=1, description="completions per optimizer step")
+    grad_accum: int = Field(
+        1, ge=1, description="loss and backward in this many micro-batches of whole groups"
+    )
     log_interval: int = Field(1, ge=1)
     eval_interval: int = Field(25, ge=0, description="0: no evaluation")
     save_interval: int = Field(50, ge=0, description="0: no periodic checkpoints")

@@ -2,8 +2,8 @@
 not be honoured. `config.validate` refuses either in one line that names the keys.
 
 - `NOT_READ`: the keys a command does not read although another command does, each with the
-  reason (`config key train.grad_accum: grpo does not read it (one optimizer step per generated
-  batch)`); `smollab bench` skips a knob whose key the workload's command does not read. An entry
+  reason (`config key train.seq_len: grpo does not read it (prompts are grpo.prompt_tokens
+  long, ...)`); `smollab bench` skips a knob whose key the workload's command does not read. An entry
   is a dotted key or a whole section (`grpo` covers `grpo.beta`). tests/train/test_config_keys.py
   checks the table against the schemas both ways.
 - The rules across keys and the environment (`tracker_rules`: a tracker's package is installed;
@@ -40,7 +40,6 @@ NOT_READ: dict[str, dict[str, str]] = {
         "train.seq_len": (
             "prompts are grpo.prompt_tokens long, completions grpo.max_completion_length"
         ),
-        "train.grad_accum": "one optimizer step per generated batch",
         "train.eval_tokens": "it evaluates on grpo.eval_prompts held-out prompts",
         "train.diverge_factor": "divergence is a KL above failure.max_kl or a non-finite loss",
         "perf.compile": _NO_COMPILE,
@@ -183,6 +182,11 @@ def grpo_rules(c: Any) -> None:
     if c.train.batch_size % g.num_generations:
         raise ValueError(f"train.batch_size={c.train.batch_size} must be a multiple of "
                          f"grpo.num_generations={g.num_generations}")  # fmt: skip
+    groups = c.train.batch_size // g.num_generations
+    if groups % c.train.grad_accum:
+        raise ValueError(f"train.grad_accum={c.train.grad_accum} must divide the {groups} prompt "
+                         "groups of a batch (train.batch_size / grpo.num_generations): each "
+                         "micro-batch holds whole groups")  # fmt: skip
     _loss_type_rules(g)
     if g.loss_type in _CLIP_LOSSES and g.epsilon_high is not None and g.epsilon_high < g.epsilon:
         raise ValueError(f"grpo.epsilon_high={g.epsilon_high:g} is below grpo.epsilon="

@@ -70,7 +70,11 @@ def check_model_source(cfg: ModelConfig) -> None:
 
 
 def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa"):
-    """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init)."""
+    """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init).
+
+    No `low_cpu_mem_usage` key: transformers 5 always builds a loaded model on the meta device
+    and reads the weights into it (4.x's low_cpu_mem_usage=True; 5.x drops the argument unread),
+    so a path costs about one copy of its weights (benchmarks/grpo_big_lora.py prints it)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

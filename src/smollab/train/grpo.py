@@ -2,7 +2,8 @@
 
 One step: sample prompts -> roll out `num_generations` completions each with the lean sampler ->
 score them -> group-relative advantages -> reference log-probs (lean, no grad) -> policy
-forward/backward (`num_iterations` times, PPO-clipped) -> metrics and failure rules.
+forward/backward (`num_iterations` times, PPO-clipped; in `train.grad_accum` micro-batches of
+whole groups, `grpo_accum`, each pass one optimizer step) -> metrics and failure rules.
 Prompts and sampling are seeded by (seed, step), so a resumed run replays the same batches:
 prompts are picked on the CPU, completions drawn on the policy's device by a generator the sampler
 makes there from the seed (`Sampler.generate(seed=)`). `train.max_time` counts training time (the
@@ -11,6 +12,7 @@ sum of step times, kept in the checkpoint), like pretraining's: loading and eval
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import torch
 from smollab.config import GRPOConfig
 from smollab.data.prepare import ensure_prepared
 from smollab.device import make_adamw, peak_memory_mb, release_cache, setup_runtime, synchronize
-from smollab.engine.policy import policy_logprobs, replay_blocker
+from smollab.engine.policy import replay_blocker
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
@@ -30,11 +32,11 @@ from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import checkpoints, distributed, routing, scaffold
+from smollab.train import checkpoints, distributed, grpo_accum, routing, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
-from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss
+from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages
 from smollab.train.progress import Progress
 from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
@@ -98,13 +100,16 @@ def train(cfg: GRPOConfig) -> dict:
         policy = apply_routing(policy, g.routing)
     policy.to(rt.device)
     if cfg.perf.grad_checkpointing:
-        policy.gradient_checkpointing_enable()
+        policy.activation_checkpointing_enable()  # the name since transformers 5
     eos = tokenizer.eos_token_id
     sampler = Sampler(policy, eos_token_id=eos, pad_token_id=eos)
     no_replay = replay_blocker(policy, sampler, enabled=g.replay,
                                autocast=rt.autocast_dtype is not None, batch_size=tc.batch_size,
                                max_new_tokens=g.max_completion_length)  # fmt: skip
     no_replay = no_replay or (router.replay_blocker() if router else None)
+    micro = grpo_accum.micro_batches(tc.batch_size, g.num_generations, tc.grad_accum)
+    if len(micro) > 1 and no_replay is None:  # the record holds the whole batch's activations
+        no_replay = f"train.grad_accum={tc.grad_accum} (micro-batches)"
     reference = build_reference(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
@@ -206,19 +211,14 @@ def train(cfg: GRPOConfig) -> dict:
 
             # 4. policy update(s): the first pass replays the decode when it can
             policy.train()
-            for it in range(g.num_iterations):
-                with routing.train_pass(router, policy, step, advantages) as share:
-                    with rt.autocast():
-                        logp = policy_logprobs(policy, r, g.temperature, share_prompts=share)
-                    loss, stats = grpo_loss(
-                        logp,
-                        r.logprobs if g.num_iterations > 1 else None,
-                        ref_logp,
-                        advantages,
-                        mask,
-                        **loss_options,
-                    )
-                    (rt.scaler.scale(loss) if rt.scaler else loss).backward()
+            for it in range(g.num_iterations):  # loss and backward per micro-batch, one step
+                loss, stats = grpo_accum.loss_backward(
+                    policy, r, advantages, mask, r.logprobs if g.num_iterations > 1 else None,
+                    ref_logp, micro, temperature=g.temperature, loss_options=loss_options,
+                    autocast=rt.autocast, scaler=rt.scaler,
+                    train_pass=functools.partial(routing.train_pass, router, policy, step,
+                                                 advantages),
+                )  # fmt: skip
                 grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
                 if it == 0:
                     first_stats = stats
@@ -231,7 +231,7 @@ def train(cfg: GRPOConfig) -> dict:
             m = mask.bool()
             reward_mean = float(total.mean())
             history.append(reward_mean)
-            row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss.item(),
+            row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss,
                        reward_mean=reward_mean, reward_std=float(total.std()),
                        frac_reward_zero_std=frac_reward_zero_std(total, g.num_generations),
                        kl=first_stats.get("kl", 0.0),

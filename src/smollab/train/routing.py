@@ -98,14 +98,17 @@ class Router:
         )
 
     @contextlib.contextmanager
-    def train_pass(self, policy, step: int, advantages: torch.Tensor) -> Iterator[bool]:
+    def train_pass(
+        self, policy, step: int, advantages: torch.Tensor, rows: slice = slice(None)
+    ) -> Iterator[bool]:
         """Around a training forward and its backward: the mode's masks on this step's routed
         completions (with retain_advantage=positive, retain also skips the rows whose advantage
         is not above 0), the forget adapter off on an ablated step. Yields whether the forward
-        may share prompts (not under masks: they need one row per completion)."""
-        retain, forget = masks_for(self.routed, self.cfg.mode)
+        may share prompts (not under masks: they need one row per completion). rows: the
+        completions of this forward (a gradient accumulation micro-batch); advantages: all."""
+        retain, forget = masks_for(self.routed[rows], self.cfg.mode)
         if retain is not None and self.cfg.retain_advantage == "positive":
-            retain = retain * (advantages.detach().cpu() > 0).to(retain.dtype)
+            retain = retain * (advantages[rows].detach().cpu() > 0).to(retain.dtype)
         dev = next(policy.parameters()).device
         retain, forget = (
             None if m is None or bool(m.all()) else m.to(dev) for m in (retain, forget)
@@ -149,10 +152,12 @@ class Router:
 
 
 def train_pass(
-    router: Router | None, policy, step: int, advantages: torch.Tensor
+    router: Router | None, policy, step: int, advantages: torch.Tensor, rows: slice = slice(None)
 ) -> contextlib.AbstractContextManager:
     """`router.train_pass`, or (no routing) a context that lets the forward share prompts."""
-    return router.train_pass(policy, step, advantages) if router else contextlib.nullcontext(True)
+    if router is None:
+        return contextlib.nullcontext(True)
+    return router.train_pass(policy, step, advantages, rows)
 
 
 def eval_line(rows: list[dict]) -> str:

@@ -73,7 +73,8 @@ def test_grpo_plan():
     runs, skipped = dict(runs), dict(skipped)
     assert runs["completion_len"] == {"grpo.max_completion_length": 32}
     assert runs["reward_workers"] == {"grpo.reward_workers": 2}
-    assert "does not use it" in skipped["compile"] and "does not use it" in skipped["grad_accum"]
+    assert "does not use it" in skipped["compile"]
+    assert runs["grad_accum"] == {"train.grad_accum": 2}  # the same batch in two micro-batches
     assert "bf16" in runs and "sdpa" in runs and "grad_ckpt" in runs
     # the baseline forces no key the grpo schema refuses
     base = bench_knobs.baseline_values(bench_knobs.select(None, "grpo"), "grpo", cfg)

@@ -49,7 +49,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          {"perf.optimizer_impl": "plain"}, {"perf.optimizer_impl": "foreach"}, group="optimizer"),
     Knob("grad_ckpt", "gradient checkpointing", "perf.grad_checkpointing",
          {"perf.grad_checkpointing": False}, {"perf.grad_checkpointing": True}),
-    Knob("grad_accum", "2x accumulation of half batches (same tokens/step)", "train.grad_accum"),
+    Knob("grad_accum", "2x accumulation of half batches (same tokens/step; grpo: same batch)",
+         "train.grad_accum"),
     Knob("sdpa", "SDPA attention (vs eager)", "perf.attn_implementation",
          {"perf.attn_implementation": "eager"}, {"perf.attn_implementation": "sdpa"}),
     Knob("completion_len", "grpo.max_completion_length halved", "grpo.max_completion_length",
@@ -65,6 +66,11 @@ def as_overrides(d: dict[str, Any]) -> list[str]:
 
 def knob_values(knob: Knob, cfg) -> tuple[dict[str, Any], dict[str, Any]]:
     """(baseline values, switched-on values) for one knob on this config; ValueError = skip."""
+    if knob.name == "grad_accum" and hasattr(cfg, "grpo"):  # GRPO: the same batch, in halves
+        a, groups = cfg.train.grad_accum, cfg.train.batch_size // cfg.grpo.num_generations
+        if groups % (2 * a):
+            raise ValueError(f"{groups} prompt groups do not split into {2 * a} micro-batches")
+        return {}, {"train.grad_accum": 2 * a}
     if knob.name == "grad_accum":
         b, a = cfg.train.batch_size, cfg.train.grad_accum
         if b < 2 or b % 2:
