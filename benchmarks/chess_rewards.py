@@ -16,21 +16,9 @@ one process, medians of wall and process CPU seconds:
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import statistics
 import time
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _corrupt(text: str, rng: random.Random) -> str:
@@ -59,6 +47,7 @@ def main() -> None:
 
     from smollab.data.chess_fen import examples
     from smollab.rewards.chess_fen import answer, fen_distance, fen_distance_serial, true_fen
+    from smollab.train.mfu import cpu_model_name
 
     rng = random.Random(0)
     rows = examples(a.prompts, seed=0)
@@ -90,7 +79,7 @@ def main() -> None:
             w, c = time.perf_counter(), time.process_time()
             fn()
             times[name].append((time.perf_counter() - w, time.process_time() - c))
-    print(f"CPU: {_cpu_name()}; {len(comps)} completions, {a.prompts} distinct prompts, "
+    print(f"CPU: {cpu_model_name()}; {len(comps)} completions, {a.prompts} distinct prompts, "
           f"median of {a.repeats}")  # fmt: skip
     med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
     for name, v in times.items():

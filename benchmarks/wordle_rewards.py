@@ -13,7 +13,6 @@ calls of each implementation, their ratio, and whether the values agree.
 from __future__ import annotations
 
 import argparse
-import platform
 import random
 import statistics
 import time
@@ -21,17 +20,7 @@ import time
 from smollab.data.wordle import WORDS, completion, parse_guess, word_table
 from smollab.data.wordle_games import sample_secrets, solver_game
 from smollab.rewards.wordle import info_gain_plain, wordle_info_gain
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from smollab.train.mfu import cpu_model_name
 
 
 def batch(prompts: int, per_prompt: int, seed: int) -> tuple[list[str], list[str]]:
@@ -76,7 +65,7 @@ def main() -> None:
     vec_s, vec = timed(lambda: wordle_info_gain(comps, prompts=prompts), a.repeats)
     plain_s, plain = timed(lambda: info_gain_plain(comps, prompts), a.repeats)
     agree = max(abs(x - y) for x, y in zip(vec, plain, strict=True)) < 1e-9
-    print(f"cpu: {cpu_name()}")
+    print(f"cpu: {cpu_model_name()}")
     print(f"completions: {len(comps)} ({a.prompts} prompts x {a.per_prompt}), "
           f"median of {a.repeats} calls")  # fmt: skip
     print(f"feedback-code table ({len(WORDS)}x{len(WORDS)}), once per process: {table_s:.4f} s")
