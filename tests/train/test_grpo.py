@@ -56,19 +56,26 @@ def test_lora_saves_adapter_and_merged_export(micro_grpo, tmp_path):
     assert summary["params_trainable"] < summary["params_total"]
 
 
+def crash_grpo_at_step(monkeypatch, n: int):
+    """Make the GRPO loop raise in step `n` (its n-th advantage computation); returns the real
+    function, to put back before resuming."""
+    real, calls = grpo.group_advantages, {"n": 0}
+
+    def crash(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    monkeypatch.setattr(grpo, "group_advantages", crash)
+    return real
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_resume_after_crash_is_exact(micro_grpo, tmp_path, monkeypatch, lora):
     extra = ["model.lora.enabled=true", "model.lora.r=2"] if lora else []
     _run([*micro_grpo, *extra, f"run.dir={tmp_path / 'ref'}"])
-    real, calls = grpo.group_advantages, {"n": 0}
-
-    def crash_at_step_5(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("simulated crash")
-        return real(*a, **k)
-
-    monkeypatch.setattr(grpo, "group_advantages", crash_at_step_5)
+    real = crash_grpo_at_step(monkeypatch, 5)
     with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
         _run([*micro_grpo, *extra])
     monkeypatch.setattr(grpo, "group_advantages", real)

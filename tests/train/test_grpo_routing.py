@@ -16,6 +16,7 @@ from smollab.errors import RunFailed
 from smollab.run_rows import read_metrics
 from smollab.runs import RunView
 from smollab.train import grpo
+from tests.train.test_grpo import crash_grpo_at_step
 
 ROUTED = [
     "reward=[{name: happy_binary}, {name: happy_count}]", "grpo.routing.enabled=true",
@@ -74,15 +75,7 @@ def test_sample_mode_on_a_run_without_routing_is_refused(micro_model, capsys):
 def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
     over = [*micro_grpo, *ROUTED, "grpo.routing.eval_interval=2"]
     _run([*over, f"run.dir={tmp_path / 'ref'}"])
-    real, calls = grpo.group_advantages, {"n": 0}
-
-    def crash_at_step_5(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise RuntimeError("simulated crash")
-        return real(*a, **k)
-
-    monkeypatch.setattr(grpo, "group_advantages", crash_at_step_5)
+    real = crash_grpo_at_step(monkeypatch, 5)
     with pytest.raises(RunFailed):
         _run(over)
     run = RunView(tmp_path / "grpo")
