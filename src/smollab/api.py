@@ -95,6 +95,24 @@ def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_t
     return [{"prompt": p, "text": t} for p, t in pairs]
 
 
+def wordle_games(path: str | Path, games: int, max_turns: int = 6, temperature: float = 0.0,
+                 top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64, seed: int = 0,
+                 device: str = "auto", mode: str | None = None,
+                 out: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+    """Play `games` whole Wordle games with the model of a run or checkpoint directory (greedy
+    at temperature 0); writes wordle_games.json beside it (or `out`) and returns the report:
+    games, solved, turns, solve_rate, mean_guesses, invalid_rate, format_error_rate, ...."""
+    if games < 1 or max_turns < 1 or max_new_tokens < 1:
+        raise UserError("--wordle-games, --max-turns and --max-new-tokens must be at least 1")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
+    from smollab.engine.wordle_play import play_wordle
+
+    return play_wordle(str(path), games, max_turns=max_turns, seed=seed, temperature=temperature,
+                       top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, device=device,
+                       mode=mode, out=out)  # fmt: skip
+
+
 def sweep(spec: str | Path | None, args: Sequence[str] = (), dry_run: bool = False,
           **values: Any) -> dict[str, Any]:  # fmt: skip
     """Run a sweep spec (a shipped name such as "lr-micro" or a path; `values` set spec keys:

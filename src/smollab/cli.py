@@ -79,27 +79,55 @@ _training_command(
 )
 
 
-@command("sample", "generate text from a run directory or checkpoint")
+@command("sample", "generate text from a run directory or checkpoint, or play Wordle games")
 def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="run directory or checkpoint directory")
-    p.add_argument("--prompt", action="append", required=True, help="may be given several times")
+    p.add_argument("--prompt", action="append", help="may be given several times")
     p.add_argument("--n", type=int, default=1, help="samples per prompt")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy; default 1.0, and 0 with --wordle-games")  # fmt: skip
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--mode", choices=["both", "retain_only", "forget_only"],
                    help="a gradient-routing run: the adapters to sample with (default both)")  # fmt: skip
+    p.add_argument("--wordle-games", type=int, metavar="N",
+                   help="instead of prompts: play N whole Wordle games (secrets drawn with "
+                   "--seed); prints and writes solve rate, mean guesses and error rates to "
+                   "wordle_games.json in PATH")  # fmt: skip
+    p.add_argument("--max-turns", type=int, default=6, help="--wordle-games: turns per game")
+    p.add_argument("--wordle-out", help="--wordle-games: the report's file instead")
 
     def run(a: argparse.Namespace) -> int:
-        for s in api.sample(a.path, a.prompt, a.n, a.max_new_tokens, a.temperature, a.top_p,
+        if a.wordle_games is not None:
+            return _play_wordle(a)
+        if not a.prompt:
+            raise UserError("sample: give --prompt (or --wordle-games N)")
+        if a.wordle_out is not None or a.max_turns != 6:
+            raise UserError("--wordle-out and --max-turns are read only with --wordle-games")
+        temperature = 1.0 if a.temperature is None else a.temperature
+        for s in api.sample(a.path, a.prompt, a.n, a.max_new_tokens, temperature, a.top_p,
                             a.top_k, a.seed, a.device, a.mode):  # fmt: skip
             print(f"[{s['prompt']}] {s['text']}\n")
         return 0
 
     p.set_defaults(run=run)
+
+
+def _play_wordle(a: argparse.Namespace) -> int:
+    if a.prompt or a.n != 1:
+        raise UserError("--wordle-games plays games from its own prompts: drop --prompt and --n")
+    r = api.wordle_games(a.path, a.wordle_games, a.max_turns,
+                         0.0 if a.temperature is None else a.temperature, a.top_p, a.top_k,
+                         a.max_new_tokens, a.seed, a.device, a.mode, a.wordle_out)  # fmt: skip
+    guesses = "-" if r["mean_guesses"] is None else f"{r['mean_guesses']:.2f}"
+    print(f"wordle: {r['solved']}/{r['games']} games solved ({r['solve_rate']:.1%}), mean "
+          f"guesses {guesses}; of {r['turns']} turns {r['invalid_rate']:.1%} wasted "
+          f"({r['format_error_rate']:.1%} format errors); model {r['model']}; wrote "
+          f"{r['path']}")  # fmt: skip
+    return 0
 
 
 @command("models", "list model presets with total and non-embedding parameter counts")

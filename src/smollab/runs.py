@@ -39,6 +39,7 @@ SUMMARY = "summary.json"  # status, final metrics, environment
 LOG = "training.log"  # human log: command, environment, code version, progress
 SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log steps
 ROUTING_EVAL = "routing_eval.jsonl"  # gradient routing: one row per adapter mode per evaluation
+WORDLE_GAMES = "wordle_games.json"  # `smollab sample RUN --wordle-games N`: solve rate, guesses
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
 PLOTS = "plots"  # png figures redrawn from metrics.csv
 TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
@@ -60,6 +61,7 @@ RUN_FILES = (
     LOG,
     SAMPLES,
     ROUTING_EVAL,
+    WORDLE_GAMES,
     CHECKPOINTS,
     PLOTS,
     REPORT,

@@ -101,12 +101,16 @@ def test_play_games_counts_wasted_turns_and_unsolved_games():
     always_bad = games.play_games(lambda ps: ["<guess>zzzzz</guess>"] * len(ps), secrets, 3)
     assert always_bad["solve_rate"] == 0.0 and always_bad["invalid_rate"] == 1.0
     assert math.isnan(always_bad["mean_guesses"])
+    assert always_bad["turns"] == 6 and always_bad["format_error_rate"] == 0.0  # a tag, no word
+    no_tag = games.play_games(lambda ps: ["zebra"] * len(ps), secrets, 2)
+    assert no_tag["format_error_rate"] == 1.0 and no_tag["invalid_rate"] == 1.0
 
     def apple_then_zebra(prompts):  # first turn: apple; later turns: zebra
         return [f"<guess>{'apple' if 'none' in p else 'zebra'}</guess>" for p in prompts]
 
     got = games.play_games(apple_then_zebra, secrets, 6)
-    assert got == {"solve_rate": 1.0, "mean_guesses": 1.5, "invalid_rate": 0.0}
+    assert got == {"games": 2, "solved": 2, "turns": 3, "solve_rate": 1.0, "mean_guesses": 1.5,
+                   "invalid_rate": 0.0, "format_error_rate": 0.0}  # fmt: skip
 
 
 def test_transcripts_and_prompts_files(tmp_path):

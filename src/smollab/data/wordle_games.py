@@ -110,15 +110,17 @@ def play_games(generate_fn: GenerateFn, secrets: Sequence[str], max_turns: int =
     unfinished games advance together, one batched call a turn.
 
     A guess that is unreadable or not in WORDS wastes its turn (nothing is added to the history),
-    as the game refuses non-words. Returns solve_rate, mean_guesses (over solved games; nan when
-    none is solved) and invalid_rate (share of all turns taken that were wasted).
+    as the game refuses non-words. Returns games, solved, turns (taken in all games), solve_rate,
+    mean_guesses (turns to solve, over solved games; nan when none is solved), invalid_rate
+    (share of turns wasted) and format_error_rate (share of turns whose completion had no
+    readable `<guess>` tag: the part of invalid_rate that is the format, not the word).
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
     words = set(WORDS)
     histories: list[History] = [[] for _ in secrets]
     solved_at: list[int | None] = [None] * len(secrets)
-    invalid = taken = 0
+    invalid = unreadable = taken = 0
     for turn in range(1, max_turns + 1):
         live = [i for i, t in enumerate(solved_at) if t is None]
         if not live:
@@ -129,6 +131,7 @@ def play_games(generate_fn: GenerateFn, secrets: Sequence[str], max_turns: int =
         for i, out in zip(live, outs, strict=True):
             taken += 1
             guess = parse_guess(out)
+            unreadable += guess is None
             if guess is None or not is_word(guess) or guess not in words:
                 invalid += 1
             elif guess == secrets[i]:
@@ -137,9 +140,13 @@ def play_games(generate_fn: GenerateFn, secrets: Sequence[str], max_turns: int =
                 histories[i].append((guess, feedback(secrets[i], guess)))
     solved = [t for t in solved_at if t is not None]
     return {
+        "games": len(secrets),
+        "solved": len(solved),
+        "turns": taken,
         "solve_rate": len(solved) / len(secrets) if secrets else 0.0,
         "mean_guesses": sum(solved) / len(solved) if solved else math.nan,
         "invalid_rate": invalid / taken if taken else 0.0,
+        "format_error_rate": unreadable / taken if taken else 0.0,
     }
 
 

@@ -13,10 +13,9 @@ from smollab.models.loading import build_model, load_tokenizer_near, resolve_mod
 from smollab.models.routing import load_routed_dir, saved_adapters
 
 
-def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, top_k: int, seed: int, device: str,
-                 mode: str | None = None) -> Iterator[tuple[str, str]]:  # fmt: skip
-    """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
+def load_sampler(path: str, device: str, mode: str | None = None):
+    """(sampler, tokenizer, where) for the model `path` names: a run directory (its final, else
+    latest checkpoint), a checkpoint or HF directory, or a hub id; `where` is what was loaded.
     mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
     where = resolve_model_dir(path)
     tokenizer = load_tokenizer_near(where)
@@ -29,9 +28,22 @@ def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, tem
         model = build_model(ModelConfig(preset=None, path=str(where)))
     model = model.to(pick_device(device)).eval()
     eos = tokenizer.eos_token_id
-    ids = [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
-    batch = [x for x in ids for _ in range(n)]
-    sampler = Sampler(model, eos_token_id=eos, pad_token_id=eos)
+    return Sampler(model, eos_token_id=eos, pad_token_id=eos), tokenizer, where
+
+
+def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
+    """Prompt token ids as training saw them: each starts after a document break (EOS)."""
+    eos = tokenizer.eos_token_id
+    return [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
+
+
+def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, top_k: int, seed: int, device: str,
+                 mode: str | None = None) -> Iterator[tuple[str, str]]:  # fmt: skip
+    """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
+    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
+    sampler, tokenizer, _ = load_sampler(path, device, mode)
+    batch = [x for x in encode_prompts(tokenizer, prompts) for _ in range(n)]
     r = sampler.generate(batch, max_new_tokens, temperature=temperature, top_p=top_p,
                          top_k=top_k, seed=seed)  # fmt: skip
     for i, text in enumerate(r.completion_texts(tokenizer)):
