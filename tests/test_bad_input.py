@@ -197,6 +197,30 @@ CASES: list[tuple[str, list[str], str]] = [
         ],
         "grpo.reward_timeout_s",
     ),  # fmt: skip
+    # ---- quantized loading (bitsandbytes, CUDA with LoRA only): before any data is prepared
+    (
+        "8-bit loading on the CPU",
+        [
+            "grpo",
+            "model.path={model}",
+            "data.dir=fresh",
+            "model.lora.enabled=true",
+            "model.load_in=8bit",
+            "perf.device=cpu",
+        ],
+        "model.load_in=8bit",
+    ),  # fmt: skip
+    (
+        "4-bit loading without LoRA",
+        ["grpo", "model.path={model}", "model.load_in=4bit"],
+        "model.lora.enabled",
+    ),  # fmt: skip
+    (
+        "quantized loading of a preset",
+        ["grpo", "model.lora.enabled=true", "model.load_in=4bit"],
+        "model.preset",
+    ),  # fmt: skip
+    ("quantized pretraining", ["pretrain", "model.load_in=4bit"], "model.load_in"),
     # ---- sweep specs
     ("sweep spec missing", ["sweep", "nope.yaml"], "nope.yaml"),
     ("sweep overrides a list", ["sweep", "spec_overrides_list.yaml", "dir=s"], "overrides"),

@@ -61,6 +61,10 @@ class FinetuneModelConfig(ModelConfig):
     """The model of a fine-tuning command: every weight, or LoRA adapters on it."""
 
     lora: LoraConfig = Field(default_factory=LoraConfig)
+    load_in: Literal["none", "8bit", "4bit"] = Field(
+        "none", description="CUDA with LoRA: the base weights quantized as they load "
+        "(bitsandbytes; pip install 'smollab[quant]'); 4bit is NF4"
+    )  # fmt: skip
 
 
 class DataConfig(Section):

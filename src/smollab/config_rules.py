@@ -31,6 +31,8 @@ _NO_COMPILE = "it never compiles; the lean sampler decodes eagerly, which measur
 NOT_READ: dict[str, dict[str, str]] = {
     "pretrain": {
         "model.lora": "pretraining trains every weight; LoRA is for `smollab grpo`",
+        "model.load_in": "pretraining trains every weight, and quantized weights cannot train; "
+        "it is for LoRA fine-tuning (`smollab grpo`)",
         "grpo": _RL,
         "reward": "pretraining minimizes the next-token loss; rewards are for `smollab grpo`",
         "failure": "the RL failure rules; pretraining stops on divergence (train.diverge_factor)",
@@ -120,6 +122,19 @@ def shared_rules(c: Any) -> None:
     keys = lora.changed("r", "alpha", "dropout", "targets") if lora is not None else []
     if keys and not lora.enabled:
         raise ValueError(f"model.lora.{keys[0]} is set but model.lora.enabled is false")
+    load_in = getattr(m, "load_in", "none")
+    if load_in != "none" and not m.path:
+        raise ValueError(f"model.load_in={load_in} quantizes weights as they load from "
+                         "model.path, and model.preset builds a fresh model (save it and set "
+                         "model.path)")  # fmt: skip
+    routing = getattr(getattr(c, "grpo", None), "routing", None)
+    if load_in != "none" and routing is not None and routing.enabled:
+        raise ValueError(f"model.load_in={load_in}: grpo.routing's adapters are built on a "
+                         "full-precision base; quantized loading is for model.lora")  # fmt: skip
+    if load_in != "none" and not lora.enabled:
+        raise ValueError(f"model.load_in={load_in} freezes the base in {load_in}, and "
+                         "model.lora.enabled is false: only LoRA adapters can train on a "
+                         "quantized base")  # fmt: skip
     data_rules(c.data)
     if o.schedule == "constant" and o.changed("min_lr"):
         raise ValueError(f"optim.min_lr={o.min_lr:g} is set but optim.schedule=constant never "
@@ -205,6 +220,10 @@ def grpo_rules(c: Any) -> None:
     if g.beta == 0 and f.changed("max_kl"):
         raise ValueError("failure.max_kl watches the KL to the reference, and grpo.beta=0 "
                          "measures none")  # fmt: skip
+    if g.export_merged and c.model.load_in != "none":
+        raise ValueError(f"grpo.export_merged merges LoRA adapters into the base, and "
+                         f"model.load_in={c.model.load_in} holds it quantized (merging would "
+                         "round the adapters away)")  # fmt: skip
     if g.export_merged and not c.model.lora.enabled:
         raise ValueError("grpo.export_merged merges LoRA adapters, and model.lora.enabled is "
                          "false (final/ already holds the full weights)")  # fmt: skip

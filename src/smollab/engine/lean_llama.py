@@ -42,6 +42,8 @@ __all__ = ["LeanLlama", "check_lean_compatible", "positions_from_mask"]
 
 def check_lean_compatible(config) -> None:
     """Raise NotImplementedError naming what `LeanLlama` does not support in this config."""
+    if getattr(config, "quantization_config", None) is not None:  # model.load_in
+        raise NotImplementedError("LeanLlama reads full-precision weights; this model is quantized")
     model_type = getattr(config, "model_type", "llama")
     if model_type != "llama":
         raise NotImplementedError(f"LeanLlama supports model_type 'llama' only, not {model_type!r}")

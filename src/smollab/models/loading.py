@@ -6,10 +6,14 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from smollab.config import LoraConfig, ModelConfig
 from smollab.errors import UserError
 from smollab.runs import RunView
+
+if TYPE_CHECKING:
+    import torch
 
 # Short target names (config) -> module names per architecture.
 _LORA_TARGETS = {
@@ -69,27 +73,43 @@ def check_model_source(cfg: ModelConfig) -> None:
             )
 
 
-def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa"):
+def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa",
+                device: torch.device | None = None, compute_dtype: torch.dtype | None = None):  # fmt: skip
     """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init).
 
     No `low_cpu_mem_usage` key: transformers 5 always builds a loaded model on the meta device
     and reads the weights into it (4.x's low_cpu_mem_usage=True; 5.x drops the argument unread),
-    so a path costs about one copy of its weights (benchmarks/grpo_big_lora.py prints it)."""
+    so a path costs about one copy of its weights (benchmarks/grpo_big_lora.py prints it).
+    A fine-tuning config's `model.load_in` (8bit, 4bit) loads the weights quantized straight onto
+    `device` (CUDA; `models.quantized`), computing in `compute_dtype`."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per load of a 1M-parameter model is noise
+    load_in = getattr(cfg, "load_in", "none")  # fine-tuning configs only
+    if load_in != "none" and device is None:
+        raise ValueError("build_model: model.load_in needs the device to load onto")
     if cfg.path:
         where = resolve_model_dir(cfg.path)
         from smollab.models.routing import load_routed_dir, saved_adapters
 
         if isinstance(where, Path) and saved_adapters(where):
+            if load_in != "none":
+                raise UserError(f"model.load_in={load_in}: {where} is a gradient-routing "
+                                "checkpoint, which loads in full precision only")  # fmt: skip
             return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
         if isinstance(where, Path):  # absolute: PEFT records it as its adapters' base model,
             where = where.resolve()  # which must load from any working directory
+        if load_in != "none" and (Path(str(where)) / "adapter_config.json").is_file():
+            raise UserError(f"model.load_in={load_in}: {where} holds LoRA adapters, which would "
+                            "be merged into quantized weights and rounded away; point "
+                            "model.path at full weights (grpo.export_merged writes them)")  # fmt: skip
+        from smollab.models.quantized import quantized_load_kwargs
+
+        quant = quantized_load_kwargs(load_in, device, compute_dtype) if device else {}
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                where, attn_implementation=attn_implementation
+                where, attn_implementation=attn_implementation, **quant
             )
         except OSError as e:
             raise UserError(f"model.path: cannot load {where}: {str(e).splitlines()[0]}") from None

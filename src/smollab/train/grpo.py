@@ -28,6 +28,7 @@ from smollab.errors import UserError
 from smollab.models.autocast_attention import fit_attention
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
+from smollab.models.quantized import check_load_in
 from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
@@ -74,6 +75,8 @@ def train(cfg: GRPOConfig) -> dict:
     router = routing.Router(g.routing, cfg.run.seed, weights) if routed else None
     check_model_source(cfg.model)  # before any data is prepared
     rt = setup_runtime(cfg.perf)
+    quantized = cfg.model.load_in != "none"
+    check_load_in(cfg.model.load_in, rt.device)  # CUDA and bitsandbytes, before any data too
 
     # ---- tokenizer and prompts ----------------------------------------------------------
     if not g.prompts_file:  # the prompts are stories of the data directory
@@ -86,7 +89,8 @@ def train(cfg: GRPOConfig) -> dict:
     # ---- policy, reference, sampler, optimizer --------------------------------------------
     torch.manual_seed(cfg.run.seed)
     policy = build_model(cfg.model, vocab_size=len(tokenizer),
-                         attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
+                         attn_implementation=cfg.perf.attn_implementation, device=rt.device,
+                         compute_dtype=rt.autocast_dtype)  # fmt: skip
     if len(tokenizer) > policy.config.vocab_size:
         raise UserError(
             f"tokenizer has {len(tokenizer)} entries, the model only {policy.config.vocab_size}"
@@ -98,7 +102,8 @@ def train(cfg: GRPOConfig) -> dict:
         policy = apply_lora(policy, cfg.model.lora)
     elif routed:  # retain and forget adapters, both trained
         policy = apply_routing(policy, g.routing)
-    policy.to(rt.device)
+    if not quantized:  # a quantized base was loaded onto the device (bitsandbytes cannot move)
+        policy.to(rt.device)
     if cfg.perf.grad_checkpointing:
         policy.activation_checkpointing_enable()  # the name since transformers 5
     eos = tokenizer.eos_token_id
