@@ -106,7 +106,7 @@ def test_two_parents_share_one_study(fake_child, micro_data, tmp_path, pg_url):
         (tmp_path / name).mkdir()
         specs[name] = fake_spec(tmp_path / name, micro_data, storage=pg_url, study_name="shared",
                                 space={"optim.lr": lrs}, concurrency=1,
-                                overrides={"train.max_steps": 30})  # fmt: skip
+                                overrides={"train.max_steps": 20})  # fmt: skip
     env = {"FAKE_STEP_S": "0.1"}
     a = start_parent(fake_child, specs["a"], env)
     wait_for(lambda: "running" in statuses(tmp_path / "a" / "sweep"))
@@ -155,3 +155,18 @@ def test_bad_storage_urls_fail_in_one_line(fake_child, micro_data, tmp_path, mon
 
     with pytest.raises(UserError, match=r"driver is not installed.*smollab\[postgres\]"):
         load_spec(fake_spec(tmp_path, micro_data, storage="postgresql+pg8000://u@h/db"))
+
+
+def test_the_study_lock_excludes_a_second_parent(pg_url):
+    from sqlalchemy import create_engine, text
+
+    from smollab.lab.sweep.study_lock import StudyLock
+
+    lock = StudyLock(pg_url, "locked")
+    other = create_engine(pg_url).connect()
+    try_lock = text("SELECT pg_try_advisory_lock(:k)")
+    with lock, lock:  # re-entrant: an inner use keeps it
+        assert other.execute(try_lock, {"k": lock._key}).scalar() is False
+    assert other.execute(try_lock, {"k": lock._key}).scalar() is True  # released
+    other.close()
+    lock.close()

@@ -7,9 +7,10 @@ and GridSampler picks its point from the trials it reads (its own comment: in di
 optimization several workers may pick the same grid point). Two parents asking at once could
 then run one point twice or overrun the grid. The sweep dir's flock covers one machine only, so
 this lock lives where the study does: a PostgreSQL session-level advisory lock, MySQL's
-GET_LOCK, and for SQLite (one machine by nature) a flock beside the database file. A parent that
-dies loses the lock with its connection. The default journal file needs none: it lives in the
-sweep dir, whose lock admits one parent.
+GET_LOCK, and for SQLite (one machine by nature) a flock beside the database file. Each hold
+opens its own connection and closes it after, so no idle connection goes stale in a long sweep,
+and a parent that dies while holding it loses the lock with its connection. The default journal
+file needs none: it lives in the sweep dir, whose lock admits one parent.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class StudyLock:
         self.storage = storage
         self.name = study_name
         self._depth = 0
-        self._conn: Any = None  # a SQLAlchemy connection kept for the sweep's life
+        self._engine: Any = None
+        self._conn: Any = None  # a SQLAlchemy connection while the lock is held
         self._file: IO[str] | None = None
         self._key = int.from_bytes(
             hashlib.sha1(study_name.encode()).digest()[:8], "big", signed=True
@@ -43,22 +45,25 @@ class StudyLock:
         return make_url(self.storage).get_backend_name()
 
     def _connection(self) -> Any:
-        if self._conn is None:
-            import sqlalchemy
-            from sqlalchemy.pool import NullPool
+        import sqlalchemy
+        from sqlalchemy.pool import NullPool
 
-            from smollab.lab.sweep.study import connect_args, driver_url
+        from smollab.lab.sweep.study import connect_args, driver_url, storage_error
 
-            engine = sqlalchemy.create_engine(driver_url(self.storage), poolclass=NullPool,
-                                              connect_args=connect_args(self.storage))  # fmt: skip
-            self._conn = engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        if self._engine is None:
+            self._engine = sqlalchemy.create_engine(driver_url(self.storage), poolclass=NullPool,
+                                                    connect_args=connect_args(self.storage))  # fmt: skip
+        try:
+            conn = self._engine.connect()
+        except sqlalchemy.exc.SQLAlchemyError as e:
+            raise storage_error(self.storage, e) from None
+        self._conn = conn.execution_options(isolation_level="AUTOCOMMIT")
         return self._conn
 
     def _acquire(self) -> None:
         from sqlalchemy import text
 
-        backend = self._backend()
-        key = self._key
+        backend, key = self._backend(), self._key
         if backend == "postgresql":
             conn = self._connection()
             conn.execute(text(f"SET lock_timeout = '{WAIT_S}s'"))
@@ -81,16 +86,22 @@ class StudyLock:
             self._file = open(f"{make_url(self.storage).database}.smollab-lock", "a+")
             fcntl.flock(self._file, fcntl.LOCK_EX)
 
-    def _release(self) -> None:
+    def _release(self, unlock: bool = True) -> None:
+        """Unlock, then end the session. Ending it alone would release the lock too (a dead
+        parent's is released that way), but the server does so a moment after the client has
+        gone, while an explicit unlock is done when it returns."""
         from sqlalchemy import text
 
-        backend = self._backend()
-        key = self._key
-        if backend == "postgresql" and self._conn is not None:
-            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-        elif backend == "mysql" and self._conn is not None:
-            self._conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": f"smollab-{key:x}"})
-        elif self._file is not None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                if unlock and self._backend() == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+                elif unlock:
+                    conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": f"smollab-{self._key:x}"})
+            finally:
+                conn.close()
+        if self._file is not None:
             self._file.close()  # closing drops the flock
             self._file = None
 
@@ -100,7 +111,11 @@ class StudyLock:
 
     def __enter__(self) -> StudyLock:
         if self._depth == 0:
-            self._acquire()
+            try:
+                self._acquire()
+            except BaseException:
+                self._release(unlock=False)  # the connection or file it may have opened
+                raise
         self._depth += 1
         return self
 
@@ -110,9 +125,6 @@ class StudyLock:
             self._release()
 
     def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            try:
-                conn.close()
-            finally:
-                conn.engine.dispose()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
