@@ -17,7 +17,9 @@ import contextlib
 import json
 import math
 import os
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +30,15 @@ from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
 from smollab.lab.sweep.lock import SweepLock
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
-from smollab.lab.sweep.study import JOURNAL, open_study, prune_evidence, repair_journal, study_name
+from smollab.lab.sweep.study import (
+    JOURNAL,
+    open_study,
+    ping_storage,
+    prune_evidence,
+    repair_journal,
+    study_name,
+)
+from smollab.lab.sweep.study_lock import StudyLock
 from smollab.lab.sweep.trials import (
     TRIALS,
     Live,
@@ -80,6 +90,8 @@ class Sweep:
         self._last_plots = 0.0
         self._last_results = 0.0
         self.study = None
+        self.study_lock: StudyLock | None = None
+        self.owner: str | None = None  # this dir's id among parents sharing an RDB study
         self.trials: Trials | None = None
         self.env: dict[str, str] | None = None
 
@@ -91,14 +103,14 @@ class Sweep:
     def _write_meta(self) -> None:
         path = self.dir / SWEEP_META
         ident = self.spec.identity()
-        if path.exists():
-            old = read_json(path)
-            if old.get("identity") != ident:
-                changed = [k for k in ident if (old.get("identity") or {}).get(k) != ident[k]]
-                raise UserError(f"sweep dir {self.dir} holds a different sweep ({', '.join(changed)} "
-                                f"changed): use another dir= or remove it")  # fmt: skip
+        old = read_json(path) if path.exists() else {}
+        self.owner = old.get("owner") or f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
+        if old and old.get("identity") != ident:
+            changed = [k for k in ident if (old.get("identity") or {}).get(k) != ident[k]]
+            raise UserError(f"sweep dir {self.dir} holds a different sweep ({', '.join(changed)} "
+                            f"changed): use another dir= or remove it")  # fmt: skip
         atomic_write_json(path, {
-            "identity": ident, "spec": self.spec.model_dump(mode="json"),
+            "identity": ident, "owner": self.owner, "spec": self.spec.model_dump(mode="json"),
             "concurrency": self.concurrency, "threads": self.total_threads, "device": self.device,
             "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
         })  # fmt: skip
@@ -305,6 +317,8 @@ class Sweep:
             try:
                 self._cleanup()
             finally:
+                if self.study_lock is not None:
+                    self.study_lock.close()
                 self.lock.release()
 
     def _cleanup(self) -> None:
@@ -324,6 +338,8 @@ class Sweep:
     def _run(self) -> dict[str, Any]:
         spec = self.spec
         (self.dir / TRIALS).mkdir(parents=True, exist_ok=True)
+        if spec.storage:
+            ping_storage(spec.storage)  # a bad URL fails now, not after data and peaks
         self.device = self._detect_device()
         self._preflight_data()
         self.concurrency = self._resolve_concurrency()
@@ -333,7 +349,9 @@ class Sweep:
         if not spec.storage:
             repair_journal(self.dir / JOURNAL)
         self.study = open_study(spec, self.dir)
-        self.trials = Trials(spec, self.study, self.dir, self._say)
+        self.study_lock = StudyLock(spec.storage, spec.study_name)
+        self.trials = Trials(spec, self.study, self.dir, self._say, owner=self.owner,
+                             lock=self.study_lock)  # fmt: skip
         mps_ctx = contextlib.nullcontext(None)
         if spec.mps and self.device == "cuda":
             from smollab.lab.mps import mps_daemon
@@ -342,9 +360,10 @@ class Sweep:
         with mps_ctx as mps_env:
             if mps_env:
                 self.env = {**os.environ, **mps_env}
-            if spec.enqueue and not self.study.get_trials(deepcopy=False):
-                for point in spec.enqueue:  # bracketing points first, once per study
-                    self.study.enqueue_trial(point, user_attrs={"seed": spec.seeds[0]})
+            with self.study_lock:  # once per study, however many parents start at once
+                if spec.enqueue and not self.study.get_trials(deepcopy=False):
+                    for point in spec.enqueue:  # bracketing points first
+                        self.study.enqueue_trial(point, user_attrs={"seed": spec.seeds[0]})
             over = " (oversubscribed)" if self.concurrency > self.total_threads else ""
             self._say(f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
                       f"concurrency {self.concurrency}{over}, {self.total_threads} CPU threads "

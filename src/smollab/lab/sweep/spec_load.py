@@ -157,8 +157,10 @@ def check_storage(url: str) -> None:
     from sqlalchemy.engine.url import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+    from smollab.lab.sweep.study import driver_url
+
     try:
-        parsed = make_url(url)
+        parsed = make_url(driver_url(url))
     except ArgumentError:
         raise UserError(f"sweep key storage: {url!r} is not a database URL "
                         f"(e.g. sqlite:///sweeps.db or postgresql://user@host/db)") from None  # fmt: skip
@@ -171,8 +173,11 @@ def check_storage(url: str) -> None:
     try:
         dialect.import_dbapi()
     except ImportError as e:
+        fixes = {"postgresql": "pip install 'smollab[postgres]' (psycopg2, for postgresql:// URLs)",
+                 "mysql": "pip install pymysql and use mysql+pymysql://"}  # fmt: skip
+        fix = fixes.get(parsed.get_backend_name(), "install it")
         raise UserError(f"sweep key storage: the {parsed.drivername} driver is not installed "
-                        f"({e})") from None  # fmt: skip
+                        f"({e}); {fix}") from None  # fmt: skip
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
         if not db or db == ":memory:":

@@ -122,18 +122,87 @@ def repair_journal(path: Path) -> None:
         pass
 
 
+def driver_url(url: str) -> str:
+    """The URL with a driver that is installed: a bare postgresql:// means psycopg (3) under
+    SQLAlchemy 2.1 and psycopg2 under 2.0, and the `postgres` extra installs psycopg2."""
+    from sqlalchemy.engine.url import make_url
+
+    parsed = make_url(url)
+    if parsed.drivername != "postgresql":
+        return url
+    try:
+        parsed.get_dialect().import_dbapi()
+        return url
+    except ImportError:
+        return parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False)
+
+
+CONNECT_TIMEOUT_S = 10  # an unreachable database host fails in seconds, not minutes
+
+
+def connect_args(url: str) -> dict[str, Any]:
+    """The DBAPI arguments for an RDB URL: a connect timeout for a database server (psycopg2 and
+    the MySQL drivers wait for the OS's TCP timeout otherwise), unless the URL sets one."""
+    from sqlalchemy.engine.url import make_url
+
+    parsed = make_url(url)
+    if (
+        parsed.get_backend_name() in ("postgresql", "mysql")
+        and "connect_timeout" not in parsed.query
+    ):
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
+
+
+def shown_url(url: str) -> str:
+    """The URL for a message: the password masked."""
+    from sqlalchemy.engine.url import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def storage_error(url: str, e: BaseException) -> UserError:
+    """One line for a database that cannot be opened: the driver's own words (psycopg2:
+    `connection to server at "h" (ip), port p failed: Connection refused`), without SQLAlchemy's
+    trailer and the SQL it was running."""
+    text = str(getattr(e, "orig", None) or e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    return UserError(f"sweep key storage: cannot open {shown_url(url)}: {first}")
+
+
+def ping_storage(url: str) -> None:
+    """Connect once, before the sweep prepares data and measures peaks: a wrong host, port,
+    password or database name stops it within CONNECT_TIMEOUT_S."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    engine = sqlalchemy.create_engine(driver_url(url), poolclass=NullPool,
+                                      connect_args=connect_args(url))  # fmt: skip
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        raise storage_error(url, e) from None
+    finally:
+        engine.dispose()
+
+
 def open_study(spec: SweepSpec, sweep_dir: Path):
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    if spec.storage:
-        storage = spec.storage
-    else:
-        from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
-
-        storage = JournalStorage(JournalFileBackend(str(sweep_dir / JOURNAL)))
     try:
+        if spec.storage:
+            storage = optuna.storages.RDBStorage(driver_url(spec.storage),
+                engine_kwargs={"connect_args": connect_args(spec.storage)})  # fmt: skip
+        else:
+            from optuna.storages import JournalStorage
+            from optuna.storages.journal import JournalFileBackend
+
+            storage = JournalStorage(JournalFileBackend(str(sweep_dir / JOURNAL)))
         return optuna.create_study(
             storage=storage, study_name=study_name(spec, sweep_dir), load_if_exists=True,
             direction="minimize" if spec.metric.goal == "min" else "maximize",
@@ -142,5 +211,4 @@ def open_study(spec: SweepSpec, sweep_dir: Path):
     except Exception as e:
         if not spec.storage or type(e).__module__.split(".")[0] != "sqlalchemy":
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"sweep key storage: cannot open {spec.storage}: {first}") from None
+        raise storage_error(spec.storage, e) from None

@@ -15,10 +15,17 @@ How a child's ending maps to Optuna (status is always kept as the user attribute
 | pruned (by the sweep's pruner)| PRUNED       | stopped by SIGINT, then `set_status(run, "pruned", evidence)` |
 | failed (crash, no metric)     | FAIL         | nothing was learned about the point; retried on a rerun |
 | interrupted (sweep stopped)   | RUNNING      | left open: the rerun continues the same trial and run dir |
+
+Several parents may share one study through an RDB `storage:` (two machines, each with its own
+sweep dir). Each trial then records its parent's `owner` (the sweep dir's id in sweep.json), and
+a parent settles, resumes, retries and lists only its own: another parent's RUNNING trial is
+alive elsewhere, not left behind. Asking for a trial and settling happen under the study's lock
+(`smollab.lab.sweep.study_lock`), so each grid point runs once overall.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -156,8 +163,12 @@ class Trials:
     each ended.
     """
 
-    def __init__(self, spec: SweepSpec, study: Any, sweep_dir: Path, say: Callable[[str], None]):
+    def __init__(self, spec: SweepSpec, study: Any, sweep_dir: Path, say: Callable[[str], None],
+                 owner: str | None = None,
+                 lock: contextlib.AbstractContextManager[Any] | None = None):  # fmt: skip
         self.spec = spec
+        self.owner = owner  # this sweep dir's id: its trials in a study shared with other parents
+        self.lock = lock or contextlib.nullcontext()  # a StudyLock: one parent asks at a time
         self.study = study
         self.dir = sweep_dir
         self.trials_dir = sweep_dir / TRIALS
@@ -186,14 +197,25 @@ class Trials:
     def run_dir(self, name: str) -> Path:
         return self.trials_dir / name
 
-    def latest_by_dir(self) -> dict[str, Any]:
-        """The latest study trial of each run directory (a retry supersedes the failed one)."""
+    def owns(self, name: str, t: Any) -> bool:
+        """Whether the trial is this sweep dir's. A journal study is the dir's alone; in a shared
+        RDB study a trial without an owner (from before owners) is the dir's that holds its run."""
+        if not self.spec.storage:
+            return True
+        owner = t.user_attrs.get("owner")
+        return owner == self.owner if owner else self.run_dir(name).exists()
+
+    def latest_by_dir(self, own: bool = True) -> dict[str, Any]:
+        """The latest study trial of each run directory (a retry supersedes the failed one),
+        those of this sweep dir unless `own` is False."""
         from optuna.trial import TrialState
 
         latest: dict[str, Any] = {}
         for t in self.study.get_trials(deepcopy=False):
             if t.state != TrialState.WAITING:
                 latest[self.run_dir_name(t)] = t
+        if own:
+            return {name: t for name, t in latest.items() if self.owns(name, t)}
         return latest
 
     def _fresh_count(self) -> int:
@@ -216,7 +238,7 @@ class Trials:
         return len(self.resume_queue) + len(self.baseline_queue) + waiting + fresh_left
 
     def progress(self) -> tuple[int, int]:
-        done = sum(1 for t in self.latest_by_dir().values() if t.state.is_finished())
+        done = sum(1 for t in self.latest_by_dir(own=False).values() if t.state.is_finished())
         done += sum(1 for r in self._baseline_rows({}) if r["status"] in FINISHED)
         return done, max(self.spec.total_runs() + len(self.baselines.by_name), done)
 
@@ -240,9 +262,13 @@ class Trials:
     # ---- what runs next -------------------------------------------------------------------
 
     def settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
-        """After a previous parent: finished runs are recorded (through `conclude`), open ones
-        queued to continue, failed ones (a crash the child recorded itself counts) enqueued
-        again (same run dir) when `retry_failed`."""
+        """After a previous parent of this dir: finished runs are recorded (through `conclude`),
+        open ones queued to continue, failed ones (a crash the child recorded itself counts)
+        enqueued again (same run dir) when `retry_failed`."""
+        with self.lock:  # a parent sharing the study must not be mid-ask
+            self._settle_previous(stop_timeout, conclude)
+
+    def _settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
         from optuna.trial import TrialState
 
         for name, t in self.latest_by_dir().items():
@@ -289,18 +315,21 @@ class Trials:
             b = self.baseline_queue.pop(0)
             trial = self.baseline_runs[b.name] = BaselineTrial(b)
             return NextTrial(trial, b.name, b.params, b.seed, extra=b.extra)
-        if not self._waiting() and self._fresh_count() >= self.spec.total_runs():
-            return None
-        trial = self.study.ask(distributions(self.spec))
-        params = {k: trial.params[k] for k in self.spec.space}
-        seed = int(trial.params.get("seed", trial.user_attrs.get("seed", self.spec.seeds[0])))
-        name = trial.user_attrs.get("run_dir") or trial_name(trial.number, params, seed)
-        trial.set_user_attr("run_dir", name)
-        trial.set_user_attr("seed", seed)
-        fresh = not trial.user_attrs.get("retry") and not trial.user_attrs.get("sibling")
-        if self.spec.sampler != "grid" and fresh:
-            for s in self.spec.seeds[1:]:  # the same configuration once per further seed
-                self.study.enqueue_trial(params, user_attrs={"seed": s, "sibling": True})
+        with self.lock:  # counting and asking are one step for every parent on the study
+            if not self._waiting() and self._fresh_count() >= self.spec.total_runs():
+                return None
+            trial = self.study.ask(distributions(self.spec))
+            params = {k: trial.params[k] for k in self.spec.space}
+            seed = int(trial.params.get("seed", trial.user_attrs.get("seed", self.spec.seeds[0])))
+            name = trial.user_attrs.get("run_dir") or trial_name(trial.number, params, seed)
+            if self.owner:
+                trial.set_user_attr("owner", self.owner)
+            trial.set_user_attr("run_dir", name)
+            trial.set_user_attr("seed", seed)
+            fresh = not trial.user_attrs.get("retry") and not trial.user_attrs.get("sibling")
+            if self.spec.sampler != "grid" and fresh:
+                for s in self.spec.seeds[1:]:  # the same configuration once per further seed
+                    self.study.enqueue_trial(params, user_attrs={"seed": s, "sibling": True})
         self._note_baseline(name, params, seed)  # launched next, beside its routed trial
         return NextTrial(trial, name, params, seed)
 
