@@ -35,6 +35,7 @@ if os.environ["RANK"] == "1":
         readings[0] += 1
         return time.perf_counter() + 3600.0 * readings[0]
     pretrain.time = types.SimpleNamespace(time=time.time, perf_counter=hours_pass)
+from smollab.cli import main
 sys.exit(main())
 """
 

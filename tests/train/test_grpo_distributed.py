@@ -8,6 +8,7 @@ Timeouts below only guard against a hang (the bug these tests catch); nothing as
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -202,3 +203,47 @@ def test_a_batch_the_ranks_cannot_split_is_refused_in_one_line(
     assert err.startswith("smollab: error: train.grad_accum=4 must divide each rank's 2 prompt")
     assert "\n" not in err and not run.exists()
     assert grpo_ranks.my_prompts([5, 6, 7, 8], Dist(rank=1, world=2)) == [7, 8]
+
+
+def _rank_pid(torchrun_pid: int, rank: str) -> int | None:
+    """The worker of `rank` among torchrun's children (None until it has started)."""
+    kids = Path(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children")
+    for kid in kids.read_text().split() if kids.exists() else []:
+        try:
+            env = Path(f"/proc/{kid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(kid)
+    return None
+
+
+def test_sigint_to_one_rank_stops_both_together_with_lora(micro_grpo, tmp_path):
+    """SIGINT reaching rank 1 alone: both ranks leave at the next step, rank 0 records the run as
+    interrupted, replicas (LoRA adapters summed alone) still agree, and nothing hangs."""
+    import signal
+    import sys
+
+    run = tmp_path / "int"
+    args = [*_grpo_args(micro_grpo, run), "train.max_steps=500", "train.save_interval=0",
+            "train.eval_interval=1000", "model.lora.enabled=true", "model.lora.r=2"]  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "smollab", *args]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + GUARD_S
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            metrics = run / "metrics.csv"
+            if metrics.exists() and len(metrics.read_text().splitlines()) > 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        os.kill(_rank_pid(proc.pid, "1"), signal.SIGINT)
+        proc.wait(timeout=GUARD_S)
+    except BaseException:
+        _kill_tree(proc.pid)
+        raise
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 2 <= summary["steps"] < 500
+    assert summary["evidence"] == f"interrupted at step {summary['steps']}"
+    assert summary["replicas_agree"] is True

@@ -105,6 +105,7 @@ def train(cfg: GRPOConfig) -> dict:
     elif routed:  # retain and forget adapters, both trained
         policy = apply_routing(policy, g.routing)
     policy.to(rt.device)
+    grpo_ranks.broadcast_weights(policy, d)  # as DDP starts: rank 0's weights on every rank
     if cfg.perf.grad_checkpointing:
         policy.activation_checkpointing_enable()  # the name since transformers 5
     eos = tokenizer.eos_token_id
@@ -145,7 +146,6 @@ def train(cfg: GRPOConfig) -> dict:
         return finished
     log = run.log if run else (lambda *a, **k: None)
     log(rt.describe(), echo=True)
-    grpo_ranks.broadcast_weights(policy, d)  # what DDP would do: rank 0's weights everywhere
     state = checkpoints.resume(run, policy, optimizer, rt.scaler, lora, dist=d)
     step, history = int(state.get("step", 0)), list(state.get("reward_history", []))
     train_seconds = float(state.get("train_seconds", 0.0))  # the steps' time, for max_time
