@@ -18,7 +18,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from smollab.cli import main
 from smollab.runs import read_metrics
 from smollab.train import pretrain
 from tests.conftest import MICRO_DATA
@@ -149,11 +148,3 @@ def test_ranks_leave_together_when_one_runs_out_of_time(ddp_reference, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 1
     assert _replicas_agreed(run)
-
-
-def test_grpo_refuses_torchrun_in_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    assert main(["grpo", f"run.dir={tmp_path / 'grpo'}"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("smollab: error: smollab grpo does not run under torchrun")
-    assert "\n" not in err and not (tmp_path / "grpo").exists()

@@ -102,6 +102,16 @@ def rank0_decides(decide: Callable[[], T], d: Dist) -> T:
     return value
 
 
+def rank0_first(work: Callable[[], T], d: Dist) -> T:
+    """`work` on rank 0, then on the others: what rank 0 prepares on the shared filesystem (a
+    data directory, a tokenizer) the others find ready instead of racing to write it."""
+    if not d.enabled:
+        return work()
+    value = work() if d.main else None
+    barrier(d)
+    return value if d.main else work()
+
+
 def any_rank(flag: bool, d: Dist) -> bool:
     """True on every rank when `flag` is true on any: the one way ranks agree to leave a loop, so
     a rank whose own clock or numbers say stop takes the others with it."""

@@ -8,6 +8,8 @@ Prompts and sampling are seeded by (seed, step), so a resumed run replays the sa
 prompts are picked on the CPU, completions drawn on the policy's device by a generator the sampler
 makes there from the seed (`Sampler.generate(seed=)`). `train.max_time` counts training time (the
 sum of step times, kept in the checkpoint), like pretraining's: loading and evaluation are free.
+Under torchrun each rank takes whole prompt groups of the step and the ranks sum their gradients
+(train/grpo_ranks.py); rank 0 writes the run directory, evaluates and decides the failure rules.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import checkpoints, distributed, grpo_accum, routing, scaffold
+from smollab.train import checkpoints, distributed, grpo_accum, grpo_ranks, routing, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
@@ -66,7 +68,6 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
 
 @records_failure
 def train(cfg: GRPOConfig) -> dict:
-    distributed.single_process_only("grpo")  # DDP for GRPO is not written yet
     t_start = time.time()
     g, tc, oc = cfg.grpo, cfg.train, cfg.optim
     lora, routed = cfg.model.lora.enabled, g.routing.enabled
@@ -74,14 +75,19 @@ def train(cfg: GRPOConfig) -> dict:
     weights = {r.key: r.weight for r in rewards}
     router = routing.Router(g.routing, cfg.run.seed, weights) if routed else None
     check_model_source(cfg.model)  # before any data is prepared
+    grpo_ranks.check(cfg)  # a batch torchrun's ranks cannot split into whole groups
     rt = setup_runtime(cfg.perf)
+    d, rt.device = distributed.setup(rt.device)
     quantized = cfg.model.load_in != "none"
     check_load_in(cfg.model.load_in, rt.device)  # CUDA and bitsandbytes, before any data too
 
-    # ---- tokenizer and prompts ----------------------------------------------------------
-    if not g.prompts_file:  # the prompts are stories of the data directory
-        ensure_prepared(cfg.data, exact=False)
-    tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
+    # ---- tokenizer and prompts (rank 0 prepares the data directory first) ------------------
+    def load_tokenizer():
+        if not g.prompts_file:  # the prompts are stories of the data directory
+            ensure_prepared(cfg.data, exact=False)
+        return scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
+
+    tokenizer = distributed.rank0_first(load_tokenizer, d)
     train_prompts, eval_prompts = grpo_prompts(g, cfg.data.dir, tokenizer)
     if router:
         router.load_eval_prompts(g, cfg.data.dir, tokenizer)
@@ -104,6 +110,8 @@ def train(cfg: GRPOConfig) -> dict:
         policy = apply_routing(policy, g.routing)
     if not quantized:  # a quantized base was loaded onto the device (bitsandbytes cannot move)
         policy.to(rt.device)
+    # as DDP starts: rank 0's weights on every rank (a quantized base is the same file on each)
+    grpo_ranks.broadcast_weights(policy, d, trainable_only=quantized)
     if cfg.perf.grad_checkpointing:
         policy.activation_checkpointing_enable()  # the name since transformers 5
     eos = tokenizer.eos_token_id
@@ -112,7 +120,7 @@ def train(cfg: GRPOConfig) -> dict:
                                autocast=rt.autocast_dtype is not None, batch_size=tc.batch_size,
                                max_new_tokens=g.max_completion_length)  # fmt: skip
     no_replay = no_replay or (router.replay_blocker() if router else None)
-    micro = grpo_accum.micro_batches(tc.batch_size, g.num_generations, tc.grad_accum)
+    micro = grpo_accum.micro_batches(tc.batch_size // d.world, g.num_generations, tc.grad_accum)
     if len(micro) > 1 and no_replay is None:  # the record holds the whole batch's activations
         no_replay = f"train.grad_accum={tc.grad_accum} (micro-batches)"
     reference = build_reference(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
@@ -130,83 +138,95 @@ def train(cfg: GRPOConfig) -> dict:
     n_trainable = sum(p.numel() for p in trainable)
     pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
     try:  # the rewards, tried on a few base-model completions before anything is written
-        _evaluate(sampler, policy, eval_prompts[:REWARD_CHECK], g, pool, tokenizer, cfg.run.seed)
+        distributed.rank0_decides(lambda: _evaluate(sampler, policy, eval_prompts[:REWARD_CHECK],
+                                                    g, pool, tokenizer, cfg.run.seed), d)  # fmt: skip
     except BaseException:
         pool.close()
         raise
 
-    # ---- run directory and resume ---------------------------------------------------------
-    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "grpo")
+    # ---- run directory and resume (rank 0 writes it; every rank resumes alike) -------------
+    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "grpo", d)
     if finished is not None:
         pool.close()
+        distributed.teardown(d)
         return finished
-    run.log(rt.describe(), echo=True)
-    state = checkpoints.resume(run, policy, optimizer, rt.scaler, lora)
+    log = run.log if run else (lambda *a, **k: None)
+    log(rt.describe(), echo=True)
+    state = checkpoints.resume(run, policy, optimizer, rt.scaler, lora, dist=d)
     step, history = int(state.get("step", 0)), list(state.get("reward_history", []))
     train_seconds = float(state.get("train_seconds", 0.0))  # the steps' time, for max_time
     watch = RLWatch(cfg.failure, state.get("flags"))
     watch.streak = int(state.get("rl_streak", 0))
     per_fn_cols = [f"reward/{r.key}" for r in rewards] if len(rewards) > 1 else []
     route_cols = routing.COLUMNS if routed else []
-    run.open_metrics(
-        COLUMNS + per_fn_cols + route_cols, resume_step=step if run.resume_from else None
-    )
     kind = "LoRA r" + str(cfg.model.lora.r) if lora else "full"
     if routed:
         kind = (
             f"routing {g.routing.mode}, r{g.routing.retain_r} retain + r{g.routing.forget_r} forget"
         )
-    run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
-            f"{n_trainable:,} trainable ({kind}); "
-            f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy forward "
-            f"{'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
-            echo=True)  # fmt: skip
-    run.update_summary(status="running", params_total=total_params, params_trainable=n_trainable,
-                       device=str(rt.device), sampler=sampler.backend)  # fmt: skip
+    if run:
+        run.open_metrics(
+            COLUMNS + per_fn_cols + route_cols, resume_step=step if run.resume_from else None
+        )
+        run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
+                f"{n_trainable:,} trainable ({kind}); "
+                f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy "
+                f"forward {'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
+                echo=True)  # fmt: skip
+        run.update_summary(status="running", params_total=total_params,
+                           params_trainable=n_trainable, device=str(rt.device),
+                           sampler=sampler.backend, world_size=d.world)  # fmt: skip
 
     prompts_per_step = tc.batch_size // g.num_generations
-    progress = Progress(tc.max_steps, start=step, label="grpo")
+    progress = Progress(tc.max_steps, enabled=d.main, start=step, label="grpo")
     status, evidence = "completed", None
     eval_reward = base_eval = None
+    interrupts = grpo_ranks.Interrupts(d)  # torchrun: SIGINT sets a flag, see `leave`
     try:
-        if step == 0 and tc.eval_interval:
+        if run and step == 0 and tc.eval_interval:
             base_eval = _evaluate(sampler, policy, eval_prompts, g, pool, tokenizer, cfg.run.seed)
             run.update_summary(base_eval_reward=base_eval["reward_mean"])
             run.log(f"base model: eval reward {base_eval['reward_mean']:.3f}", echo=True)
         if router and step == 0 and router.due(0, tc.max_steps):
             _route_eval(run, router, 0, sampler, policy, g, pool, tokenizer)
         while step < tc.max_steps:
-            if tc.max_time and train_seconds >= tc.max_time:
+            out_of_time = bool(tc.max_time) and train_seconds >= tc.max_time
+            if why := grpo_ranks.leave(out_of_time, interrupts.flag, d):  # all ranks together
+                if why == "interrupted":
+                    status, evidence = "interrupted", f"interrupted at step {step}"
                 break
             t0 = time.perf_counter()
             lr = lr_at(step, oc, tc.max_steps)
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-            # 1. rollouts
+            # 1. rollouts (this rank's prompt groups)
             picker = torch.Generator(device="cpu").manual_seed(stream_seed(cfg.run.seed, step, 0))
             pick = torch.randint(len(train_prompts), (prompts_per_step,), generator=picker,
                                  device="cpu")  # fmt: skip
-            prompt_ids = [train_prompts[i] for i in pick.tolist() for _ in range(g.num_generations)]
+            mine = grpo_ranks.my_prompts(pick.tolist(), d)
+            prompt_ids = [train_prompts[i] for i in mine for _ in range(g.num_generations)]
             policy.eval()
             sampler.load_weights(policy)
             r = sampler.generate(prompt_ids, g.max_completion_length, temperature=g.temperature,
                                  top_p=g.top_p, top_k=g.top_k,
-                                 seed=stream_seed(cfg.run.seed, step, 1),
+                                 seed=grpo_ranks.rollout_seed(cfg.run.seed, step, d),
                                  record=no_replay is None)  # fmt: skip
             t_gen = time.perf_counter()
 
-            # 2. rewards and advantages
+            # 2. rewards, then advantages over the whole batch (all ranks' groups)
             completions, prompts_txt = r.completion_texts(tokenizer), r.prompt_texts(tokenizer)
             total, per_fn = pool(prompts_txt, completions, r.completion_rows())
             if router:  # eligibility (before advantages), detector flags, this step's routes
-                picked = [i for i in pick.tolist() for _ in range(g.num_generations)]
+                picked = [i for i in mine for _ in range(g.num_generations)]
                 total = router.score(step, picked, total, per_fn, prompts_txt, completions,
                                      r.completion_rows())  # fmt: skip
-            advantages = group_advantages(total, g.num_generations, g.scale_rewards).to(rt.device)
             mask = r.completion_mask.clone()
             if g.mask_truncated_completions:
                 mask[r.truncated] = 0
+            batch = grpo_ranks.gather(total, per_fn, prompts_txt, completions, r, mask, d)
+            advantages = group_advantages(batch.total, g.num_generations, g.scale_rewards)
+            advantages = advantages[batch.rows].to(rt.device)
             release_cache(rt.device)  # MPS: the decode's temporaries, before the training pass
             t_rew = time.perf_counter()
 
@@ -217,10 +237,10 @@ def train(cfg: GRPOConfig) -> dict:
             # 4. policy update(s): the first pass replays the decode when it can
             policy.train()
             for it in range(g.num_iterations):  # loss and backward per micro-batch, one step
-                loss, stats = grpo_accum.loss_backward(
+                loss, stats = grpo_ranks.loss_backward(
                     policy, r, advantages, mask, r.logprobs if g.num_iterations > 1 else None,
-                    ref_logp, micro, temperature=g.temperature, loss_options=loss_options,
-                    autocast=rt.autocast, scaler=rt.scaler,
+                    ref_logp, micro, d, trainable, temperature=g.temperature,
+                    loss_options=loss_options, autocast=rt.autocast, scaler=rt.scaler,
                     train_pass=functools.partial(routing.train_pass, router, policy, step,
                                                  advantages),
                 )  # fmt: skip
@@ -232,17 +252,17 @@ def train(cfg: GRPOConfig) -> dict:
             step += 1
             train_seconds += t_end - t0
 
-            # 5. metrics, samples, evaluation, failure rules
-            m = mask.bool()
+            # 5. metrics (of the whole batch), samples, evaluation, failure rules (rank 0's)
+            total, completions = batch.total, batch.completions
             reward_mean = float(total.mean())
             history.append(reward_mean)
             row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss,
                        reward_mean=reward_mean, reward_std=float(total.std()),
                        frac_reward_zero_std=frac_reward_zero_std(total, g.num_generations),
                        kl=first_stats.get("kl", 0.0),
-                       entropy=float(-r.logprobs[m].mean()) if m.any() else 0.0,  # sampled -log p: unbiased
-                       completion_len=float(r.completion_lengths.float().mean()),
-                       truncated_frac=float(r.truncated.float().mean()),
+                       entropy=-batch.logp_sum / batch.tokens if batch.tokens else 0.0,  # sampled -log p: unbiased
+                       completion_len=float(batch.lengths.float().mean()),
+                       truncated_frac=float(batch.truncated.float().mean()),
                        clip_frac=first_stats["clip_region"], grad_norm=float(grad_norm),
                        unique_fraction=unique_fraction(completions),
                        jaccard=mean_pairwise_jaccard(completions),
@@ -250,46 +270,49 @@ def train(cfg: GRPOConfig) -> dict:
                        gen_s=t_gen - t0, reward_s=t_rew - t_gen, ref_s=t_ref - t_rew,
                        train_s=t_end - t_ref, step_s=t_end - t0,
                        peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
-            if len(per_fn) > 1:
-                row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
+            if len(batch.per_fn) > 1:
+                row.update({f"reward/{k}": float(v.mean()) for k, v in batch.per_fn.items()})
             if router:
                 row.update(router.row)
-            if tc.eval_interval and (step % tc.eval_interval == 0 or step == tc.max_steps):
+            due = tc.eval_interval and (step % tc.eval_interval == 0 or step == tc.max_steps)
+            if run and due:
                 ev = _evaluate(sampler, policy, eval_prompts, g, pool, tokenizer, cfg.run.seed)
                 eval_reward = ev["reward_mean"]
                 row.update(eval_reward_mean=eval_reward, eval_unique_fraction=ev["unique_fraction"])
             if router and router.due(step, tc.max_steps):
                 _route_eval(run, router, step, sampler, policy, g, pool, tokenizer)
-            if step % tc.log_interval == 0 or step == tc.max_steps or step == 1:
+            if run and (step % tc.log_interval == 0 or step == tc.max_steps or step == 1):
                 run.metrics.append(row)
                 run.append_samples(
-                    {"step": step, "prompt": prompts_txt[i], "completion": completions[i],
+                    {"step": step, "prompt": batch.prompts[i], "completion": completions[i],
                      "reward": float(total[i])} for i in range(min(g.log_samples, len(completions)))
                 )  # fmt: skip
                 progress.update(step, reward=reward_mean, kl=row["kl"], uniq=row["unique_fraction"])
                 run.log(_line(row), echo=not progress.live)
 
-            failure = watch.new_failure(row, history, step)
+            failure = distributed.broadcast_object(watch.new_failure(row, history, step), d)
             if failure:
-                run.log(f"{failure.status}: {failure.evidence}", echo=True)
+                log(f"{failure.status}: {failure.evidence}", echo=True)
                 if cfg.failure.action == "stop" or failure.status == "diverged":
                     status, evidence = failure.status, failure.evidence
                     break
 
-            if tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
+            if run and tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
                 checkpoints.save_state(run, step, policy, tokenizer, optimizer, rt.scaler,
                                        tc.keep_last, reward_history=history, flags=watch.flags,
                                        rl_streak=watch.streak, train_seconds=train_seconds)  # fmt: skip
+        scaffold.check_replicas(run, d, policy, optimizer, rt.scaler)
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:
+        interrupts.restore()
         progress.close()
         pool.close()
 
-    # ---- wrap up ------------------------------------------------------------------------
+    # ---- wrap up (rank 0) ------------------------------------------------------------------
     tail = history[-cfg.failure.baseline_steps :]
     base, final = (history[0] if history else None), (sum(tail) / len(tail) if tail else None)
-    summary = scaffold.finish(
+    summary = run and scaffold.finish(
         run, status, policy, tokenizer, f"{status}: {step} steps; reward {base} -> {final}",
         merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
         base_reward=base, final_reward=final,
@@ -297,9 +320,10 @@ def train(cfg: GRPOConfig) -> dict:
         final_eval_reward=eval_reward, train_seconds=train_seconds, wall_seconds=time.time() - t_start,
         seconds_per_step=train_seconds / max(step, 1),
     )  # fmt: skip
+    distributed.teardown(d)
     if status == "interrupted":
         raise KeyboardInterrupt
-    return summary
+    return summary or {}
 
 
 @torch.no_grad()

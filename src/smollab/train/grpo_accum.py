@@ -11,7 +11,10 @@ loss of every `loss_type`, hence the same gradient (tests/train/test_grpo_accum.
 - bnpo (over this batch's tokens): times its share of the tokens;
 - dapo, cispo, vespo (over `num_items`): `num_items` = the whole batch's tokens, weight 1.
 
-The logged stats are the whole batch's too (`merge_stats`). Micro-batches never replay the
+Under torchrun a rank's rows are the micro-batches of the whole step across ranks (`whole`: its
+token and row counts), so the ranks' weighted losses sum to the step's loss and their summed
+gradients to its gradient (train/grpo_ranks.py). The logged stats are the whole batch's too
+(`merge_stats`). Micro-batches never replay the
 decode: the loop samples without a record under accumulation (the record of the whole batch
 is the memory accumulation is there to save).
 """
@@ -55,16 +58,19 @@ def rollout_rows(r: Rollout, rows: slice) -> Rollout:
     )  # fmt: skip
 
 
-def micro_weight(loss_type: str, mask: torch.Tensor, whole: torch.Tensor) -> tuple[float, float]:
+def micro_weight(
+    loss_type: str, mask: torch.Tensor, whole: tuple[float, int]
+) -> tuple[float, float]:
     """(weight of a micro-batch's loss, its `num_items`) that make the micro-batches' weighted
-    losses sum to the one-batch loss. mask: the micro-batch's [n, T]; whole: the batch's."""
-    tokens = float(whole.sum())
+    losses sum to the one-batch loss. mask: the micro-batch's [n, T]; whole: the batch's
+    (unmasked tokens, rows)."""
+    tokens, rows = whole
     if loss_type in _PER_ITEM:
         return 1.0, tokens
     if loss_type == "bnpo":
         return float(mask.sum()) / max(tokens, 1.0), tokens
     if loss_type in _PER_SEQUENCE:
-        return mask.shape[0] / whole.shape[0], tokens
+        return mask.shape[0] / rows, tokens
     raise ValueError(f"micro_weight: no rule for loss_type {loss_type!r}")
 
 
@@ -115,19 +121,23 @@ def loss_backward(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     scaler=None,
     train_pass: Callable[[slice], contextlib.AbstractContextManager] | None = None,
+    whole: tuple[float, int] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The GRPO loss's backward over the micro-batches `micro` (gradients add up in `.grad`);
     returns the whole batch's loss and stats. One micro-batch is the batch itself (its decode
     record, if any, replays). train_pass(rows): the context around a micro-batch's forward and
     backward (routing's masks of those rows); it yields whether the forward may share prompts.
-    loss_options: `grpo_loss`'s keyword arguments, `loss_type` included, `num_items` not."""
+    loss_options: `grpo_loss`'s keyword arguments, `loss_type` included, `num_items` not.
+    whole: (unmasked tokens, rows) of the whole optimizer step when `rollout` is one rank's share
+    of it (then loss and policy_loss are this share's part of the step's); None: `mask`'s."""
     loss_type = loss_options.get("loss_type", "dapo")
     level = loss_options.get("importance_sampling_level", "token")
     parts, masks, weights, total = [], [], [], 0.0
+    whole = whole or (float(mask.sum()), mask.shape[0])
     for rows in micro:
         part = rollout if len(micro) == 1 else rollout_rows(rollout, rows)
         m = mask[rows]
-        weight, num_items = micro_weight(loss_type, m, mask)
+        weight, num_items = micro_weight(loss_type, m, whole)
         ctx = train_pass(rows) if train_pass else contextlib.nullcontext(True)
         with ctx as share:
             with autocast():
@@ -147,6 +157,6 @@ def loss_backward(
         parts.append(stats)
         masks.append(m)
         weights.append(weight)
-    if len(micro) == 1:
+    if len(micro) == 1 and weights[0] == 1.0:
         return total, parts[0]
     return total, merge_stats(parts, masks, weights, level)

@@ -1,0 +1,191 @@
+"""GRPO under torchrun: each rank rolls out, scores and trains on its share of a step's prompt
+groups, and the ranks put together what must cover the whole batch.
+
+- Prompts: every rank draws the step's prompts alike and keeps a contiguous run of whole groups
+  (`my_prompts`), sampled with its own seed (`rollout_seed`).
+- Rewards and texts are gathered (`gather`), so every rank computes the batch's advantages
+  (exact for every `scale_rewards`, "batch" included) and the metrics row a single process would.
+- Loss: a rank's rows are micro-batches of the whole step (`grpo_accum`, weighted by the step's
+  token and row counts), so the ranks' losses SUM to the step's loss; their gradients are summed
+  (`all_reduce_grads`, no DDP wrapper: the decode replay and routing call the model's modules
+  themselves) and every rank takes the same optimizer step. Stats are merged as micro-batches'.
+- Leaving: SIGINT only sets a flag (`Interrupts`) and the ranks leave together at the next step's
+  start (`leave`), as on a time budget; rank 0 decides the failure rules (`broadcast_object`).
+With one process every function here is the identity or a local computation.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+
+import torch
+
+from smollab.engine.rollout import Rollout
+from smollab.errors import UserError
+from smollab.train import grpo_accum
+from smollab.train.distributed import Dist
+from smollab.train.seeds import stream_seed
+
+BUCKET = 1 << 24  # gradient elements per all-reduce: few calls, bounded extra memory
+
+
+def check(cfg) -> None:
+    """Refuse, in one line, what cannot be split across torchrun's WORLD_SIZE ranks exactly:
+    before joining the process group, so every rank refuses alike and none waits for another."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return
+    g, tc = cfg.grpo, cfg.train
+    groups = tc.batch_size // g.num_generations
+    if groups % world:
+        raise UserError(f"train.batch_size={tc.batch_size} holds {groups} prompt groups "
+                        f"(grpo.num_generations={g.num_generations}), not divisible by the "
+                        f"{world} torchrun processes: each rank takes whole groups")  # fmt: skip
+    if (groups // world) % tc.grad_accum:
+        raise UserError(f"train.grad_accum={tc.grad_accum} must divide each rank's "
+                        f"{groups // world} prompt groups (train.batch_size={tc.batch_size} / "
+                        f"grpo.num_generations={g.num_generations} / {world} ranks)")  # fmt: skip
+    if g.routing.enabled:
+        raise UserError("grpo.routing.enabled does not run under torchrun: its detector and "
+                        "routes see one process's rollouts; run it as one process")  # fmt: skip
+
+
+def my_prompts(picked: list[int], d: Dist) -> list[int]:
+    """This rank's contiguous share of the step's prompts (whole groups: `check` made it even)."""
+    n = len(picked) // d.world
+    return picked[d.rank * n : (d.rank + 1) * n]
+
+
+def rollout_seed(seed: int, step: int, d: Dist) -> int:
+    """The sampler's seed: one process keeps its historic stream, each rank has its own."""
+    return stream_seed(seed, step, 1, d.rank) if d.enabled else stream_seed(seed, step, 1)
+
+
+@dataclass
+class Whole:
+    """The whole step's rollouts, all ranks in rank order, as every rank sees them."""
+
+    total: torch.Tensor  # [N] rewards (CPU)
+    per_fn: dict[str, torch.Tensor]
+    prompts: list[str]
+    completions: list[str]
+    lengths: torch.Tensor  # [N] completion lengths
+    truncated: torch.Tensor  # [N] bool
+    logp_sum: float  # sampled log p over the loss mask's tokens: the entropy estimate's parts
+    tokens: float
+    rows: slice = field(default_factory=lambda: slice(None))  # this rank's rows of the batch
+
+
+def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Whole:
+    """Every rank's rewards, texts and rollout sizes, on every rank (one all_gather_object)."""
+    m = mask.bool()
+    mine = (total.detach().cpu(), {k: v.detach().cpu() for k, v in per_fn.items()}, prompts,
+            completions, r.completion_lengths.cpu(), r.truncated.cpu(),
+            float(r.logprobs[m].sum()), float(m.sum()))  # fmt: skip
+    if not d.enabled:
+        return Whole(*mine)
+    import torch.distributed as dist
+
+    parts: list = [None] * d.world
+    dist.all_gather_object(parts, mine)
+    n = len(total)
+    return Whole(
+        total=torch.cat([p[0] for p in parts]),
+        per_fn={k: torch.cat([p[1][k] for p in parts]) for k in mine[1]},
+        prompts=[t for p in parts for t in p[2]], completions=[t for p in parts for t in p[3]],
+        lengths=torch.cat([p[4] for p in parts]), truncated=torch.cat([p[5] for p in parts]),
+        logp_sum=sum(p[6] for p in parts), tokens=sum(p[7] for p in parts),
+        rows=slice(d.rank * n, (d.rank + 1) * n),
+    )  # fmt: skip
+
+
+def loss_backward(policy, r: Rollout, advantages, mask, old_logp, ref_logp, micro, d: Dist,
+                  trainable: list[torch.Tensor], **kwargs) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """`grpo_accum.loss_backward` on this rank's rows as a share of the whole step, then the
+    ranks' gradients summed: every rank holds the step's gradient, loss and stats."""
+    if not d.enabled:
+        return grpo_accum.loss_backward(policy, r, advantages, mask, old_logp, ref_logp, micro,
+                                        **kwargs)  # fmt: skip
+    import torch.distributed as dist
+
+    counts = torch.tensor([float(mask.sum()), float(mask.shape[0])], device=d.device)
+    dist.all_reduce(counts)
+    whole = (float(counts[0]), int(counts[1]))
+    loss, stats = grpo_accum.loss_backward(policy, r, advantages, mask, old_logp, ref_logp,
+                                           micro, whole=whole, **kwargs)  # fmt: skip
+    all_reduce_grads(trainable, d)
+    parts: list = [None] * d.world
+    dist.all_gather_object(parts, (loss, stats, mask.cpu()))
+    level = kwargs["loss_options"].get("importance_sampling_level", "token")
+    merged = grpo_accum.merge_stats([p[1] for p in parts], [p[2] for p in parts],
+                                    [1.0] * d.world, level)  # fmt: skip
+    return sum(p[0] for p in parts), merged
+
+
+def all_reduce_grads(params: list[torch.Tensor], d: Dist) -> None:
+    """Sum `.grad` over the ranks, in flat buckets per dtype (a parameter without a gradient on
+    this rank takes part with zeros, so every rank calls the same collectives)."""
+    if not d.enabled:
+        return
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+    for grads in by_dtype.values():
+        bucket: list[torch.Tensor] = []
+        for i, grad in enumerate(grads):
+            bucket.append(grad)
+            if sum(x.numel() for x in bucket) >= BUCKET or i == len(grads) - 1:
+                flat = torch.cat([x.reshape(-1) for x in bucket])
+                dist.all_reduce(flat)
+                for x, y in zip(bucket, flat.split([x.numel() for x in bucket]), strict=True):
+                    x.copy_(y.view_as(x))
+                bucket = []
+
+
+def broadcast_weights(model: torch.nn.Module, d: Dist, trainable_only: bool = False) -> None:
+    """Rank 0's parameters and buffers on every rank (as DDP starts), whatever each loaded;
+    `trainable_only`: the trained ones only (a quantized base, loaded alike on every rank)."""
+    if not d.enabled:
+        return
+    import torch.distributed as dist
+
+    params = [p for p in model.parameters() if p.requires_grad or not trainable_only]
+    with torch.no_grad():
+        for t in params + ([] if trainable_only else list(model.buffers())):
+            dist.broadcast(t.data, src=0)
+
+
+class Interrupts:
+    """Under torchrun SIGINT (torchrun forwards it to every worker) sets a flag instead of raising
+    mid-collective; the ranks leave together at the next step (`leave`). A second SIGINT raises."""
+
+    def __init__(self, d: Dist):
+        self.flag, self.previous = False, None
+        if d.enabled:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.flag = True
+        signal.signal(signal.SIGINT, self.previous)
+
+    def restore(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+def leave(out_of_time: bool, interrupted: bool, d: Dist) -> str | None:
+    """Why every rank leaves the loop now ("interrupted", "time"), or None: one all-reduce."""
+    if not d.enabled:
+        return "time" if out_of_time else None
+    import torch.distributed as dist
+
+    flags = torch.tensor([float(out_of_time), float(interrupted)], device=d.device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return "interrupted" if flags[1] else "time" if flags[0] else None

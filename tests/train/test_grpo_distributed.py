@@ -1,0 +1,249 @@
+"""GRPO with 2 gloo processes under torchrun: one step on the same rollouts equals the 1-process
+step for every loss type, a short run keeps the replicas equal bit for bit, a run killed mid-way
+resumes to the uninterrupted run's weights, and a batch the ranks cannot split is refused.
+
+Timeouts below only guard against a hang (the bug these tests catch); nothing asserts a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from smollab.cli import main
+from smollab.run_rows import read_metrics
+from smollab.train import grpo_ranks
+from smollab.train.distributed import Dist
+from smollab.train.grpo_accum import loss_backward, micro_batches
+from smollab.train.grpo_loss import LOSS_TYPES
+from tests.train.test_distributed import GUARD_S, _env, _kill_tree, _run
+from tests.train.test_grpo_accum import GEN, GROUPS, STATS, _batch, _options, _policy
+
+# Each rank takes its half of a saved batch (rows of whole groups) and runs the GRPO step on it
+# for every loss type and level, with 1 and 2 micro-batches per rank; rank 0 writes the results.
+STEP = """
+import json, sys, torch
+import torch.distributed as dist
+from pathlib import Path
+from smollab.engine.rollout import Rollout
+from smollab.train import distributed, grpo_ranks, scaffold
+from smollab.train.grpo_accum import micro_batches, rollout_rows
+from smollab.train.grpo_loss import LOSS_TYPES
+from tests.train.test_grpo_accum import GEN, GROUPS, _options, _policy
+
+model_dir, batch_file, out = (Path(a) for a in sys.argv[1:4])
+d, _ = distributed.setup(torch.device("cpu"))
+saved = torch.load(batch_file, weights_only=True)
+n = GROUPS * GEN // d.world
+rows = slice(d.rank * n, (d.rank + 1) * n)
+r = rollout_rows(Rollout(**saved["rollout"]), rows)
+adv, mask, old, ref = (saved[k][rows] for k in ("adv", "mask", "old", "ref"))
+policy = _policy(model_dir)
+policy.train()
+trainable = [p for p in policy.parameters() if p.requires_grad]
+results = {}
+for level in ("token", "sequence"):
+    for loss_type in LOSS_TYPES:
+        if loss_type == "vespo" and level == "sequence":
+            continue
+        for accum in (1, 2):
+            micro = micro_batches(n, GEN, accum)
+            loss, stats = grpo_ranks.loss_backward(
+                policy, r, adv, mask, old, ref, micro, d, trainable, temperature=1.0,
+                loss_options=_options(loss_type, level))
+            norm = torch.nn.utils.clip_grad_norm_(trainable, float("inf"))
+            policy.zero_grad(set_to_none=True)
+            results[f"{loss_type} {level} {accum}"] = dict(loss=loss, grad_norm=float(norm), **stats)
+if d.main:
+    out.write_text(json.dumps(results))
+distributed.teardown(d)
+"""
+
+# A torchrun worker that also writes its own final weights (every rank's, not only rank 0's
+# checkpoint) when the loop checks the replicas, so the test compares them element by element.
+EACH_RANK = """
+import os, sys
+from safetensors.torch import save_file
+from smollab.train import scaffold
+real = scaffold.check_replicas
+def check_and_save(run, dist, model, optimizer, scaler):
+    out = os.path.join(os.environ["WEIGHTS_DIR"], f"rank{dist.rank}.safetensors")
+    save_file({k: v.detach().clone() for k, v in model.state_dict().items()}, out)
+    real(run, dist, model, optimizer, scaler)
+scaffold.check_replicas = check_and_save
+from smollab.cli import main
+sys.exit(main())
+"""
+
+
+def _torchrun(script: Path, *args: str) -> list[str]:
+    import sys
+
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            str(script), *args]  # fmt: skip
+
+
+def test_two_ranks_take_the_one_process_step(micro_model, tmp_path):
+    """Same rollouts, same weights: the 2-rank step's loss, KL, other stats and gradient norm
+    equal the 1-process step's within 1e-5, for every loss type (global token and row counts)."""
+    policy = _policy(micro_model)
+    r, adv, mask, old, ref = _batch(policy, micro_model)
+    fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs",
+              "truncated")  # fmt: skip
+    batch_file = tmp_path / "batch.pt"
+    torch.save({"rollout": {k: getattr(r, k) for k in fields}, "adv": adv, "mask": mask,
+                "old": old, "ref": ref}, batch_file)  # fmt: skip
+    script, out = tmp_path / "step.py", tmp_path / "two.json"
+    script.write_text(STEP)
+    root = str(Path(__file__).resolve().parents[2])  # the script imports tests.train...
+    cmd = _torchrun(script, str(micro_model), str(batch_file), str(out))
+    env = _env()
+    env["PYTHONPATH"] = root + ":" + env["PYTHONPATH"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=GUARD_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = json.loads(out.read_text())
+
+    policy.train()
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    micro = micro_batches(GROUPS * GEN, GEN, 1)
+    checked = 0
+    for level in ("token", "sequence"):
+        for loss_type in LOSS_TYPES:
+            if loss_type == "vespo" and level == "sequence":
+                continue
+            loss, stats = loss_backward(policy, r, adv, mask, old, ref, micro, temperature=1.0,
+                                        loss_options=_options(loss_type, level))  # fmt: skip
+            norm = float(torch.nn.utils.clip_grad_norm_(trainable, float("inf")))
+            policy.zero_grad(set_to_none=True)
+            assert norm > 0
+            for accum in (1, 2):
+                got, what = two[f"{loss_type} {level} {accum}"], f"{loss_type} {level} {accum}"
+                assert got["loss"] == pytest.approx(loss, rel=1e-5, abs=1e-6), what
+                assert got["grad_norm"] == pytest.approx(norm, rel=1e-5, abs=1e-6), what
+                for key in STATS:
+                    assert got[key] == pytest.approx(stats[key], rel=1e-5, abs=1e-6), (what, key)
+                checked += 1
+    assert checked == 2 * (2 * len(LOSS_TYPES) - 1)
+
+
+def _grpo_args(micro_grpo: list[str], run: Path) -> list[str]:
+    return ["grpo", *micro_grpo, "train.batch_size=16", "grpo.beta=0.04", "train.log_interval=1",
+            "perf.threads=1", f"run.dir={run}"]  # fmt: skip
+
+
+@pytest.fixture
+def two_rank_run(micro_grpo, tmp_path, monkeypatch):
+    """An uninterrupted 2-rank GRPO run of 6 steps (4 prompt groups of 4, 2 per rank), with
+    each rank's final weights."""
+    script, weights = tmp_path / "each_rank.py", tmp_path / "weights"
+    script.write_text(EACH_RANK)
+    weights.mkdir()
+    monkeypatch.setenv("WEIGHTS_DIR", str(weights))  # _run's environment is os.environ's
+    _run(_torchrun(script, *_grpo_args(micro_grpo, tmp_path / "ref")))
+    return tmp_path / "ref", weights, script
+
+
+def test_a_two_rank_run_keeps_the_replicas_equal_and_resumes(
+    two_rank_run, micro_grpo, tmp_path, monkeypatch
+):
+    ref, weights, script = two_rank_run
+    a, b = load_file(weights / "rank0.safetensors"), load_file(weights / "rank1.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k  # bit for bit
+    summary = json.loads((ref / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["world_size"] == 2
+    assert summary["replicas_agree"] and summary["steps"] == 6
+    rows = read_metrics(ref / "metrics.csv")
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(float(r["grad_norm"]) > 0 for r in rows)
+
+    # kill -9 of every process after the step-2 checkpoint, then resume: the same final weights
+    run = tmp_path / "run"
+    cmd = _torchrun(script, *_grpo_args(micro_grpo, run))
+    monkeypatch.setenv("WEIGHTS_DIR", str(tmp_path / "weights2"))
+    (tmp_path / "weights2").mkdir()
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + GUARD_S
+    while time.time() < deadline and proc.poll() is None:
+        if list((run / "checkpoints").glob("step_*/trainer_state.pt")):
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed mid-way"
+    _kill_tree(proc.pid)
+    proc.wait()
+    _run(cmd)
+    assert "resumed from step_" in (run / "training.log").read_text()
+    assert [int(r["step"]) for r in read_metrics(run / "metrics.csv")] == [1, 2, 3, 4, 5, 6]
+    final_ref = load_file(ref / "checkpoints" / "final" / "model.safetensors")
+    final_run = load_file(run / "checkpoints" / "final" / "model.safetensors")
+    for k in final_ref:
+        torch.testing.assert_close(final_run[k], final_ref[k], rtol=0, atol=1e-6)
+
+
+def test_a_batch_the_ranks_cannot_split_is_refused_in_one_line(
+    micro_grpo, monkeypatch, tmp_path, capsys
+):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    run = tmp_path / "odd"
+    args = ["grpo", *micro_grpo, "train.batch_size=12", f"run.dir={run}"]  # 3 groups of 4
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("smollab: error: train.batch_size=12 holds 3 prompt groups")
+    assert "\n" not in err and not run.exists()
+    assert main([*args[:-2], "train.batch_size=16", "train.grad_accum=4", f"run.dir={run}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("smollab: error: train.grad_accum=4 must divide each rank's 2 prompt")
+    assert "\n" not in err and not run.exists()
+    assert grpo_ranks.my_prompts([5, 6, 7, 8], Dist(rank=1, world=2)) == [7, 8]
+
+
+def _rank_pid(torchrun_pid: int, rank: str) -> int | None:
+    """The worker of `rank` among torchrun's children (None until it has started)."""
+    kids = Path(f"/proc/{torchrun_pid}/task/{torchrun_pid}/children")
+    for kid in kids.read_text().split() if kids.exists() else []:
+        try:
+            env = Path(f"/proc/{kid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return int(kid)
+    return None
+
+
+def test_sigint_to_one_rank_stops_both_together_with_lora(micro_grpo, tmp_path):
+    """SIGINT reaching rank 1 alone: both ranks leave at the next step, rank 0 records the run as
+    interrupted, replicas (LoRA adapters summed alone) still agree, and nothing hangs."""
+    import signal
+    import sys
+
+    run = tmp_path / "int"
+    args = [*_grpo_args(micro_grpo, run), "train.max_steps=500", "train.save_interval=0",
+            "train.eval_interval=1000", "model.lora.enabled=true", "model.lora.r=2"]  # fmt: skip
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "smollab", *args]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + GUARD_S
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            metrics = run / "metrics.csv"
+            if metrics.exists() and len(metrics.read_text().splitlines()) > 2:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        os.kill(_rank_pid(proc.pid, "1"), signal.SIGINT)
+        proc.wait(timeout=GUARD_S)
+    except BaseException:
+        _kill_tree(proc.pid)
+        raise
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and 2 <= summary["steps"] < 500
+    assert summary["evidence"] == f"interrupted at step {summary['steps']}"
+    assert summary["replicas_agree"] is True
