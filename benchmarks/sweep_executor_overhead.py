@@ -37,19 +37,25 @@ def micro_argv(data: Path, run_dir: Path) -> list[str]:
     ])  # fmt: skip
 
 
-def first_step_s(launch, name: str, data: Path, run_dir: Path) -> float:
-    """Seconds from the launch call to the first row of the trial's metrics.csv."""
+def first_step_s(launch, name: str, data: Path, run_dir: Path) -> tuple[float, float, float]:
+    """Seconds from the launch call to the first row of the trial's metrics.csv, of the launch
+    call itself, and of one poll (the median while the trial runs)."""
     tail = ch.MetricsTail(run_dir / "metrics.csv")
     t0 = time.perf_counter()
     child = launch(name, micro_argv(data, run_dir), run_dir, threads=1)
+    call_s = time.perf_counter() - t0
+    polls = []
     while not tail.read():
-        if child.poll() not in (None, 0):
+        t = time.perf_counter()
+        code = child.poll()
+        polls.append(time.perf_counter() - t)
+        if code not in (None, 0):
             raise SystemExit(f"{name} failed: {ch.last_log_line(run_dir)}")
         time.sleep(0.01)
     took = time.perf_counter() - t0
     while child.poll() is None:
         time.sleep(0.05)
-    return took
+    return took, call_s, statistics.median(polls or [0.0])
 
 
 def main() -> None:
@@ -90,7 +96,7 @@ def main() -> None:
         t = time.perf_counter()
         ex = RayExecutor(spec, 1, "cpu", say=lambda _: None)
         start_s = time.perf_counter() - t
-        fresh.append(start_s + first_step_s(ex.launch, f"f{i}", data, tmp / f"f{i}"))
+        fresh.append(start_s + first_step_s(ex.launch, f"f{i}", data, tmp / f"f{i}")[0])
         ex.close()
     ray.shutdown()
 
@@ -98,14 +104,17 @@ def main() -> None:
     print(f"cpu: {cpu_model_name()}")
     print(f"ray.init: {init_s:.2f} s ({'joined ' + a.address if a.address else 'started'}); "
           f"actor start (first slot): {slot_s:.2f} s")  # fmt: skip
-    print(f"launch to first logged step, median of {a.repeats} micro trials:")
-    print(f"  local child process:         {med(local):.2f} s  (all: "
-          f"{', '.join(f'{x:.2f}' for x in local)})")  # fmt: skip
-    print(f"  ray, reused slot:            {med(on_ray):.2f} s  (all: "
-          f"{', '.join(f'{x:.2f}' for x in on_ray)})")  # fmt: skip
-    print(f"  ray, fresh actor per trial:  {med(fresh):.2f} s  (all: "
-          f"{', '.join(f'{x:.2f}' for x in fresh)})")  # fmt: skip
-    print(f"ray overhead per trial (reused slot - local): {med(on_ray) - med(local):+.2f} s")
+    print(f"median of {a.repeats} micro trials: launch to first logged step (each), launch call, "
+          f"one poll")  # fmt: skip
+    for what, xs in (("local child process", local), ("ray, reused slot", on_ray)):
+        first = [x[0] for x in xs]
+        print(f"  {what:21s} {med(first):6.2f} s ({', '.join(f'{x:.2f}' for x in first)}), "
+              f"{med(x[1] for x in xs) * 1e3:6.1f} ms, {med(x[2] for x in xs) * 1e3:5.2f} ms")  # fmt: skip
+    print(f"  ray, fresh actor per trial (actor start + launch to first step): {med(fresh):.2f} s "
+          f"({', '.join(f'{x:.2f}' for x in fresh)})")  # fmt: skip
+    print(
+        f"ray - local, launch to first step: {med(x[0] for x in on_ray) - med(x[0] for x in local):+.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import yaml
 
 from smollab.errors import UserError
 from smollab.lab.children import pid_alive
-from smollab.lab.sweep.ray_executor import trial_gpus
+from smollab.lab.sweep.ray_executor import RayChild, trial_gpus
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from tests.lab.sweep.test_sweep import (
@@ -177,6 +177,31 @@ def test_a_lost_actor_fails_its_trial_and_its_slot_is_replaced(ray_cluster, fake
     assert first["status"] == "failed" and "the Ray actor running this trial" in first["reason"]
     assert launched[0].slot is not launched[1].slot and launched[1].slot.node != "?"
     assert second["status"] == "completed" and second["steps"] == "300"
+
+
+def test_a_trial_on_ray_gets_its_slots_threads_even_alone(fake_child, micro_data, tmp_path):
+    """Locally the last trial takes every free thread; on Ray it has only what its slot reserves."""
+    from types import SimpleNamespace
+
+    from smollab.lab.sweep.scheduler import Sweep
+    from smollab.lab.sweep.trials import NextTrial
+
+    argvs: list[list[str]] = []
+    sweep = Sweep(load_spec(fake_spec(tmp_path, micro_data, concurrency=2)), out=lambda _: None)
+    sweep.concurrency, sweep.total_threads = 2, 2
+    sweep.trials = SimpleNamespace(run_dir=lambda name: tmp_path / name, remaining=lambda: 0,
+                                   study=SimpleNamespace(study_name="s"))  # fmt: skip
+
+    class Slot:  # the RayExecutor's part the scheduler uses
+        trial_threads = 1
+
+        def launch(self, name, argv, run_dir, threads=None, **kw):
+            argvs.append(argv)
+            return RayChild(name, run_dir, threads, pid=1, slot=None)
+
+    sweep.executor = Slot()
+    sweep._launch(NextTrial(SimpleNamespace(user_attrs={}), "last", {"optim.lr": 0.1}, 0))
+    assert [a for a in argvs[0] if a.startswith("perf.threads=")] == ["perf.threads=1"]
 
 
 def test_ray_keys(micro_data, tmp_path, monkeypatch):

@@ -51,8 +51,10 @@ class TrialSlot:
         self.child: ch.Child | None = None
 
     def ready(self) -> dict[str, Any]:
-        return {"node": socket.gethostname(), "pid": os.getpid(),
-                "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}  # fmt: skip
+        import ray
+
+        node = f"{socket.gethostname()}:{ray.get_runtime_context().get_node_id()[:8]}"
+        return {"node": node, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def launch(self, name: str, argv: list[str], run_dir: str, threads: int | None,
                grace: float) -> int:  # fmt: skip
@@ -217,9 +219,14 @@ class RayExecutor:
         for s, info in zip(slots, infos, strict=True):
             s.node = info["node"]
 
+    @property
+    def trial_threads(self) -> int:
+        """A trial's CPU threads, however many others run: what its slot reserves."""
+        return max(1, math.ceil(self.cpu))
+
     def cpu_threads(self, concurrency: int) -> int:
-        """CPU threads the trials divide: what their slots reserve."""
-        return max(1, math.ceil(self.cpu)) * concurrency
+        """CPU threads all the trials use (the sweep's log and sweep.json)."""
+        return self.trial_threads * concurrency
 
     def _free_slot(self) -> Slot:
         import ray

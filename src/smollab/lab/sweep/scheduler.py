@@ -118,7 +118,9 @@ class Sweep:
     def _launch(self, nxt: NextTrial) -> None:
         run_dir = self.trials.run_dir(nxt.name)
         threads = None
-        if not self._user_sets_threads():
+        if self.executor and not self._user_sets_threads():  # what its Ray slot reserves
+            threads = self.executor.trial_threads
+        elif not self._user_sets_threads():
             free = self.total_threads - sum(c.threads or 0 for c in self.running)
             n_start = max(1, min(self.concurrency - len(self.running), self.trials.remaining() + 1))
             threads = ch.split_threads(max(free, 1), n_start)[0]
