@@ -17,18 +17,16 @@ import contextlib
 import json
 import math
 import os
-import socket
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json, read_json
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
 from smollab.lab.sweep.lock import SweepLock
+from smollab.lab.sweep.setup import preflight_data, write_meta
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
 from smollab.lab.sweep.study import (
     JOURNAL,
@@ -48,7 +46,7 @@ from smollab.lab.sweep.trials import (
     read_summary,
     reported_steps,
 )
-from smollab.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_META, SWEEP_RESULTS, RunView, set_status
+from smollab.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_RESULTS, RunView, set_status
 
 KILL_WAIT_S = 30.0  # after SIGKILL: a child still not gone is stuck in the kernel; give up on it
 
@@ -94,47 +92,15 @@ class Sweep:
         self.owner: str | None = None  # this dir's id among parents sharing an RDB study
         self.trials: Trials | None = None
         self.env: dict[str, str] | None = None
+        self.executor: Any = None  # executor ray: a RayExecutor (smollab.lab.sweep.ray_executor)
 
     # ---- setup ----------------------------------------------------------------------------
 
     def _say(self, msg: str) -> None:
         self.out(f"[{_now()}] {msg}")
 
-    def _write_meta(self) -> None:
-        path = self.dir / SWEEP_META
-        ident = self.spec.identity()
-        old = read_json(path) if path.exists() else {}
-        self.owner = old.get("owner") or f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
-        if old and old.get("identity") != ident:
-            changed = [k for k in ident if (old.get("identity") or {}).get(k) != ident[k]]
-            raise UserError(f"sweep dir {self.dir} holds a different sweep ({', '.join(changed)} "
-                            f"changed): use another dir= or remove it")  # fmt: skip
-        atomic_write_json(path, {
-            "identity": ident, "owner": self.owner, "spec": self.spec.model_dump(mode="json"),
-            "concurrency": self.concurrency, "threads": self.total_threads, "device": self.device,
-            "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
-        })  # fmt: skip
-
     def _preflight_data(self) -> None:
-        """Prepare the data dir once here instead of in every child at the same time. A sweep
-        over `data.` keys leaves it to each trial, whose data differ."""
-        spec = self.spec
-        if spec.command not in ("pretrain", "grpo") or any(
-            k.startswith("data.") for k in spec.space
-        ):
-            return
-        from smollab.data.prepare import ensure_prepared
-
-        cfg = resolve_config(spec, {}, spec.seeds[0])
-        said: list[str] = []
-
-        def log(msg: str) -> None:  # the heading only when there is something to say
-            if not said:
-                self._say(f"data: preparing {cfg.data.dir} once for all trials")
-                said.append(msg)
-            self.out(f"  {msg}")
-
-        ensure_prepared(cfg.data, exact=spec.command == "pretrain", log=log)
+        preflight_data(self.spec, self._say, self.out)
 
     def _detect_device(self) -> str:
         from smollab.lab.probe.cache import device_kind
@@ -162,7 +128,9 @@ class Sweep:
     def _launch(self, nxt: NextTrial) -> None:
         run_dir = self.trials.run_dir(nxt.name)
         threads = None
-        if not self._user_sets_threads():
+        if self.executor and not self._user_sets_threads():  # what its Ray slot reserves
+            threads = self.executor.trial_threads
+        elif not self._user_sets_threads():
             free = self.total_threads - sum(c.threads or 0 for c in self.running)
             n_start = max(1, min(self.concurrency - len(self.running), self.trials.remaining() + 1))
             threads = ch.split_threads(max(free, 1), n_start)[0]
@@ -174,8 +142,9 @@ class Sweep:
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
-        child = ch.launch(nxt.name, argv, run_dir, threads=threads, env=self.env,
-                          grace=self.spec.stop_timeout_s)  # fmt: skip
+        launch = self.executor.launch if self.executor else ch.launch
+        child = launch(nxt.name, argv, run_dir, threads=threads, env=self.env,
+                       grace=self.spec.stop_timeout_s)  # fmt: skip
         trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
         metrics_path = RunView(run_dir).metrics_path
@@ -319,6 +288,8 @@ class Sweep:
             finally:
                 if self.study_lock is not None:
                     self.study_lock.close()
+                if self.executor:
+                    self.executor.close()
                 self.lock.release()
 
     def _cleanup(self) -> None:
@@ -343,9 +314,14 @@ class Sweep:
         self.device = self._detect_device()
         self._preflight_data()
         self.concurrency = self._resolve_concurrency()
+        if spec.executor == "ray":  # the trials' CPU threads: what their Ray slots reserve
+            from smollab.lab.sweep.ray_executor import RayExecutor
+
+            self.executor = RayExecutor(spec, self.concurrency, self.device, self._say)
+            self.total_threads = spec.threads or self.executor.cpu_threads(self.concurrency)
         self._prepare_peaks()
         spec.study_name = study_name(spec, self.dir)
-        self._write_meta()
+        self.owner = write_meta(self.dir, spec, self.concurrency, self.total_threads, self.device)
         if not spec.storage:
             repair_journal(self.dir / JOURNAL)
         self.study = open_study(spec, self.dir)

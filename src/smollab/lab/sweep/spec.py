@@ -76,6 +76,16 @@ class ReportOptions(SpecSection):
     plots_every_s: float = Field(20.0, ge=0, description="least seconds between live plot redraws")
 
 
+class RayOptions(SpecSection):
+    """`executor: ray`: where the trials run and what each reserves (`smollab.lab.sweep.ray_executor`)."""
+
+    address: str = Field("auto", description="the Ray cluster to join (auto: this node's)")
+    cpu: float = Field(1.0, gt=0, description="CPUs a trial reserves; its threads, rounded up")
+    gpu: float | None = Field(
+        None, ge=0, description="GPUs a trial reserves (default: 1/concurrency on CUDA, else 0)"
+    )
+
+
 class SweepSpec(SpecSection):
     command: str
     base: str | None = Field(None, description="the recipe every trial starts from")
@@ -94,6 +104,8 @@ class SweepSpec(SpecSection):
     storage: str | None = Field(None, description="an RDB URL; default: <dir>/study.journal")
     study_name: str | None = Field(None, min_length=1, description="default: unique to the dir")
     mps: bool = Field(False, description="CUDA: run trials under the NVIDIA MPS daemon")
+    executor: Literal["local", "ray"] = Field("local", description="child processes or Ray")
+    ray: RayOptions | None = Field(None, description="executor ray: cluster and trial resources")
     retry_failed: bool = Field(True, description="a rerun retries trials that failed (crashed)")
     stop_timeout_s: float = Field(60.0, gt=0, description="grace for a child to stop on SIGINT")
     trial_timeout_s: float | None = Field(
@@ -157,7 +169,7 @@ class SweepSpec(SpecSection):
         if self.routing_baseline:
             out.append(self._describe_baselines())
         out.append(f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
-                   f"concurrency: {self.concurrency}")  # fmt: skip
+                   f"concurrency: {self.concurrency}; executor: {self.executor}")  # fmt: skip
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
         out.append("; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
                    + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT")  # fmt: skip

@@ -313,6 +313,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     except ValidationError as err:
         raise UserError(_format(err)) from None
 
+    _check_executor(spec)
     _check_metric(spec.command, spec.metric.name, "metric.name")
     if spec.pruner.metric:
         _check_metric(spec.command, spec.pruner.metric, "pruner.metric")
@@ -349,6 +350,20 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         _check_routing_baseline(spec)
     _check_points(spec)
     return spec
+
+
+def _check_executor(spec: SweepSpec) -> None:
+    """`ray:` only under `executor: ray`, which needs the package (found, not imported)."""
+    import importlib.util
+
+    if spec.executor != "ray":
+        if spec.ray is not None:
+            raise UserError("sweep key ray: set only with executor: ray (the executor is local)")
+        return
+    if importlib.util.find_spec("ray") is None:
+        raise UserError("sweep key executor: ray needs the ray package: pip install 'smollab[ray]'")
+    if spec.mps:
+        raise UserError("sweep key mps: not with executor: ray (start MPS on each node yourself)")
 
 
 def _check_points(spec: SweepSpec) -> None:

@@ -1,0 +1,238 @@
+"""`executor: ray` on a real two-raylet Ray cluster on this machine: the same results.csv as the
+local executor on the same spec (real micro trials, then fake children that complete, are pruned,
+fail and diverge), the spec's keys, and a parent SIGKILLed mid-sweep resuming like a local one."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+
+import pytest
+import yaml
+
+from smollab.errors import UserError
+from smollab.lab.children import pid_alive
+from smollab.lab.sweep.ray_executor import RayChild, trial_gpus
+from smollab.lab.sweep.scheduler import run_sweep
+from smollab.lab.sweep.spec_load import load_spec
+from tests.lab.sweep.test_sweep import (
+    child_pids,
+    fake_spec,
+    launches,
+    micro_overrides,
+    results,
+    start_parent,
+    wait_for,
+    write_spec,
+)
+
+TIMING = {"wall_s"}  # columns that differ from run to run
+PRUNED_AT = re.compile(r" at step \d+: \S+ \S+")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """Two raylets of one CPU each (a head and a worker node), this module's only; its temp dir
+    is short (Ray's socket paths) and private (RAY_TMPDIR: no /tmp/ray shared with others)."""
+    from ray.cluster_utils import Cluster
+
+    tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("RAY_TMPDIR", tmp)
+    cluster = Cluster(initialize_head=True, connect=False,
+                      head_node_args={"num_cpus": 1, "include_dashboard": False})  # fmt: skip
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+        mp.undo()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def on_ray(spec_path, address: str, sweep_dir) -> object:
+    """The same spec file, with the Ray executor and another sweep dir."""
+    tree = yaml.safe_load(spec_path.read_text())
+    tree.update(executor="ray", ray={"address": address, "cpu": 1}, dir=str(sweep_dir))
+    out = spec_path.with_name("ray_" + spec_path.name)
+    out.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return out
+
+
+def same_results(local: list[dict], ray: list[dict], metric: str, loose: set[str] = frozenset()):
+    """Row by row: every column equal except timings, the metric within 1e-4, and the `loose`
+    trials' steps and pruning step (when a SIGINT lands is up to the clock)."""
+    assert len(local) == len(ray) and local
+    for a, b in zip(local, ray, strict=True):
+        pruned = a["status"] == "pruned"
+        for k in a:
+            if k in TIMING or (pruned and k == "steps"):
+                continue
+            if k == metric and a[k]:
+                assert float(a[k]) == pytest.approx(float(b[k]), rel=1e-4, abs=1e-4), (k, a, b)
+            elif pruned and k == "reason":  # "... at step 7: train_loss 4.997 above ..."
+                assert PRUNED_AT.sub("", a[k]) == PRUNED_AT.sub("", b[k]), (a[k], b[k])
+            else:
+                assert a[k] == b[k], (k, a, b)
+
+
+def test_real_micro_trials_give_the_local_results(ray_cluster, micro_pretrain, tmp_path, capsys):
+    spec = write_spec(tmp_path / "lr.yaml", command="pretrain",
+                      overrides=micro_overrides(micro_pretrain), space={"optim.lr": [1e-2]},
+                      metric={"name": "val_loss", "goal": "min"}, concurrency=1, threads=1,
+                      dir=str(tmp_path / "local"))  # fmt: skip
+    assert run_sweep(load_spec(spec)) == {"completed": 1}
+    ray_spec = on_ray(spec, ray_cluster, tmp_path / "ray")
+    assert run_sweep(load_spec(ray_spec)) == {"completed": 1}
+    same_results(results(tmp_path / "local"), results(tmp_path / "ray"), "val_loss")
+    out = capsys.readouterr().out
+    assert "ray: 1 trial slot(s) of 1 CPU, 0 GPU" in out
+    (row,) = results(tmp_path / "ray")
+    assert "perf.threads=1" in (tmp_path / "ray" / row["run_dir"] / "child.log").read_text()
+    rows = [list(csv.DictReader(open(d / row["run_dir"] / "metrics.csv")))
+            for d in (tmp_path / "local", tmp_path / "ray")]  # fmt: skip
+    assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] and len(rows[0]) >= 4
+    for name in ("train_loss", "val_loss"):  # every logged value, not only the final metric
+        local, ray = ([float(r[name]) for r in rs if r[name]] for rs in rows)
+        assert local and local == pytest.approx(ray, abs=1e-5)
+
+
+def test_pruned_and_failed_trials_are_recorded_as_locally(ray_cluster, fake_child, micro_data,
+                                                          tmp_path):  # fmt: skip
+    """lr 0.1 completes, 1e-4 stays above the threshold (pruned by SIGINT), 100 raises (failed),
+    20 turns nan (diverged)."""
+    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 1e-4, 100, 20]},
+                     overrides={"train.max_steps": 100}, dir=str(tmp_path / "local"),
+                     pruner={"type": "threshold", "metric": "train_loss", "upper": 4.9,
+                             "n_warmup_steps": 3})  # fmt: skip
+    want = {"completed": 1, "pruned": 1, "failed": 1, "diverged": 1}
+    assert run_sweep(load_spec(spec)) == want
+    assert run_sweep(load_spec(on_ray(spec, ray_cluster, tmp_path / "ray"))) == want
+    local, ray = results(tmp_path / "local"), results(tmp_path / "ray")
+    same_results(local, ray, "val_loss")
+    by_status = {r["status"]: r for r in ray}
+    assert "boom at lr 100" in by_status["failed"]["reason"]
+    assert "above the upper bound 4.9" in by_status["pruned"]["reason"]
+    assert int(by_status["pruned"]["steps"]) < 100  # stopped by the SIGINT, not run out
+    pruned_log = (tmp_path / "ray" / by_status["pruned"]["run_dir"] / "summary.json").read_text()
+    assert '"pruned"' in pruned_log
+
+
+def test_a_killed_parent_resumes_on_ray(ray_cluster, fake_child, micro_data, tmp_path):
+    """SIGKILL the sweep: Ray ends its actors, their children die, and a rerun finishes the sweep
+    with each metrics row exactly once, as locally (tests/lab/sweep/test_sweep.py)."""
+    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]},
+                     overrides={"train.max_steps": 300}, executor="ray",
+                     ray={"address": ray_cluster})  # fmt: skip
+    d = tmp_path / "sweep"
+    parent = start_parent(fake_child, spec, {})
+    wait_for(lambda: any(r["status"] == "running" for r in results(d))
+             if (d / "results.csv").exists() and child_pids(d) else False, timeout=120)  # fmt: skip
+    wait_for(lambda: all((p / "metrics.csv").exists() for p in child_pids(d)))
+    pids = child_pids(d)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    for run_dir, pid in pids.items():
+        wait_for(lambda pid=pid, run_dir=run_dir: not pid_alive(pid, str(run_dir)), timeout=60)
+    assert run_sweep(load_spec(spec)) == {"completed": 3}
+    for r in results(d):
+        steps = [ln.split(",")[0] for ln in (d / r["run_dir"] / "metrics.csv").read_text().split()]
+        assert steps[1:] == [str(i) for i in range(1, 301)]  # each row once, resumed or not
+    assert [launches(p) for p in pids] == [2] * len(pids)  # killed while running: resumed
+
+
+def test_a_lost_actor_fails_its_trial_and_its_slot_is_replaced(ray_cluster, fake_child, micro_data,
+                                                                tmp_path, monkeypatch):  # fmt: skip
+    """A node or worker lost mid-trial: the trial is recorded failed, naming it, and the next trial
+    runs on a fresh actor in the slot."""
+    import ray
+
+    from smollab.lab.sweep import ray_executor
+
+    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2]}, concurrency=1,
+                     overrides={"train.max_steps": 300}, executor="ray",
+                     ray={"address": ray_cluster})  # fmt: skip
+    launched: list = []
+    real_launch = ray_executor.RayExecutor.launch
+
+    def launch(self, *a, **kw):
+        child = real_launch(self, *a, **kw)
+        if not launched:  # the first trial: its actor dies once it has logged a step
+            metrics = child.run_dir / "metrics.csv"
+            threading.Thread(target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor),
+                             daemon=True).start()  # fmt: skip
+        launched.append(child)
+        return child
+
+    monkeypatch.setattr(ray_executor.RayExecutor, "launch", launch)
+    assert run_sweep(load_spec(spec)) == {"failed": 1, "completed": 1}
+    first, second = results(tmp_path / "sweep")
+    assert first["status"] == "failed" and "the Ray actor running this trial" in first["reason"]
+    assert launched[0].slot is not launched[1].slot and launched[1].slot.node != "?"
+    assert second["status"] == "completed" and second["steps"] == "300"
+
+
+def test_a_trial_on_ray_gets_its_slots_threads_even_alone(fake_child, micro_data, tmp_path):
+    """Locally the last trial takes every free thread; on Ray it has only what its slot reserves."""
+    from types import SimpleNamespace
+
+    from smollab.lab.sweep.scheduler import Sweep
+    from smollab.lab.sweep.trials import NextTrial
+
+    argvs: list[list[str]] = []
+    sweep = Sweep(load_spec(fake_spec(tmp_path, micro_data, concurrency=2)), out=lambda _: None)
+    sweep.concurrency, sweep.total_threads = 2, 2
+    sweep.trials = SimpleNamespace(run_dir=lambda name: tmp_path / name, remaining=lambda: 0,
+                                   study=SimpleNamespace(study_name="s"))  # fmt: skip
+
+    class Slot:  # the RayExecutor's part the scheduler uses
+        trial_threads = 1
+
+        def launch(self, name, argv, run_dir, threads=None, **kw):
+            argvs.append(argv)
+            return RayChild(name, run_dir, threads, pid=1, slot=None)
+
+    sweep.executor = Slot()
+    sweep._launch(NextTrial(SimpleNamespace(user_attrs={}), "last", {"optim.lr": 0.1}, 0))
+    assert [a for a in argvs[0] if a.startswith("perf.threads=")] == ["perf.threads=1"]
+
+
+def test_ray_keys(micro_data, tmp_path, monkeypatch):
+    spec = fake_spec(tmp_path, micro_data, ray={"cpu": 2})
+    with pytest.raises(UserError, match="sweep key ray: set only with executor: ray"):
+        load_spec(spec)
+    spec = fake_spec(tmp_path, micro_data, executor="ray", mps=True)
+    with pytest.raises(UserError, match="sweep key mps: not with executor: ray"):
+        load_spec(spec)
+    spec = fake_spec(tmp_path, micro_data, executor="ray", ray={"gpu": 0.5})
+    loaded = load_spec(spec)
+    assert loaded.ray.address == "auto" and loaded.ray.cpu == 1
+    assert trial_gpus(loaded, 4, "cuda") == 0.5
+    loaded.ray.gpu = None
+    assert trial_gpus(loaded, 4, "cuda") == 0.25 and trial_gpus(loaded, 4, "cpu") == 0
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "ray" else real(n, *a)
+    )
+    with pytest.raises(UserError, match=r"pip install 'smollab\[ray\]'"):
+        load_spec(spec)
+
+
+def test_the_local_executor_never_imports_ray(micro_data, tmp_path):
+    """`import ray` costs seconds and the package is an extra: only `executor: ray` loads it."""
+    spec = fake_spec(tmp_path, micro_data)
+    code = ("import sys; from smollab.cli import main; import smollab.lab.sweep.scheduler; "
+            f"main(['sweep', {str(spec)!r}, '--dry-run']); "
+            "assert 'ray' not in sys.modules, 'ray imported'")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "executor: local" in done.stdout
