@@ -302,3 +302,16 @@ def test_sweeps_probes_and_bench_take_sft(micro_sft, tmp_path):
     runs, skipped = plan(names, "sft", cfg, "cpu")
     assert dict(runs)["prefetch"] == {"data.num_workers": 2, "data.prefetch_factor": 8}
     assert "pin_memory" in dict(skipped)
+
+
+def test_story_pairs_are_deterministic_records(tmp_path):
+    from smollab.data.story_pairs import main, story_pairs
+
+    pairs = story_pairs(20, seed=1)
+    assert pairs == story_pairs(20, seed=1) != story_pairs(20, seed=2)
+    assert all(p["completion"].startswith(" ") and p["prompt"][-1] in '.!?"' for p in pairs)
+    main([str(tmp_path / "d" / "p.jsonl"), "--n", "20"])
+    cfg = load_config("sft", None, [f"data.train_file={tmp_path / 'd' / 'p.jsonl'}"])
+    assert [(r.prompt, r.completion) for r in load_records(cfg.data).train][:3] == [
+        (p["prompt"], p["completion"]) for p in pairs[:3]
+    ]
