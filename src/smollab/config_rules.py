@@ -197,9 +197,9 @@ def sft_rules(c: Any) -> None:
                          "set (an HF dataset holds out data.eval_split)")  # fmt: skip
     if not d.hf_dataset and (keys := d.changed("hf_name", "split", "eval_split")):
         raise ValueError(f"data.{keys[0]} is read with data.hf_dataset, which is not set")
-    if (d.eval_file or d.eval_split) and d.changed("eval_fraction"):
+    if (d.eval_file or d.eval_split) and (keys := d.changed("eval_fraction", "seed")):
         held = "data.eval_file" if d.eval_file else "data.eval_split"
-        raise ValueError(f"data.eval_fraction carves a held-out part of the training records, "
+        raise ValueError(f"data.{keys[0]} carves a held-out part of the training records, "
                          f"and {held} is the held-out set")  # fmt: skip
     if d.prefetch_factor is not None and d.num_workers == 0:
         raise ValueError("data.prefetch_factor counts batches each worker loads ahead, and "

@@ -244,6 +244,7 @@ def test_a_bad_data_file_is_one_line_naming_it(micro_sft, tmp_path, content, exp
     (["data.pin_memory=true"], "data.pin_memory"),
     (["train.epochs=1", "train.max_steps=5"], "both set"),
     (["data.split=test"], "data.hf_dataset"),
+    (["data.eval_file=x.jsonl", "data.seed=3"], "carves a held-out part"),
     (["data.train_file=null"], "data.train_file or data.hf_dataset"),
     (["model.path=null"], "model.path"),
     (["model.preset=micro"], "sft does not read it"),
