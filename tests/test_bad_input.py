@@ -85,7 +85,7 @@ CASES: list[tuple[str, list[str], str]] = [
     ("override without =", ["pretrain", "ok.yaml", "optim.lr"], "optim.lr"),
     ("override into a value", ["pretrain", "optim=3", "optim.lr=1"], "optim"),
     ("override with a space", ["pretrain", "optim. lr=1"], "optim. lr"),
-    ("unknown schema for config show", ["config", "show", "--command", "sft"], "--command"),
+    ("unknown schema for config show", ["config", "show", "--command", "nope"], "--command"),
     # ---- data files
     ("files without files", ["data", "prepare", "data.dir=d", "data.source=files"], "data.files"),
     (

@@ -97,6 +97,19 @@ def test_grpo_recipes_validate():
         validate_specs(load_config("grpo", recipe).reward)
 
 
+def test_sft_recipes_validate():
+    from pathlib import Path
+
+    from smollab.config_load import guess_command
+
+    recipes = list((Path(__file__).resolve().parents[1] / "configs" / "sft").glob("*.yaml"))
+    assert recipes
+    for recipe in recipes:
+        assert recipe.read_text().startswith("# smollab sft "), recipe
+        assert guess_command(recipe) == "sft"
+        load_config("sft", recipe)
+
+
 # Rules across keys: (command, overrides, keys the one line must name).
 RULES = [
     ("pretrain", ["optim.min_lr=0.01"], ["optim.min_lr=0.01", "optim.lr=0.001"]),
@@ -194,7 +207,7 @@ def test_the_same_keys_where_they_apply_are_accepted(command, overrides):
     load_config(command, None, overrides)
 
 
-@pytest.mark.parametrize("command", ["pretrain", "grpo", "data"])
+@pytest.mark.parametrize("command", ["pretrain", "grpo", "sft", "data"])
 def test_config_show_output_loads_again(command, tmp_path):
     """`smollab config show` prints every key; set to their defaults, none is refused."""
     import yaml

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from smollab.config import Section
 
 __all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "load_config", "pretrain", "probe",
-           "recipes", "report", "sample", "sweep"]  # fmt: skip
+           "recipes", "report", "sample", "sft", "sweep"]  # fmt: skip
 
 
 def _as_args(values: dict[str, Any]) -> list[str]:
@@ -37,7 +37,8 @@ def _as_args(values: dict[str, Any]) -> list[str]:
 
 def load_config(command: str, recipe: str | Path | Section | None = None, args: Sequence[str] = (),
                 **values: Any) -> Section:  # fmt: skip
-    """The validated config of `command` ("pretrain", "grpo", "data"): recipe < args < values."""
+    """The validated config of `command` ("pretrain", "grpo", "sft", "data"): recipe < args <
+    values."""
     from smollab.config import SCHEMAS
     from smollab.config_load import load_config as load
 
@@ -63,6 +64,13 @@ def grpo(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
          **values: Any) -> dict[str, Any]:  # fmt: skip
     """GRPO fine-tuning; returns the run's summary (summary.json)."""
     return _train("grpo", recipe, args, values)
+
+
+def sft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+        **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Supervised fine-tuning (full or LoRA) on prompt/completion records; returns the run's
+    summary (summary.json)."""
+    return _train("sft", recipe, args, values)
 
 
 def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
@@ -142,11 +150,12 @@ def bench(workload: str | Path, args: Sequence[str] = (), knobs: Sequence[str] |
           steps: int | None = None, out: str | Path | None = None, command: str | None = None,
           tolerance: float | None = None, min_speedup: float = 1.03, repeat: int = 1,
           timeout: float | None = None, **values: Any) -> dict[str, Any]:  # fmt: skip
-    """Measure each performance knob alone on a pretrain or grpo workload; returns bench.json."""
+    """Measure each performance knob alone on a pretrain, grpo or sft workload; returns
+    bench.json."""
     from smollab.lab.bench.run import run_bench
 
-    if command not in (None, "pretrain", "grpo"):
-        raise UserError(f"bench: command {command!r}: pretrain or grpo")
+    if command not in (None, "pretrain", "grpo", "sft"):
+        raise UserError(f"bench: command {command!r}: pretrain, grpo or sft")
     return run_bench(str(workload), [*args, *_as_args(values)],
                      knobs=list(knobs) if knobs is not None else None, steps=steps, out=out,
                      kind=command, tolerance=tolerance, min_speedup=min_speedup, timeout=timeout,

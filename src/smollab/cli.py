@@ -77,6 +77,10 @@ _training_command("pretrain", "pretrain a causal LM; writes a run directory")
 _training_command(
     "grpo", "GRPO fine-tuning (full or LoRA) against reward functions; writes a run directory"
 )
+_training_command(
+    "sft",
+    "supervised fine-tuning (full or LoRA) on prompt/completion records; writes a run directory",
+)
 
 
 @command("sample", "generate text from a run directory or checkpoint, or play Wordle games")
@@ -199,17 +203,18 @@ def _demo(p: argparse.ArgumentParser) -> None:
 def _bench(p: argparse.ArgumentParser) -> None:
     from smollab.lab.bench.knobs import KNOBS
 
-    p.add_argument("workload", metavar="WORKLOAD", help="a pretrain or grpo recipe (YAML)")
+    p.add_argument("workload", metavar="WORKLOAD", help="a pretrain, grpo or sft recipe (YAML)")
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload"
     )
     p.add_argument("--knobs", default=None,
                    help=f"comma-separated subset of: {', '.join(KNOBS)} (default: all)")  # fmt: skip
     p.add_argument("--steps", type=int, default=None,
-                   help="optimizer steps per variant (default 30 pretrain, 20 grpo)")  # fmt: skip
+                   help="optimizer steps per variant (default 30 pretrain and sft, 20 grpo)")  # fmt: skip
     p.add_argument("--out", default=None, help="bench directory (default runs/bench/<workload>)")
-    p.add_argument("--command", dest="kind", choices=("pretrain", "grpo"), default=None,
-                   help="workload type (default: grpo when the recipe has a grpo section)")  # fmt: skip
+    p.add_argument("--command", dest="kind", choices=("pretrain", "grpo", "sft"), default=None,
+                   help="workload type (default: grpo when the recipe has a grpo section, sft "
+                        "with an sft section or data.train_file/hf_dataset)")  # fmt: skip
     p.add_argument("--tolerance", type=float, default=None,
                    help="quality tolerance: relative for loss (default 0.02), absolute for reward (0.05)")  # fmt: skip
     p.add_argument("--min-speedup", type=float, default=1.03,

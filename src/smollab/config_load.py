@@ -25,7 +25,10 @@ def guess_command(
     recipe: dict[str, Any] | str | Path | None, overrides: list[str] | tuple[str, ...] = ()
 ) -> str:
     """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
-    they have a `grpo` or `reward` section, otherwise pretraining."""
+    they have a `grpo` or `reward` section, SFT if an `sft` section or a data key of SFT's
+    records, otherwise pretraining."""
+    from smollab.config_rules import SFT_DATA_KEYS
+
     tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
     if (
         "grpo" in tree
@@ -33,6 +36,14 @@ def guess_command(
         or any(o.startswith(("grpo.", "reward")) for o in overrides)
     ):
         return "grpo"
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    sft_keys = ("sft.", *(f"data.{k}=" for k in SFT_DATA_KEYS))
+    if (
+        "sft" in tree
+        or set(data) & set(SFT_DATA_KEYS)
+        or any(o.startswith(sft_keys) for o in overrides)
+    ):
+        return "sft"
     return "pretrain"
 
 

@@ -28,9 +28,25 @@ _NO_MODEL = "it writes the corpus, tokenizer and token files of data.dir; no mod
 _RL = "GRPO settings, read by `smollab grpo`"
 _NO_COMPILE = "it never compiles; the lean sampler decodes eagerly, which measured faster"
 
+_SFT = "SFT settings, read by `smollab sft`"
+_SFT_DATA = (
+    "a `smollab sft` data key (prompt/completion records); this command reads a story corpus"
+)
+# The data keys of sft's records that no corpus reads, and the corpus keys sft does not read.
+SFT_DATA_KEYS = ("train_file", "eval_file", "hf_dataset", "hf_name", "split", "eval_split",
+                 "eval_fraction", "prompt_field", "completion_field", "text_field", "num_workers",
+                 "pin_memory", "prefetch_factor")  # fmt: skip
+_SFT_ONLY = {f"data.{k}": _SFT_DATA for k in SFT_DATA_KEYS} | {"sft": _SFT}
+_CORPUS_KEYS = ("dir", "source", "files", "text_key", "num_stories", "max_stories",
+                "test_fraction", "tokenizer", "vocab_size")  # fmt: skip
+_CORPUS = ("it reads prompt/completion records (data.train_file or data.hf_dataset) with the "
+           "model's own tokenizer; corpus keys are pretrain's and grpo's")  # fmt: skip
+
 NOT_READ: dict[str, dict[str, str]] = {
     "pretrain": {
-        "model.lora": "pretraining trains every weight; LoRA is for `smollab grpo`",
+        **_SFT_ONLY,
+        "train.epochs": "it counts optimizer steps or tokens (train.max_steps, max_tokens)",
+        "model.lora": "pretraining trains every weight; LoRA is for `smollab grpo` and `sft`",
         "model.load_in": "pretraining trains every weight, and quantized weights cannot train; "
         "it is for LoRA fine-tuning (`smollab grpo`)",
         "grpo": _RL,
@@ -38,6 +54,8 @@ NOT_READ: dict[str, dict[str, str]] = {
         "failure": "the RL failure rules; pretraining stops on divergence (train.diverge_factor)",
     },
     "grpo": {
+        **_SFT_ONLY,
+        "train.epochs": "it counts optimizer steps over sampled prompts (train.max_steps)",
         "train.max_tokens": "it counts optimizer steps, not tokens (train.max_steps, max_time)",
         "train.seq_len": (
             "prompts are grpo.prompt_tokens long, completions grpo.max_completion_length"
@@ -47,7 +65,23 @@ NOT_READ: dict[str, dict[str, str]] = {
         "perf.compile": _NO_COMPILE,
         "perf.compile_mode": _NO_COMPILE,
     },
+    "sft": {
+        "model.preset": (
+            "it fine-tunes a trained model and tokenizes with that model's "
+            "tokenizer: set model.path"
+        ),
+        **{f"data.{k}": _CORPUS for k in _CORPUS_KEYS},
+        "train.max_tokens": "it counts optimizer steps or epochs (train.max_steps, train.epochs)",
+        "train.eval_tokens": (
+            "it evaluates on the whole held-out split (data.eval_file, "
+            "data.eval_split or data.eval_fraction)"
+        ),
+        "grpo": _RL,
+        "reward": "SFT minimizes the loss on completions; rewards are for `smollab grpo`",
+        "failure": "the RL failure rules; SFT stops on divergence (train.diverge_factor)",
+    },  # fmt: skip
     "data": {
+        **_SFT_ONLY,
         "model": _NO_MODEL,
         "optim": _NO_MODEL,
         "train": _NO_MODEL,
@@ -112,10 +146,11 @@ def tracker_rules(r: Any) -> None:
                              f"pip install 'smollab[{extra}]'")  # fmt: skip
 
 
-def shared_rules(c: Any) -> None:
-    """Model, data, optim, train and run rules of every training command."""
+def shared_rules(c: Any, data: bool = True) -> None:
+    """Model, data (a story corpus: `data`), optim, train and run rules of every training
+    command."""
     m, o, t, r = c.model, c.optim, c.train, c.run
-    if m.path and m.preset is not None and m.changed("preset"):
+    if m.path and getattr(m, "preset", None) is not None and m.changed("preset"):
         raise ValueError(f"model.preset={m.preset} and model.path={m.path} are both set; the "
                          "path wins, so drop model.preset (or set it to null)")  # fmt: skip
     lora = getattr(m, "lora", None)  # fine-tuning commands only
@@ -135,7 +170,8 @@ def shared_rules(c: Any) -> None:
         raise ValueError(f"model.load_in={load_in} freezes the base in {load_in}, and "
                          "model.lora.enabled is false: only LoRA adapters can train on a "
                          "quantized base")  # fmt: skip
-    data_rules(c.data)
+    if data:
+        data_rules(c.data)
     if o.schedule == "constant" and o.changed("min_lr"):
         raise ValueError(f"optim.min_lr={o.min_lr:g} is set but optim.schedule=constant never "
                          "decays")  # fmt: skip
@@ -160,6 +196,32 @@ def pretrain_rules(c: Any) -> None:
     if not t.eval_interval and t.changed("eval_tokens"):
         raise ValueError("train.eval_tokens sizes each evaluation, and train.eval_interval=0 "
                          "turns evaluation off")  # fmt: skip
+    if p.changed("compile_mode") and not p.compile:
+        raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
+
+
+def sft_rules(c: Any) -> None:
+    """Rules of `config.SFTConfig` beyond the shared ones. A missing model.path or data source
+    is refused when the run starts (the schema's defaults must construct)."""
+    d, t, p = c.data, c.train, c.perf
+    if d.train_file and d.hf_dataset:
+        raise ValueError(f"data.train_file={d.train_file} and data.hf_dataset={d.hf_dataset} are "
+                         "both set: give one source of records")  # fmt: skip
+    if d.eval_file and not d.train_file:
+        raise ValueError("data.eval_file is the held-out file of data.train_file, which is not "
+                         "set (an HF dataset holds out data.eval_split)")  # fmt: skip
+    if not d.hf_dataset and (keys := d.changed("hf_name", "split", "eval_split")):
+        raise ValueError(f"data.{keys[0]} is read with data.hf_dataset, which is not set")
+    if (d.eval_file or d.eval_split) and (keys := d.changed("eval_fraction", "seed")):
+        held = "data.eval_file" if d.eval_file else "data.eval_split"
+        raise ValueError(f"data.{keys[0]} carves a held-out part of the training records, "
+                         f"and {held} is the held-out set")  # fmt: skip
+    if d.prefetch_factor is not None and d.num_workers == 0:
+        raise ValueError("data.prefetch_factor counts batches each worker loads ahead, and "
+                         "data.num_workers=0 loads in the training process")  # fmt: skip
+    if t.epochs is not None and t.changed("max_steps"):
+        raise ValueError(f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "
+                         "set: the run's length is one or the other")  # fmt: skip
     if p.changed("compile_mode") and not p.compile:
         raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
 

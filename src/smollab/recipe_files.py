@@ -24,14 +24,16 @@ from smollab.errors import UserError
 
 # The command that runs the recipes of each directory, and the directories a command's bare
 # names are looked up in (the probe and bench also take training recipes as workloads).
-COMMAND_OF_DIR = {"pretrain": "pretrain", "grpo": "grpo", "sweeps": "sweep", "probe": "probe"}
+COMMAND_OF_DIR = {"pretrain": "pretrain", "grpo": "grpo", "sft": "sft", "sweeps": "sweep",
+                  "probe": "probe"}  # fmt: skip
 RECIPE_DIRS: dict[str, tuple[str, ...]] = {
     "pretrain": ("pretrain",),
     "grpo": ("grpo",),
+    "sft": ("sft",),
     "data": ("pretrain", "grpo"),
     "sweep": ("sweeps",),
-    "probe": ("probe", "pretrain", "grpo"),
-    "bench": ("pretrain", "grpo"),
+    "probe": ("probe", "pretrain", "grpo", "sft"),
+    "bench": ("pretrain", "grpo", "sft"),
 }
 SUFFIXES = (".yaml", ".yml")
 

@@ -104,6 +104,39 @@ def _story_files(tmp_path) -> list[str]:
     return [str(jl), str(txt)]
 
 
+def _sft_runs(tmp, micro_model) -> list[list[str]]:
+    """Full fine-tuning on a file with a carved held-out part, packed, through a loader worker,
+    for epochs; LoRA on a `datasets` directory (text records, its test split) and a file pair
+    with fields of other names."""
+    from smollab.data.stories import generate_stories
+
+    stories = generate_stories(40, seed=2)
+    pairs = [{"q": " ".join(s.split()[:6]), "a": " " + " ".join(s.split()[6:14])} for s in stories]
+    jl, ev, ds = tmp / "sft.jsonl", tmp / "sft_eval.jsonl", tmp / "sft_ds"
+    jl.write_text("".join(json.dumps({"prompt": p["q"], "completion": p["a"]}) + "\n"
+                          for p in pairs))  # fmt: skip
+    ds.mkdir()
+    for name, part in (("train", stories[:30]), ("test", stories[30:])):
+        (ds / f"{name}.jsonl").write_text("".join(json.dumps({"story": t}) + "\n" for t in part))
+    (tmp / "sft_q.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs[:30]))
+    ev.write_text("".join(json.dumps(p) + "\n" for p in pairs[30:]))
+    common = [f"model.path={micro_model}", "train.batch_size=4", "train.seq_len=32",
+              "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
+              "train.log_interval=1", "optim.warmup_steps=1"]  # fmt: skip
+    return [
+        ["sft", *common, f"data.train_file={jl}", "data.eval_fraction=0.2", "data.seed=1",
+         "sft.packing=true", "data.num_workers=1", "data.prefetch_factor=2", "train.epochs=0.5",
+         f"run.dir={tmp / 'sft1'}"],
+        ["sft", *common, "train.max_steps=3", "model.lora.enabled=true", "model.lora.r=2",
+         f"data.hf_dataset={ds}", "data.split=train", "data.eval_split=test",
+         "data.text_field=story", "sft.completion_only_loss=false", "run.name=keys-sft"],
+        ["sft", *common, "train.max_steps=3", f"data.train_file={tmp / 'sft_q.jsonl'}",
+         f"data.eval_file={ev}", "data.prompt_field=q", "data.completion_field=a",
+         "optim.schedule=wsd", "optim.decay_fraction=0.5",
+         f"run.dir={tmp / 'sft3'}"],
+    ]  # fmt: skip
+
+
 MICRO = ["data.vocab_size=256", "train.max_steps=3",
          "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
          "train.log_interval=1"]  # fmt: skip
@@ -156,6 +189,7 @@ def covered(micro_model, tmp_path_factory):
              "grpo.routing.eval_prompts=2"],
         ],
     }  # fmt: skip
+    runs["sft"] = _sft_runs(tmp, micro_model)
     out: dict[str, set[str]] = {}
     mp = pytest.MonkeyPatch()
     mp.chdir(tmp)  # run.name without run.dir: runs/<name> under here

@@ -52,7 +52,7 @@ def prepare_sweep_peaks(spec: SweepSpec, device: str, concurrency: int, total_th
                         out: Callable[[str], None]) -> list[tuple[str, int]]:  # fmt: skip
     """Measure and cache the CPU peaks a CPU pretraining sweep's trials will read; returns the
     (dtype, threads) measured now. Anything else (GPU, GRPO, all cached) measures nothing."""
-    if spec.command != "pretrain" or device != "cpu":
+    if spec.command not in ("pretrain", "sft") or device != "cpu":
         return []
     import torch
 

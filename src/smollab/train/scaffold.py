@@ -16,6 +16,7 @@ import torch
 
 from smollab.config import DataConfig, ModelConfig, TrainingConfig
 from smollab.config_load import to_dict
+from smollab.errors import UserError
 from smollab.runs import RunDir
 from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist
@@ -55,10 +56,11 @@ def open_run(
     return run, finished
 
 
-def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig, data_tokens: bool):
+def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig | None, data_tokens: bool):
     """The tokenizer of a run. Pretraining (`data_tokens`, data already prepared) reads the data
     directory's, since its tokens are the data. Fine-tuning reads the one saved beside the model,
-    else the data directory's, preparing that directory if it holds nothing yet."""
+    else the data directory's, preparing that directory if it holds nothing yet; without a data
+    directory (`data_cfg` None: SFT's records) the model must have one."""
     from smollab.data.prepare import ensure_prepared
     from smollab.data.tokenizer import load_tokenizer
     from smollab.models.loading import load_tokenizer_near, resolve_model_dir
@@ -67,6 +69,9 @@ def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig, data_tokens
         where = resolve_model_dir(model_cfg.path) if model_cfg.path else None
         if isinstance(where, str) or (where and (where / "tokenizer_config.json").exists()):
             return load_tokenizer_near(where)  # a hub id, or a directory that has one
+        if data_cfg is None:
+            raise UserError(f"model.path {model_cfg.path}: no tokenizer beside the model "
+                            f"({where}); the records are tokenized with the model's own")  # fmt: skip
         ensure_prepared(data_cfg, exact=False)
     return load_tokenizer(Path(data_cfg.dir) / "tokenizer")
 

@@ -28,11 +28,13 @@ class Knob:
     key: str  # the config key it switches: a loop that does not read it is skipped
     off: dict[str, Any] = field(default_factory=dict)  # forced on the baseline when benched
     on: dict[str, Any] = field(default_factory=dict)
-    kinds: tuple[str, ...] = ("pretrain", "grpo")
+    kinds: tuple[str, ...] = ("pretrain", "grpo", "sft")
     group: str | None = None  # alternatives: only the best of a group joins the combination
     cuda_only: str | None = None  # reason, when the knob only means something on CUDA
     runtime_word: str | None = None  # how the runtime names it in its `skipped` list
 
+
+_IN_PROCESS = {"data.num_workers": 0, "data.prefetch_factor": None}
 
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("bf16", "bf16 autocast", "perf.precision", {"perf.precision": "fp32"},
@@ -57,6 +59,15 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
          kinds=("grpo",)),
     Knob("reward_workers", "reward worker processes (2)", "grpo.reward_workers",
          {"grpo.reward_workers": 0}, {"grpo.reward_workers": 2}, kinds=("grpo",)),
+    # SFT's DataLoader: the baseline loads in the training process, unpinned
+    Knob("workers", "DataLoader worker processes (2)", "data.num_workers", _IN_PROCESS,
+         {"data.num_workers": 2}, kinds=("sft",), group="loader"),
+    Knob("prefetch", "2 workers, each 8 batches ahead (vs in-process)", "data.prefetch_factor",
+         _IN_PROCESS, {"data.num_workers": 2, "data.prefetch_factor": 8}, kinds=("sft",),
+         group="loader"),
+    Knob("pin_memory", "pinned batches (the loader pins them)", "data.pin_memory",
+         {"data.pin_memory": False}, {"data.pin_memory": True}, kinds=("sft",),
+         cuda_only="pinned memory speeds host-to-GPU copies"),
 ]}  # fmt: skip
 
 

@@ -96,8 +96,10 @@ def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
         "run_status": summary.get("status"),
         "runtime_skipped": runtime_skipped(run_dir),
     }
-    if kind == "pretrain":
+    if kind in ("pretrain", "sft"):
         tokens = tc["batch_size"] * tc["seq_len"] * tc["grad_accum"]
+        if kind == "sft" and rows and rows[-1].get("tokens"):  # rows vary in length: measured
+            tokens = rows[-1]["tokens"] / rows[-1]["step"]
         out.update(throughput=tokens / step_s, unit="tok/s", tokens_per_step=tokens)
         vals = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
         losses = [r["train_loss"] for r in rows if r.get("train_loss") is not None]
@@ -119,7 +121,7 @@ def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
 def within_tolerance(kind: str, value: float | None, base: float | None, tol: float) -> bool | None:
     if value is None or base is None:
         return None
-    if kind == "pretrain":
+    if kind in ("pretrain", "sft"):
         return abs(value - base) <= tol * abs(base)
     return abs(value - base) <= tol
 

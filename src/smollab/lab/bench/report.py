@@ -55,7 +55,7 @@ def _rep(result: dict[str, Any]) -> str:
 def render_markdown(result: dict[str, Any], image: bool = True) -> str:
     kind = result.get("kind")
     tol = result.get("tolerance")
-    tol_text = (f"final validation loss within {100 * tol:g}% of the baseline's" if kind == "pretrain"
+    tol_text = (f"final validation loss within {100 * tol:g}% of the baseline's" if kind != "grpo"
                 else f"mean training reward within {tol:g} of the baseline's")  # fmt: skip
     base_vals = " ".join(as_overrides(result.get("baseline_values") or {})) or "(none)"
     lines = [

@@ -33,8 +33,8 @@ from smollab.lab.bench.knobs import (
 from smollab.lab.bench.measure import load_average, run_variant, within_tolerance
 from smollab.lab.bench.report import render_markdown, write_plot
 
-DEFAULT_STEPS = {"pretrain": 30, "grpo": 20}
-DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05}  # relative loss / absolute reward
+DEFAULT_STEPS = {"pretrain": 30, "grpo": 20, "sft": 30}
+DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05, "sft": 0.02}  # relative loss / abs. reward
 
 
 def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = None,
@@ -77,10 +77,11 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    from smollab.data.prepare import ensure_prepared
+    if kind != "sft":  # SFT reads records, with no data directory to prepare
+        from smollab.data.prepare import ensure_prepared
 
-    # prepare data once, outside every variant's wall time
-    ensure_prepared(cfg.data, exact=kind == "pretrain", log=lambda _: None)
+        # prepare data once, outside every variant's wall time
+        ensure_prepared(cfg.data, exact=kind == "pretrain", log=lambda _: None)
 
     forced = [f"train.max_steps={steps}", "train.log_interval=1", f"train.eval_interval={steps}",
               f"train.save_interval={steps + 1}", "train.max_time=null", "run.resume=never"]  # fmt: skip
@@ -88,6 +89,8 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
         forced.append(f"optim.warmup_steps={steps - 1}")
     if kind == "pretrain":
         forced.append("train.max_tokens=null")
+    if kind == "sft":
+        forced.append("train.epochs=null")  # the length is train.max_steps
     if kind == "grpo":
         forced.append("failure.action=flag")  # every variant runs all its steps
     base_vals = baseline_values(names, kind, cfg)

@@ -128,7 +128,7 @@ class Probe:
     def _prepare_data(self, cfg) -> None:
         """Prepare the data dir once, not in k children at the same time."""
         data = getattr(cfg, "data", None)
-        if data is None:
+        if data is None or self.spec.command == "sft":  # records, no data directory to prepare
             return
         from smollab.data.prepare import ensure_prepared
 
@@ -140,6 +140,8 @@ class Probe:
         big = 10**8
         fixed = ["train.log_interval=1", f"train.eval_interval={big}", f"train.save_interval={big}",
                  f"train.max_steps={big}", f"train.max_time={self.spec.timeout_s:g}"]  # fmt: skip
+        if self.spec.command == "sft":
+            fixed.append("train.epochs=null")  # the length is max_steps (and max_time)
         return [*self.overrides, *fixed]
 
     def _threads(self, k: int) -> int:

@@ -32,6 +32,8 @@ METRIC_COLUMNS: dict[str, list[str]] = {
              "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
              "jaccard", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
              "train_s", "step_s", "peak_mem_mb"],
+    "sft": ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
+            "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
 }  # fmt: skip
 # Keys the sweep sets itself for every trial.
 RESERVED = {"run.dir": "each trial gets its own run dir under <dir>/trials/",
@@ -214,7 +216,8 @@ def _check_config_key(command: str, key: str, where: str) -> None:
         raise UserError(f"{where}{key}: unknown {command} config key{hint}")
 
 
-_LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo"}
+_LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo",
+          "sft": "smollab.train.sft"}  # fmt: skip
 
 
 def metric_names(command: str) -> list[str] | None:

@@ -1,0 +1,266 @@
+"""`smollab sft`: supervised fine-tuning on prompt/completion records, top to bottom like pretrain.
+
+The loss is on completion tokens only (prompt tokens carry label -100; `sft.completion_only_loss`
+false puts it on every token), summed over the optimizer step's micro-batches and divided by
+their label tokens, so `train.grad_accum` changes memory, not the step. Micro-batch m is a pure
+function of (seed, m) (`data.sft_batches`) and the LR of the step, so a resumed run replays
+exactly what an uninterrupted one would have done. One process (no DDP yet).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from smollab.config import SFTConfig
+from smollab.data.sft_batches import IGNORE, MicroBatches, eval_batches, loader, tokenize
+from smollab.data.sft_records import load_records
+from smollab.device import (
+    make_adamw,
+    maybe_compile,
+    peak_memory_mb,
+    release_cache,
+    setup_runtime,
+    synchronize,
+    to_device,
+)
+from smollab.errors import UserError
+from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
+from smollab.models.presets import count_parameters
+from smollab.runs import RunView, default_run_dir
+from smollab.train import checkpoints, distributed, scaffold
+from smollab.train.crash_record import records_failure
+from smollab.train.failure_rules import diverged_loss
+from smollab.train.mfu import flops_per_token, peak_flops
+from smollab.train.progress import Progress
+from smollab.train.schedule import lr_at
+from smollab.train.seeds import stream_seed
+
+COLUMNS = ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
+           "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
+
+
+def run_dir_for(cfg: SFTConfig) -> Path:
+    if cfg.run.dir:
+        return Path(cfg.run.dir)
+    source = Path(cfg.data.train_file or cfg.data.hf_dataset or "sft").stem
+    kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
+    return default_run_dir("sft", [cfg.run.name or source, kind, f"lr{cfg.optim.lr:g}",
+                                   f"s{cfg.run.seed}"])  # fmt: skip
+
+
+def label_loss(model, batch: dict[str, torch.Tensor], rt) -> torch.Tensor:
+    """Summed cross-entropy of the batch's labelled tokens (each predicted from the one before).
+    `use_cache=False` is what keeps packed examples apart: with a KV cache (HF's default, even in
+    train mode) transformers skips reading restarts in position_ids as example boundaries."""
+    x, y, pos = (to_device(batch[k], rt.device) for k in ("input_ids", "labels", "position_ids"))
+    with rt.autocast():
+        logits = model(input_ids=x, position_ids=pos, use_cache=False).logits
+    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), y[:, 1:].flatten(),
+                           ignore_index=IGNORE, reduction="sum")  # fmt: skip
+
+
+def count_labels(batch: dict[str, torch.Tensor]) -> int:
+    return int((batch["labels"][:, 1:] != IGNORE).sum())
+
+
+@torch.no_grad()
+def evaluate(model, batches, rt) -> float:
+    """Mean loss per labelled token over the whole held-out set."""
+    model.eval()
+    total = sum(label_loss(model, b, rt).item() for b in batches)
+    model.train()
+    release_cache(rt.device)
+    return total / max(sum(count_labels(b) for b in batches), 1)
+
+
+@records_failure
+def train(cfg: SFTConfig) -> dict:
+    """Run (or resume, or report the finished result of) one SFT run; returns its summary."""
+    t_start = time.time()
+    distributed.single_process_only("sft")
+    dc, tc, oc = cfg.data, cfg.train, cfg.optim
+    lora = cfg.model.lora.enabled
+    if not cfg.model.path:
+        raise UserError("model.path: sft fine-tunes a trained model (a run directory, HF model "
+                        "directory or hub id) and tokenizes with its tokenizer")  # fmt: skip
+    check_model_source(cfg.model)
+    rt = setup_runtime(cfg.perf)
+    if dc.pin_memory and rt.device.type != "cuda":
+        raise UserError(f"data.pin_memory: pinned memory speeds host-to-GPU copies; the device "
+                        f"is {rt.device.type}")  # fmt: skip
+
+    # ---- records, tokenizer, rows ---------------------------------------------------------
+    tokenizer = scaffold.load_tokenizer_for(cfg.model, None, data_tokens=False)
+    records = load_records(dc)
+    tok = (tokenizer, tc.seq_len, cfg.sft.completion_only_loss, cfg.sft.packing)
+    train_set, eval_set = tokenize(records.train, *tok), tokenize(records.eval, *tok)
+    if not train_set.rows:
+        raise UserError(f"{records.source}: no example keeps a labelled token within "
+                        f"train.seq_len={tc.seq_len}")  # fmt: skip
+    if tc.eval_interval and not eval_set.rows:
+        raise UserError(f"held-out set ({records.held_out}): no example keeps a labelled token")
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    per_epoch = math.ceil(len(train_set.rows) / tc.batch_size)  # micro-batches
+    max_steps = math.ceil(tc.epochs * per_epoch / tc.grad_accum) if tc.epochs else tc.max_steps
+
+    # ---- model and optimizer ------------------------------------------------------------
+    torch.manual_seed(cfg.run.seed)
+    model = build_model(cfg.model, attn_implementation=cfg.perf.attn_implementation)
+    max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
+    if tc.seq_len > max_pos:
+        raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")
+    if len(tokenizer) > model.config.vocab_size:
+        raise UserError(f"model.path {cfg.model.path}: tokenizer has {len(tokenizer)} entries, "
+                        f"the model only {model.config.vocab_size}")  # fmt: skip
+    align_special_tokens(model, tokenizer)
+    if lora:
+        model = apply_lora(model, cfg.model.lora)
+    model.to(rt.device)
+    if cfg.perf.grad_checkpointing:
+        model.activation_checkpointing_enable()  # the name since transformers 5
+
+    # ---- run directory: resume or start ---------------------------------------------------
+    run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "sft")
+    if finished is not None:
+        return finished
+    run.log(rt.describe(), echo=True)
+
+    total_params, _ = count_parameters(model)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": oc.weight_decay},
+              {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
+    optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
+
+    state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=lora)
+    step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
+    train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
+    start_loss = state.get("start_loss")
+    n_trainable = sum(p.numel() for p in trainable)
+    data_note = dict(data=records.source, held_out=records.held_out,
+                     train_examples=train_set.examples, train_rows=len(train_set.rows),
+                     eval_examples=eval_set.examples,
+                     truncated_examples=train_set.truncated + eval_set.truncated,
+                     dropped_examples=train_set.dropped + eval_set.dropped,
+                     label_tokens=train_set.label_tokens, steps_planned=max_steps)  # fmt: skip
+    run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
+    run.update_summary(status="running", params_total=total_params, params_trainable=n_trainable,
+                       device=str(rt.device), **data_note)  # fmt: skip
+    run.log(f"model {cfg.model.path}: {total_params:,} parameters, {n_trainable:,} trainable "
+            f"({'LoRA r' + str(cfg.model.lora.r) if lora else 'full'})", echo=True)  # fmt: skip
+    run.log(f"data {records.source}: {train_set.examples:,} examples in {len(train_set.rows):,} "
+            f"rows{' (packed)' if cfg.sft.packing else ''}, {train_set.label_tokens:,} labelled "
+            f"tokens; held out: {records.held_out}, {eval_set.examples} examples; cut to "
+            f"train.seq_len={tc.seq_len}: {data_note['truncated_examples']}, dropped (no "
+            f"labelled token left): {data_note['dropped_examples']}; {max_steps} steps = "
+            f"{max_steps * tc.grad_accum / per_epoch:.2f} epochs", echo=True)  # fmt: skip
+    compiled = maybe_compile(model, rt)
+
+    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=True)
+    flops_tok = flops_per_token(model.config, tc.seq_len)
+    val_batches = eval_batches(eval_set.rows, tc.batch_size, pad_id) if tc.eval_interval else None
+    batches = MicroBatches(train_set.rows, tc.batch_size, functools.partial(stream_seed,
+                           cfg.run.seed), pad_id, max_steps * tc.grad_accum)  # fmt: skip
+    micro_batches = iter(loader(batches, step * tc.grad_accum, dc.num_workers, dc.pin_memory,
+                                dc.prefetch_factor))  # fmt: skip
+    progress = Progress(max_steps, start=step, label="sft")
+
+    # ---- the loop -----------------------------------------------------------------------
+    status, evidence, val_loss = "completed", None, None
+    window_loss = torch.full((), float(state.get("window_loss", 0.0)), device=rt.device)
+    window_steps, window_t, window_tokens = int(state.get("window_steps", 0)), 0.0, 0
+    try:
+        while step < max_steps and status == "completed":
+            if tc.max_time and train_s >= tc.max_time:
+                break
+            t0 = time.perf_counter()  # the wait for the loader counts: workers shorten it
+            lr = lr_at(step, oc, max_steps)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            micro = [next(micro_batches) for _ in range(tc.grad_accum)]
+            n_labels = max(sum(count_labels(b) for b in micro), 1)
+            for batch in micro:
+                loss = label_loss(compiled, batch, rt) / n_labels
+                (rt.scaler.scale(loss) if rt.scaler else loss).backward()
+                window_loss += loss.detach()
+            grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
+            step_tokens = sum(int(b["n_tokens"]) for b in micro)
+            step += 1
+            tokens += step_tokens
+            window_steps += 1
+            window_tokens += step_tokens
+            synchronize(rt.device)
+            dt = time.perf_counter() - t0
+            train_s += dt
+            window_t += dt
+
+            last = step >= max_steps
+            do_eval = bool(tc.eval_interval) and (step % tc.eval_interval == 0 or last)
+            if step % tc.log_interval == 0 or step == 1 or do_eval or last:
+                loss_now = (window_loss / window_steps).item()
+                start_loss = loss_now if start_loss is None else start_loss
+                failure = diverged_loss(loss_now, start_loss, tc.diverge_factor, step)
+                if failure:
+                    status, evidence = failure.status, failure.evidence
+                tps = window_tokens / window_t if window_t > 0 else 0.0
+                row = dict(step=step, epoch=step * tc.grad_accum / per_epoch, tokens=tokens,
+                           wall_s=time.time() - t_start, train_s=train_s, lr=lr,
+                           train_loss=loss_now, grad_norm=float(grad_norm), tokens_per_s=tps,
+                           mfu=(flops_tok * tps / peak) if peak else None,
+                           peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
+                if do_eval and status == "completed":
+                    val_loss = row["val_loss"] = evaluate(compiled, val_batches, rt)
+                window_loss.zero_()
+                window_steps, window_t, window_tokens = 0, 0.0, 0
+                run.metrics.append(row)
+                progress.update(step, loss=loss_now, tps=tps, val=val_loss)
+                run.log(_line(row), echo=not progress.live)
+                if row.get("val_loss") is not None and val_loss < best_val:
+                    best_val = val_loss
+                    run.save_checkpoint("best", model, tokenizer)
+                if status == "diverged":
+                    run.log(f"diverged: {evidence}", echo=True)
+
+            periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
+            if status == "completed" and periodic_save:
+                checkpoints.save_state(run, step, model, tokenizer, optimizer, rt.scaler,
+                                       tc.keep_last, tokens=tokens, train_s=train_s,
+                                       best_val=best_val, start_loss=start_loss,
+                                       window_loss=float(window_loss),
+                                       window_steps=window_steps)  # fmt: skip
+    except KeyboardInterrupt:
+        status, evidence = "interrupted", f"interrupted at step {step}"
+    finally:
+        progress.close()
+        del micro_batches  # stops the loader's workers
+
+    # ---- wrap up ------------------------------------------------------------------------
+    summary = scaffold.finish(
+        run, status, model, tokenizer,
+        f"{status}: {step} steps ({step * tc.grad_accum / per_epoch:.2f} epochs), {tokens:,} "
+        f"tokens in {train_s:.1f}s train time; val loss {val_loss}",
+        evidence=evidence, steps=step, epochs=step * tc.grad_accum / per_epoch, tokens=tokens,
+        final_train_loss=RunView(run.path).last("train_loss"),
+        final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
+        train_seconds=train_s, wall_seconds=time.time() - t_start,
+        tokens_per_s=tokens / train_s if train_s else None,
+        flops_per_token=flops_tok, peak_flops=peak,
+    )  # fmt: skip
+    if status == "interrupted":
+        raise KeyboardInterrupt
+    return summary
+
+
+def _line(row: dict) -> str:
+    parts = [f"step {row['step']}", f"epoch {row['epoch']:.2f}", f"loss {row['train_loss']:.4f}"]
+    if row.get("val_loss") is not None:
+        parts.append(f"val {row['val_loss']:.4f}")
+    parts += [f"lr {row['lr']:.2e}", f"{row['tokens_per_s']:,.0f} tok/s"]
+    return " | ".join(parts)
