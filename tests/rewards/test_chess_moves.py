@@ -9,6 +9,8 @@ import pytest
 chess = pytest.importorskip("chess", reason="the chess extra (in dev) installs python-chess")
 pytest.importorskip("rapidfuzz", reason="the chess extra (in dev) installs rapidfuzz")
 
+from smollab.config_load import load_config  # noqa: E402
+from smollab.data.chess_fen import write_all  # noqa: E402
 from smollab.errors import UserError  # noqa: E402
 from smollab.rewards import RewardError, compute_rewards, validate_specs  # noqa: E402
 from smollab.rewards.chess_moves import chess_legal_move  # noqa: E402
@@ -114,3 +116,13 @@ def test_a_missing_python_chess_names_the_extra(monkeypatch):
         validate_specs([{"name": "chess_legal_move"}])
     msg = str(e.value)
     assert "\n" not in msg and "pip install 'smollab[chess]'" in msg and "chess_legal_move" in msg
+
+
+def test_the_recipe_reads_what_the_data_command_writes(tmp_path):
+    cfg = load_config("grpo", "chess-legal-move")
+    assert [r.key for r in validate_specs(cfg.reward)] == ["chess_legal_move"]
+    assert cfg.failure.action == "flag" and cfg.model.path == "runs/chess-fen-1.25m"
+    written = write_all(tmp_path / "data" / "chess", prompts=0, corpus=0, move_prompts=5)
+    assert written["move_prompts"].relative_to(tmp_path).as_posix() == cfg.grpo.prompts_file
+    lines = written["move_prompts"].read_text().splitlines()
+    assert chess_legal_move(["xx"] * 5, lines) == [0.0] * 5  # every line is a prompt it reads
