@@ -4,16 +4,25 @@ prompt alone, and files that grpo.prompts_file and data.source=files read."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 chess = pytest.importorskip("chess", reason="the chess extra (in dev) installs python-chess")
 pytest.importorskip("rapidfuzz", reason="the chess extra (in dev) installs rapidfuzz")
 
-from smollab.data.chess_fen import examples, main, write_all  # noqa: E402
+from smollab.data.chess_fen import (  # noqa: E402
+    examples,
+    main,
+    move_prompts_from,
+    position,
+    stream,
+    write_all,
+)
 from smollab.data.corpus import load_files  # noqa: E402
 from smollab.errors import UserError  # noqa: E402
 from smollab.rewards.chess_fen import PROMPT_RE, fen_exact, fen_valid, true_fen  # noqa: E402
+from smollab.rewards.chess_moves import MOVE_PROMPT_RE, chess_legal_move  # noqa: E402
 
 
 def test_same_seed_same_examples_other_seed_others():
@@ -70,9 +79,56 @@ def test_the_module_command_and_bad_values(tmp_path, capsys):
     assert len((tmp_path / "prompts.txt").read_text().splitlines()) == 3
     assert main(["--out", str(tmp_path), "--corpus", "-1"]) == 2
     assert capsys.readouterr().out.startswith(
-        "smollab: error: --prompts must be >= 1 and --corpus >= 0"
+        "smollab: error: --prompts, --corpus and --move-prompts must be >= 0, one of them > 0"
     )
     with pytest.raises(UserError, match="notation 'lan'"):
         examples(1, notation="lan")
     with pytest.raises(UserError, match="max_plies must be >= 0"):
         examples(1, max_plies=-1)
+
+
+def test_move_prompts_come_after_the_other_files_and_change_none(tmp_path):
+    plain = write_all(tmp_path / "plain", prompts=10, corpus=100, seed=5)
+    both = write_all(tmp_path / "both", prompts=10, corpus=100, seed=5, move_prompts=60)
+    for name in ("prompts", "pairs", "corpus"):
+        assert plain[name].read_text() == both[name].read_text()
+    lines = both["move_prompts"].read_text().splitlines()
+    fens = [MOVE_PROMPT_RE.match(p)["fen"] for p in lines]
+    assert len(lines) == 60 and len({position(f) for f in fens}) == 60  # distinct positions
+    later = examples(10 + 100 + 100, seed=5)[110:]  # the same stream, after prompts and corpus
+    assert lines[:5] == [r["prompt"].partition(" Move: ")[0] + " Move:" for r in later[:5]]
+    # every prompt is a position the reward reads: its own legal moves score 1
+    legal = [next(iter(chess.Board(f).legal_moves)).uci() for f in fens]
+    assert chess_legal_move(legal, lines) == [1.0] * 60
+    assert main(["--out", str(tmp_path / "m"), "--prompts", "0", "--corpus", "0",
+                 "--move-prompts", "4"]) == 0  # fmt: skip
+    assert [p.name for p in (tmp_path / "m").iterdir()] == ["move_prompts.txt"]
+
+
+def test_exclude_makes_a_held_out_set_that_no_training_file_shows(tmp_path, capsys):
+    train = write_all(tmp_path / "train", prompts=20, corpus=400, seed=0, move_prompts=100)
+    files = [str(train[k]) for k in ("corpus", "prompts", "move_prompts")]
+    held = write_all(tmp_path / "held", prompts=0, corpus=0, seed=1, move_prompts=80,
+                     exclude=files)["move_prompts"]  # fmt: skip
+    seen = set()
+    for line in train["corpus"].read_text().splitlines():  # both FENs of a transition
+        before, _, after = line.removeprefix("FEN: ").partition(" Move: ")
+        seen |= {position(before), position(after.partition(" Next FEN: ")[2])}
+    for f in files[1:]:
+        seen |= {position(line.removeprefix("FEN: ").split(" Move:")[0])
+                 for line in Path(f).read_text().splitlines()}  # fmt: skip
+    got = [position(MOVE_PROMPT_RE.match(p)["fen"]) for p in held.read_text().splitlines()]
+    assert len(got) == 80 and not set(got) & seen
+    unfiltered = write_all(tmp_path / "raw", prompts=0, corpus=0, seed=1, move_prompts=80)
+    raw = [position(MOVE_PROMPT_RE.match(p)["fen"])
+           for p in unfiltered["move_prompts"].read_text().splitlines()]  # fmt: skip
+    assert set(raw) & seen  # without --exclude the opening positions come back
+    with pytest.raises(UserError, match="--exclude .*nope.txt: cannot read it"):
+        write_all(tmp_path / "x", 0, 0, move_prompts=5, exclude=[tmp_path / "nope.txt"])
+    (tmp_path / "story.txt").write_text("Once upon a time\n")
+    with pytest.raises(UserError, match="story.txt: no 'FEN: <fen>' in it"):
+        write_all(tmp_path / "x", 0, 0, move_prompts=5, exclude=[tmp_path / "story.txt"])
+    with pytest.raises(UserError, match="give --move-prompts N as well"):
+        write_all(tmp_path / "x", 5, 0, exclude=files)
+    with pytest.raises(UserError, match="only 0 new positions in 3 random games"):
+        move_prompts_from(stream(0, max_plies=0), 5, {position(chess.STARTING_FEN)}, max_draws=3)

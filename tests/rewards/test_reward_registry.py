@@ -47,6 +47,7 @@ def test_builtins_by_name():
         "fen_valid",
         "fen_exact",
         "fen_distance",
+        "chess_legal_move",
     }
 
 

@@ -31,6 +31,7 @@ from smollab.config import RewardSpec
 from smollab.config_rules import reward_keys
 from smollab.errors import UserError
 from smollab.rewards.chess_fen import fen_distance, fen_exact, fen_valid
+from smollab.rewards.chess_moves import chess_legal_move
 from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
@@ -52,6 +53,7 @@ BUILTINS: dict[str, RewardFn] = {
     "fen_valid": fen_valid,
     "fen_exact": fen_exact,
     "fen_distance": fen_distance,
+    "chess_legal_move": chess_legal_move,
 }
 
 # validate_specs calls each built-in once on this (or its own `probe`) so bad params fail early.

@@ -1,0 +1,94 @@
+"""Chess legal-move reward (issue 19): the model reads "FEN: <fen> Move:" and writes a move.
+
+`chess_legal_move` scores the completion's first whitespace-separated token: 1.0 when it is a
+legal move in the prompt's position, written in UCI ("e2e4", "e7e8q", castling "e1g1") or, when
+the token is not UCI-shaped, in SAN ("Nf3", "O-O"); else `own_piece` (default 0.25) when it parses
+as UCI and its from-square holds a piece of the side to move, a partial credit that ranks "moves
+the right piece wrongly" above noise within a GRPO group; else 0.0 (empty, garbage, the null move
+"0000", an empty square or the opponent's piece). Legality is python-chess's `board.legal_moves`.
+
+The FEN-transition base model (configs/pretrain/chess-fen-1.25m.yaml) already writes a move after
+"FEN: <fen> Move:"; `python -m smollab.data.chess_fen --move-prompts N` writes such prompts. The
+board is parsed once per distinct prompt and each (prompt, token) classified once (lru_cache),
+since a GRPO group repeats its prompt and often its answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Any
+
+from smollab.errors import UserError
+from smollab.rewards.chess_fen import require
+
+MOVE_PROMPT_RE = re.compile(r"^\s*FEN:\s*(?P<fen>\S.*?)\s+Move:\s*$")
+_PROBE_PROMPT = "FEN: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 Move:"
+LEGAL, OWN_PIECE, OTHER = 2, 1, 0
+
+
+@functools.lru_cache(maxsize=65536)
+def board_of(prompt: str) -> Any:
+    """The prompt's position (a shared python-chess Board: read it, never push); UserError naming
+    the prompt when it is not "FEN: <fen> Move:" with a valid FEN."""
+    chess = require("chess_legal_move")
+    m = MOVE_PROMPT_RE.match(prompt)
+    if not m:
+        raise UserError(f"chess_legal_move: prompt {prompt[:80]!r} is not 'FEN: <fen> Move:' "
+                        "(grpo.prompts_file: python -m smollab.data.chess_fen --move-prompts N)")  # fmt: skip
+    try:
+        board = chess.Board(m["fen"])
+        ok = board.is_valid()
+    except ValueError:
+        ok = False
+    if not ok:
+        raise UserError(f"chess_legal_move: prompt FEN {m['fen']!r} is not a valid position (a "
+                        "model whose tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
+    return board
+
+
+@functools.lru_cache(maxsize=262144)
+def classify(prompt: str, token: str) -> int:
+    """LEGAL, OWN_PIECE or OTHER for one answer token in the prompt's position."""
+    chess = require("chess_legal_move")
+    board = board_of(prompt)
+    try:
+        move = chess.Move.from_uci(token)
+    except ValueError:  # not UCI-shaped: SAN, else nothing
+        try:
+            move = board.parse_san(token)
+        except ValueError:
+            return OTHER
+        return LEGAL if move and move in board.legal_moves else OTHER  # "--" parses as null
+    if not move:  # "0000", the null move: no from-square
+        return OTHER
+    if move in board.legal_moves:
+        return LEGAL
+    piece = board.piece_at(move.from_square)
+    return OWN_PIECE if piece is not None and piece.color == board.turn else OTHER
+
+
+def chess_legal_move(completions: list[str], prompts: list[str] | None = None, *,
+                     own_piece: float = 0.25, **kwargs: Any) -> list[float]:  # fmt: skip
+    """1.0 for a legal move, `own_piece` for a UCI move of a piece of the side to move, else 0."""
+    require("chess_legal_move")
+    if isinstance(own_piece, bool) or not isinstance(own_piece, int | float) \
+            or not math.isfinite(own_piece) or not 0 <= own_piece <= 1:  # fmt: skip
+        raise UserError(f"chess_legal_move: own_piece must be a number in [0, 1], got "
+                        f"{own_piece!r}")  # fmt: skip
+    if prompts is None or len(prompts) != len(completions):
+        raise UserError(f"chess_legal_move: needs one prompt per completion (got "
+                        f"{'none' if prompts is None else len(prompts)} for {len(completions)})")  # fmt: skip
+    score = {LEGAL: 1.0, OWN_PIECE: float(own_piece), OTHER: 0.0}
+    out = []
+    for c, p in zip(completions, prompts, strict=True):
+        board_of(p)  # refuses a bad prompt even when the completion is empty
+        words = c.split()
+        out.append(score[classify(p, words[0])] if words else 0.0)
+    return out
+
+
+# validate_specs' dry call: a move prompt, since a story prompt is refused.
+chess_legal_move.probe = {"prompts": [_PROBE_PROMPT], "completions": ["e2e4"],  # type: ignore[attr-defined]
+                          "completion_ids": [[1, 2, 3]]}  # fmt: skip
