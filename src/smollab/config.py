@@ -276,6 +276,10 @@ class GRPOSection(Section):
 
     prompt_tokens: int = Field(8, ge=1, description="prompts are the first N tokens of stories")
     prompts_file: str | None = Field(None, description="a .txt file of prompts, one per line")
+    eval_prompts_file: str | None = Field(
+        None, description="held-out evaluation prompts, one per line (default: the test split's "
+        "stories, or the first eval_prompts of prompts_file, which training also draws)"
+    )  # fmt: skip
     num_generations: int = Field(16, ge=2)
     max_completion_length: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)

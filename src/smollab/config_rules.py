@@ -71,6 +71,8 @@ NOT_READ: dict[str, dict[str, str]] = {
             "tokenizer: set model.path"
         ),
         **{f"data.{k}": _CORPUS for k in _CORPUS_KEYS},
+        "model.load_in": "it loads full-precision weights; quantized loading (CUDA, LoRA) is "
+        "written for `smollab grpo` only",
         "train.max_tokens": "it counts optimizer steps or epochs (train.max_steps, train.epochs)",
         "train.eval_tokens": (
             "it evaluates on the whole held-out split (data.eval_file, "
@@ -289,6 +291,9 @@ def grpo_rules(c: Any) -> None:
     if g.export_merged and not c.model.lora.enabled:
         raise ValueError("grpo.export_merged merges LoRA adapters, and model.lora.enabled is "
                          "false (final/ already holds the full weights)")  # fmt: skip
+    if not c.train.eval_interval and g.eval_prompts_file and not g.routing.enabled:
+        raise ValueError("grpo.eval_prompts_file holds evaluation prompts, and "
+                         "train.eval_interval=0 turns evaluation off")  # fmt: skip
     if not c.train.eval_interval and g.changed("eval_prompts"):
         raise ValueError("grpo.eval_prompts sizes each evaluation, and train.eval_interval=0 "
                          "turns evaluation off")  # fmt: skip

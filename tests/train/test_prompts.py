@@ -25,3 +25,23 @@ def test_file_prompts_and_errors(micro_data, tmp_path):
         file_prompts(tmp_path / "empty.txt", tok)
     with pytest.raises(UserError, match="no test.jsonl"):
         story_prompts(tmp_path, "test", tok, 8)
+
+
+def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, tmp_path):
+    from smollab.config import GRPOSection
+    from smollab.train.prompts import grpo_prompts
+
+    tok = load_tokenizer(micro_data / "tokenizer")
+    (tmp_path / "train.txt").write_text("once upon a time\none day\nthe cat\n")
+    (tmp_path / "held.txt").write_text("a little bird\nthe sun\n")
+    g = GRPOSection(prompts_file=str(tmp_path / "train.txt"), eval_prompts=2)
+    train, evals = grpo_prompts(g, micro_data, tok)
+    assert evals == train[:2]  # without a held-out file: the first of the training prompts
+    g = GRPOSection(prompts_file=str(tmp_path / "train.txt"), eval_prompts=2,
+                    eval_prompts_file=str(tmp_path / "held.txt"))  # fmt: skip
+    train, evals = grpo_prompts(g, micro_data, tok)
+    assert len(train) == 3 and evals == file_prompts(tmp_path / "held.txt", tok)
+    assert not set(map(tuple, evals)) & set(map(tuple, train))
+    g = GRPOSection(eval_prompts=2, eval_prompts_file=str(tmp_path / "nope.txt"))
+    with pytest.raises(UserError, match=r"grpo\.eval_prompts_file: no such file"):
+        grpo_prompts(g, micro_data, tok)

@@ -33,18 +33,18 @@ def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: in
     return _encode(texts, tokenizer, prompt_tokens, truncate=True)
 
 
-def file_prompts(path: str | Path, tokenizer) -> list[list[int]]:
-    """One prompt per non-empty line of a text file, used whole."""
+def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:
+    """One prompt per non-empty line of a text file, used whole; errors name `key`."""
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"grpo.prompts_file: no such file {p}")
+        raise UserError(f"{key}: no such file {p}")
     try:
         content = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"grpo.prompts_file: {p} is not UTF-8 text ({e.reason})") from None
+        raise UserError(f"{key}: {p} is not UTF-8 text ({e.reason})") from None
     texts = [line.strip() for line in content.splitlines() if line.strip()]
     if not texts:
-        raise UserError(f"grpo.prompts_file: {p} holds no prompts")
+        raise UserError(f"{key}: {p} holds no prompts")
     return _encode(texts, tokenizer, None, truncate=False)
 
 
@@ -57,12 +57,20 @@ def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:
     return prompts
 
 
-def grpo_prompts(g, data_dir: str | Path, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
-    """(training prompts, held-out evaluation prompts) for the `grpo` section `g`: a prompts
-    file serves both; otherwise stories of the train and test splits."""
+def eval_prompts(g, data_dir: str | Path, tokenizer, n: int) -> list[list[int]]:
+    """The first `n` evaluation prompts: grpo.eval_prompts_file's, else the first of
+    grpo.prompts_file (which training draws too), else stories of the test split."""
+    if g.eval_prompts_file:
+        return file_prompts(g.eval_prompts_file, tokenizer, "grpo.eval_prompts_file")[:n]
     if g.prompts_file:
-        prompts = file_prompts(g.prompts_file, tokenizer)
-        return prompts, prompts[: g.eval_prompts]
-    train = story_prompts(data_dir, "train", tokenizer, g.prompt_tokens, 20_000)
-    held_out = story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, g.eval_prompts)
-    return train, held_out[: g.eval_prompts]
+        return file_prompts(g.prompts_file, tokenizer)[:n]
+    return story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, n)[:n]
+
+
+def grpo_prompts(g, data_dir: str | Path, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
+    """(training prompts, evaluation prompts) for the `grpo` section `g`."""
+    if g.prompts_file:
+        train = file_prompts(g.prompts_file, tokenizer)
+    else:
+        train = story_prompts(data_dir, "train", tokenizer, g.prompt_tokens, 20_000)
+    return train, eval_prompts(g, data_dir, tokenizer, g.eval_prompts)

@@ -27,7 +27,7 @@ from smollab.device import release_cache
 from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
-from smollab.train.prompts import file_prompts, story_prompts
+from smollab.train.prompts import eval_prompts
 from smollab.train.seeds import stream_seed
 
 COLUMNS = ["hack_rate", "routed_frac", "eligible_frac"]
@@ -58,12 +58,8 @@ class Router:
         return None
 
     def load_eval_prompts(self, g, data_dir: str, tokenizer) -> None:
-        """`eval_prompts` fixed held-out prompts: the test split's stories (or the prompts file)."""
-        n = self.cfg.eval_prompts
-        if g.prompts_file:
-            self.prompts = file_prompts(g.prompts_file, tokenizer)[:n]
-        else:
-            self.prompts = story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, n)[:n]
+        """`eval_prompts` fixed evaluation prompts, from where GRPO's evaluation takes its own."""
+        self.prompts = eval_prompts(g, data_dir, tokenizer, self.cfg.eval_prompts)
 
     def detect(self, prompts: list[str], completions: list[str], rows) -> torch.Tensor:
         """bool [B]: the detector's value >= threshold."""
