@@ -1,5 +1,6 @@
 """GRPO with 2 gloo processes under torchrun: one step on the same rollouts equals the 1-process
-step for every loss type, a short run keeps the replicas equal bit for bit, a run killed mid-way
+step for every loss type (and its AdamW step, a parameter without a gradient included), a
+short run keeps the replicas equal bit for bit, a run killed mid-way
 resumes to the uninterrupted run's weights, and a batch the ranks cannot split is refused.
 
 Timeouts below only guard against a hang (the bug these tests catch); nothing asserts a time.
@@ -26,6 +27,9 @@ from smollab.train.grpo_loss import LOSS_TYPES
 from tests.train.test_distributed import GUARD_S, _env, _kill_tree, _run
 from tests.train.test_grpo_accum import GEN, GROUPS, STATS, _batch, _options, _policy
 
+# eps large enough that the first step's g / (|g| + eps) cannot flip on a rounding difference
+ADAMW = dict(lr=1e-3, eps=1e-3, weight_decay=0.1)
+
 # Each rank takes its half of a saved batch (rows of whole groups) and runs the GRPO step on it
 # for every loss type and level, with 1 and 2 micro-batches per rank; rank 0 writes the results.
 STEP = """
@@ -37,6 +41,7 @@ from smollab.train import distributed, grpo_ranks, scaffold
 from smollab.train.grpo_accum import micro_batches, rollout_rows
 from smollab.train.grpo_loss import LOSS_TYPES
 from tests.train.test_grpo_accum import GEN, GROUPS, _options, _policy
+from tests.train.test_grpo_distributed import ADAMW
 
 model_dir, batch_file, out = (Path(a) for a in sys.argv[1:4])
 d, _ = distributed.setup(torch.device("cpu"))
@@ -61,8 +66,16 @@ for level in ("token", "sequence"):
             norm = torch.nn.utils.clip_grad_norm_(trainable, float("inf"))
             policy.zero_grad(set_to_none=True)
             results[f"{loss_type} {level} {accum}"] = dict(loss=loss, grad_norm=float(norm), **stats)
+# one AdamW step, weight decay on, with a trainable parameter no rank's loss touches
+policy.register_parameter("unused", torch.nn.Parameter(torch.ones(4)))
+trainable = [p for p in policy.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(trainable, **ADAMW)
+grpo_ranks.loss_backward(policy, r, adv, mask, old, ref, micro_batches(n, GEN, 2), d, trainable,
+                         temperature=1.0, loss_options=_options("grpo"))
+opt.step()
 if d.main:
     out.write_text(json.dumps(results))
+    torch.save({k: v.detach() for k, v in policy.state_dict().items()}, str(out) + ".pt")
 distributed.teardown(d)
 """
 
@@ -92,7 +105,8 @@ def _torchrun(script: Path, *args: str) -> list[str]:
 
 def test_two_ranks_take_the_one_process_step(micro_model, tmp_path):
     """Same rollouts, same weights: the 2-rank step's loss, KL, other stats and gradient norm
-    equal the 1-process step's within 1e-5, for every loss type (global token and row counts)."""
+    equal the 1-process step's within 1e-5, for every loss type (global token and row counts);
+    the AdamW step's weights too, a parameter no rank has a gradient for left alone (no decay)."""
     policy = _policy(micro_model)
     r, adv, mask, old, ref = _batch(policy, micro_model)
     fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs",
@@ -131,6 +145,21 @@ def test_two_ranks_take_the_one_process_step(micro_model, tmp_path):
                     assert got[key] == pytest.approx(stats[key], rel=1e-5, abs=1e-6), (what, key)
                 checked += 1
     assert checked == 2 * (2 * len(LOSS_TYPES) - 1)
+
+    policy.register_parameter("unused", torch.nn.Parameter(torch.ones(4)))
+    start = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, **ADAMW)
+    loss_backward(policy, r, adv, mask, old, ref, micro, temperature=1.0,
+                  loss_options=_options("grpo"))  # fmt: skip
+    assert policy.unused.grad is None
+    opt.step()
+    one, stepped = policy.state_dict(), torch.load(str(out) + ".pt", weights_only=True)
+    assert one.keys() == stepped.keys()
+    assert torch.equal(stepped["unused"], start["unused"])  # AdamW skipped it, as in one process
+    for k in one:
+        torch.testing.assert_close(stepped[k], one[k], rtol=0, atol=1e-6, msg=k)
+    assert any(not torch.equal(one[k], start[k]) for k in one)  # the step moved the others
 
 
 def _grpo_args(micro_grpo: list[str], run: Path) -> list[str]:

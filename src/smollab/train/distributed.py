@@ -4,6 +4,16 @@ Ranks must take every decision together: a rank that leaves the loop, or returns
 waits in a collective leaves that one hanging (NCCL) or crashing (gloo: "connection closed by
 peer"). So a decision taken on one rank reaches the others through `broadcast_object` (rank 0's
 choice) or `any_rank` (stop when any rank must).
+
+Every rank must see one file system for `data.dir` and `run.dir` (on several nodes: a shared
+one): rank 0 alone prepares the data and writes checkpoints, and every rank reads them from
+there (`rank0_first`, resume). Node-local disks would leave the other nodes' ranks without them.
+
+An exception on one rank is not passed on: its process exits, the others' next collective raises
+("connection closed by peer", gloo) or blocks (NCCL), and torchrun, seeing a worker fail, stops the
+rest (SIGTERM; 30 s later SIGKILL) and exits non-zero, naming the first failed rank as the cause.
+Nothing hangs, but rank 0's summary.json says "failed: ... Connection closed by peer" (gloo) or,
+killed first, keeps its last status; the real error is in that rank's traceback on stderr.
 """
 
 from __future__ import annotations
@@ -104,7 +114,8 @@ def rank0_decides(decide: Callable[[], T], d: Dist) -> T:
 
 def rank0_first(work: Callable[[], T], d: Dist) -> T:
     """`work` on rank 0, then on the others: what rank 0 prepares on the shared filesystem (a
-    data directory, a tokenizer) the others find ready instead of racing to write it."""
+    data directory, a tokenizer) the others find ready instead of racing to write it. Rank 0 is
+    global: on several nodes the directory must be shared (see the module docstring)."""
     if not d.enabled:
         return work()
     value = work() if d.main else None

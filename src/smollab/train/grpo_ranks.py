@@ -125,17 +125,22 @@ def loss_backward(policy, r: Rollout, advantages, mask, old_logp, ref_logp, micr
 
 
 def all_reduce_grads(params: list[torch.Tensor], d: Dist) -> None:
-    """Sum `.grad` over the ranks, in flat buckets per dtype (a parameter without a gradient on
-    this rank takes part with zeros, so every rank calls the same collectives)."""
+    """Sum `.grad` over the ranks, in flat buckets per dtype. A parameter that some rank has no
+    gradient for takes part with zeros there, so every rank calls the same collectives; one that
+    no rank has a gradient for keeps `.grad = None`, as in one process, where AdamW skips it
+    (zeros would decay it and move it along its old momentum)."""
     if not d.enabled:
         return
     import torch.distributed as dist
 
-    for p in params:
+    had = torch.tensor([p.grad is not None for p in params], dtype=torch.uint8, device=d.device)
+    dist.all_reduce(had, op=dist.ReduceOp.MAX)  # 1 where any rank has a gradient
+    summed = [p for p, h in zip(params, had.tolist(), strict=True) if h]
+    for p in summed:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for p in params:
+    for p in summed:
         by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
     for grads in by_dtype.values():
         bucket: list[torch.Tensor] = []
