@@ -6,7 +6,7 @@ parent, which then stops the children in order: SIGINT (a run saves its state an
 SIGINT when its parent dies (PR_SET_PDEATHSIG), and a reaper process (`smollab.lab.reaper`)
 started with the first child SIGKILLs, after the grace period, any child still alive once the
 parent is gone however it died (a child stuck in C code ignores SIGINT); an atexit hook stops
-whatever is left when the parent exits any other way. Every child writes its pid to
+whatever is left when the parent exits any other way. Every child writes its pid and host to
 `<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the directory. Every
 child is marked as a lab child (`LAB_CHILD_ENV`): it competes with its siblings, so it reads the
 CPU matmul peak its parent measured and never measures one itself (`smollab.train.mfu`).
@@ -20,6 +20,7 @@ import csv
 import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -191,7 +192,7 @@ def launch(
     _LIVE.add(child)
     reaper.watch(watcher, proc.pid, grace, pdeath is not None)
     with contextlib.suppress(OSError):
-        (run_dir / CHILD_PID).write_text(f"{proc.pid}\n")
+        (run_dir / CHILD_PID).write_text(f"{proc.pid}\n{socket.gethostname()}\n")
     return child
 
 
@@ -249,13 +250,31 @@ def pid_alive(pid: int, must_contain: str | None = None) -> bool:
     return True
 
 
-def reap_stale(run_dir: Path, timeout: float = 60.0) -> bool:
-    """If a previous parent's child still runs in `run_dir`, stop it and wait. True if one did."""
+REMOTE_MARGIN_S = 10.0  # beyond its grace: a child on another host is surely gone by then
+_first_stale: float | None = None  # this process's first look at a stale child on another host
+
+
+def reap_stale(run_dir: Path, timeout: float = 60.0, parent_gone: float | None = None) -> bool:
+    """If a previous parent's child still runs in `run_dir`, stop it and wait. True if one did.
+
+    A child on another host (executor ray) cannot be seen from here. Its parent (a Ray actor)
+    died at `parent_gone`, by default before this process first looked at such a child (with
+    the previous sweep process), so its reaper SIGKILLed it `timeout` (its grace) after that at
+    the latest: we wait until then, plus a margin (once for all of a previous sweep's)."""
+    global _first_stale
     pidfile = Path(run_dir) / CHILD_PID
     try:
-        pid = int(pidfile.read_text().strip())
+        pid_line, *rest = pidfile.read_text().split()
+        pid = int(pid_line)
     except (OSError, ValueError):
         return False
+    if rest and rest[0] != socket.gethostname():
+        if parent_gone is None:
+            parent_gone = _first_stale = _first_stale or time.time()
+        time.sleep(max(0.0, parent_gone + timeout + REMOTE_MARGIN_S - time.time()))
+        with contextlib.suppress(OSError):
+            pidfile.unlink()
+        return True
     if not pid_alive(pid, must_contain=str(run_dir)):
         with contextlib.suppress(OSError):
             pidfile.unlink()

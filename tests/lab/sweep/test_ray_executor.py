@@ -61,6 +61,7 @@ def on_ray(spec_path, address: str, sweep_dir) -> object:
     """The same spec file, with the Ray executor and another sweep dir."""
     tree = yaml.safe_load(spec_path.read_text())
     tree.update(executor="ray", ray={"address": address, "cpu": 1}, dir=str(sweep_dir))
+    tree.pop("threads", None)  # refused with Ray: a trial's threads are its ray.cpu
     out = spec_path.with_name("ray_" + spec_path.name)
     out.write_text(yaml.safe_dump(tree, sort_keys=False))
     return out
@@ -211,6 +212,9 @@ def test_ray_keys(micro_data, tmp_path, monkeypatch):
     spec = fake_spec(tmp_path, micro_data, executor="ray", mps=True)
     with pytest.raises(UserError, match="sweep key mps: not with executor: ray"):
         load_spec(spec)
+    spec = fake_spec(tmp_path, micro_data, executor="ray", threads=4)
+    with pytest.raises(UserError, match=r"sweep key threads: not with executor: ray .*ray\.cpu"):
+        load_spec(spec)
     spec = fake_spec(tmp_path, micro_data, executor="ray", ray={"gpu": 0.5})
     loaded = load_spec(spec)
     assert loaded.ray.address == "auto" and loaded.ray.cpu == 1
@@ -236,3 +240,142 @@ def test_the_local_executor_never_imports_ray(micro_data, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "executor: local" in done.stdout
+
+
+def test_an_idle_dead_actor_or_a_slow_launch_hands_the_trial_to_a_fresh_slot(
+    ray_cluster, fake_child, micro_data, tmp_path, monkeypatch
+):
+    """Before the second trial its idle slot's actor dies; the third's launch call does not
+    answer in time (it did start the child, which is stopped first). Neither aborts the sweep,
+    neither trial is lost, and the third's metrics have each step once."""
+    import ray
+
+    from smollab.lab.sweep import ray_executor
+
+    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]}, concurrency=1,
+                     overrides={"train.max_steps": 20}, executor="ray",
+                     ray={"address": ray_cluster})  # fmt: skip
+    names: list[str] = []
+    slow: list[int] = []
+    real_launch, real_get = ray_executor.RayExecutor.launch, ray.get
+
+    def launch(self, name, *a, **kw):
+        names.append(name)
+        if len(names) == 2:
+            (slot,) = self.slots
+            ray.kill(slot.actor)
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(slot.actor.ready.remote(), timeout=30)
+        if len(names) == 3:
+            slow.append(1)  # its first call (the launch) returns, then says it timed out
+        return real_launch(self, name, *a, **kw)
+
+    def get(*a, **kw):
+        out = real_get(*a, **kw)
+        if slow:
+            slow.clear()
+            raise ray.exceptions.GetTimeoutError("slow")
+        return out
+
+    monkeypatch.setattr(ray_executor.RayExecutor, "launch", launch)
+    monkeypatch.setattr(ray, "get", get)
+    lines: list[str] = []
+    assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 3}
+    out = "\n".join(lines)
+    assert f"died (ActorDiedError) before trial {names[1]} started" in out
+    assert f"did not start trial {names[2]} in 30 s" in out
+    d = tmp_path / "sweep" / "trials" / names[2]
+    steps = [ln.split(",")[0] for ln in (d / "metrics.csv").read_text().split()]
+    assert steps[1:] == [str(i) for i in range(1, 21)]
+    assert launches(d) == 2
+
+
+def test_a_slot_ray_cannot_place_again_leaves_the_sweep_running(
+    ray_cluster, fake_child, micro_data, tmp_path, monkeypatch
+):
+    """A node lost on a full cluster: the second trial's actor dies and no fresh one can be placed
+    (here: it asks for 64 CPUs). The first trial runs on, the third waits for its slot, and the
+    sweep ends normally (it once blocked on Ray, then killed every slot)."""
+    import ray
+
+    from smollab.lab.sweep import ray_executor
+
+    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]}, concurrency=2,
+                     overrides={"train.max_steps": 300}, executor="ray",
+                     ray={"address": ray_cluster})  # fmt: skip
+    real_init, real_launch = ray_executor.RayExecutor.__init__, ray_executor.RayExecutor.launch
+    launched: list = []
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        self._remote = ray.remote(ray_executor.TrialSlot).options(num_cpus=64)
+        monkeypatch.setattr(ray_executor, "START_TIMEOUT_S", 2.0)
+
+    def launch(self, *a, **kw):
+        child = real_launch(self, *a, **kw)
+        if len(launched) == 1:  # the second trial: its actor dies once it has logged a step
+            metrics = child.run_dir / "metrics.csv"
+            threading.Thread(target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor),
+                             daemon=True).start()  # fmt: skip
+        launched.append(child)
+        return child
+
+    monkeypatch.setattr(ray_executor.RayExecutor, "__init__", init)
+    monkeypatch.setattr(ray_executor.RayExecutor, "launch", launch)
+    lines: list[str] = []
+    assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2, "failed": 1}
+    assert "a fresh actor takes its place once Ray can place it" in "\n".join(lines)
+    by_dir = {tmp_path / "sweep" / r["run_dir"]: r for r in results(tmp_path / "sweep")}
+    assert by_dir[launched[1].run_dir]["status"] == "failed"
+    assert launched[2].slot is launched[0].slot  # the first trial's, once it finished
+
+
+def test_a_slot_that_cannot_start_and_a_gpu_cluster_seen_from_a_cpu_driver(
+    ray_cluster, fake_child, micro_data, tmp_path, monkeypatch
+):
+    """One line each, and no Ray connection left behind: a node without the sweep's directory
+    (the actor's constructor fails there), and GPUs in the cluster with no ray.gpu and no CUDA
+    here (zero-GPU actors would see every GPU of their node)."""
+    import os
+
+    import ray
+
+    from smollab.lab.sweep.ray_executor import RayExecutor
+
+    spec = load_spec(fake_spec(tmp_path, micro_data, executor="ray", ray={"address": ray_cluster}))
+    missing = str(tmp_path / "not-on-that-node")
+    real_getcwd = os.getcwd
+    monkeypatch.setattr(os, "getcwd", lambda: missing)
+    with pytest.raises(UserError) as e:
+        RayExecutor(spec, 1, "cpu", say=lambda _: None)
+    assert re.fullmatch(rf"sweep key executor: ray: node \S+ has no directory {missing} "
+                        r"\(No such file or directory\); every node must see .*", str(e.value))  # fmt: skip
+    assert not ray.is_initialized()
+    monkeypatch.setattr(os, "getcwd", real_getcwd)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 2.0})
+    with pytest.raises(UserError, match=r"^sweep key ray\.gpu: the cluster has 2 GPU\(s\)"):
+        RayExecutor(spec, 1, "cpu", say=lambda _: None)
+    assert not ray.is_initialized()
+    spec.ray.gpu = 0.0  # an explicit share is honoured
+    RayExecutor(spec, 1, "cpu", say=lambda _: None).close()
+
+
+def test_reap_stale_waits_for_a_child_on_another_host(tmp_path, monkeypatch):
+    """Its pid means nothing here: wait its grace and a margin (once per process), never signal
+    a local process that has the pid."""
+    import os
+
+    from smollab.lab import children
+
+    slept: list[float] = []
+    monkeypatch.setattr(children.time, "sleep", slept.append)
+    monkeypatch.setattr(children, "_first_stale", None)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / ".child.pid").write_text(f"{os.getpid()}\nanother-node\n")
+    assert children.reap_stale(tmp_path / "a", 5.0) is True
+    assert slept and 14 < slept[0] <= 15  # 5 s grace + the 10 s margin
+    assert not (tmp_path / "a" / ".child.pid").exists()
+    assert children.reap_stale(tmp_path / "b", 5.0) is True and len(slept) == 2
+    (tmp_path / "a" / ".child.pid").write_text(f"{os.getpid()}\n{children.socket.gethostname()}\n")
+    assert children.reap_stale(tmp_path / "a", 5.0) is False  # here: not a child in that dir

@@ -226,7 +226,7 @@ def wait_for(cond, timeout=60.0):
 
 
 def child_pids(sweep_dir: Path) -> dict[Path, int]:
-    return {p.parent: int(p.read_text()) for p in sweep_dir.glob("trials/*/.child.pid")}
+    return {p.parent: int(p.read_text().split()[0]) for p in sweep_dir.glob("trials/*/.child.pid")}
 
 
 def test_resume_after_the_parent_is_killed(fake_child, micro_data, tmp_path):

@@ -300,7 +300,8 @@ class Sweep:
             with contextlib.suppress(Exception):
                 self._stop_children()
             for child in list(self.running):  # whatever could not be recorded
-                child.kill()
+                with contextlib.suppress(Exception):  # a Ray child after Ray's end: no call
+                    child.kill()
                 self.running.pop(child)
         if self.trials is not None:
             with contextlib.suppress(Exception):
@@ -367,8 +368,11 @@ class Sweep:
 
     def _loop(self) -> None:
         while not self.stop:
-            launched = False
+            launched = waiting = False
             while not self.abort and len(self.running) < self.concurrency and not self.stop:
+                if self.executor and not self.executor.can_launch(len(self.running)):
+                    waiting = self.trials.remaining() > 0  # for a Ray slot to be placed
+                    break
                 nxt = self.trials.next_trial()
                 if nxt is None:
                     break
@@ -376,7 +380,7 @@ class Sweep:
                 launched = True
             if launched:
                 self.write_results()
-            if not self.running:
+            if not self.running and not waiting:
                 break
             deadline = time.time() + self.spec.poll_s
             while time.time() < deadline and not self.stop:

@@ -367,6 +367,9 @@ def _check_executor(spec: SweepSpec) -> None:
         raise UserError("sweep key executor: ray needs the ray package: pip install 'smollab[ray]'")
     if spec.mps:
         raise UserError("sweep key mps: not with executor: ray (start MPS on each node yourself)")
+    if spec.threads is not None:
+        raise UserError("sweep key threads: not with executor: ray (a trial's threads are its "
+                        "ray.cpu, rounded up)")  # fmt: skip
 
 
 def _check_points(spec: SweepSpec) -> None:
