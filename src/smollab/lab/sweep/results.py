@@ -1,17 +1,22 @@
-"""A sweep's results.csv: one row per trial run directory (the latest study trial of each, a
-retry superseding the failed one), with its point, seed, status, metric, steps, wall time and,
-when it did not complete, the reason; routing baselines' rows follow their routed trials'.
+"""What a sweep's trials resulted in: a run's metric (`metric_value`) and summary, and the
+sweep's results.csv: one row per trial run directory (the latest study trial of each, a retry
+superseding the failed one), with its point, seed, status, metric, steps, wall time and, when it
+did not complete, the reason; routing baselines' rows follow their routed trials'.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from smollab.atomic_files import atomic_write_text
-from smollab.runs import SWEEP_RESULTS
+from smollab.errors import UserError
+from smollab.lab.sweep.spec import SweepSpec
+from smollab.runs import SWEEP_RESULTS, RunView
 
 if TYPE_CHECKING:
     from smollab.lab.sweep.trials import Trials
@@ -22,6 +27,36 @@ class Live(NamedTuple):
 
     steps: int | None
     wall_s: float
+
+
+def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float | None:
+    m = spec.metric
+    pts = [
+        (r["step"], r[m.name])
+        for r in rows
+        if r.get(m.name) is not None and r.get("step") is not None
+    ]
+    if m.at_step is not None:
+        if not rows or max(r["step"] or 0 for r in rows) < m.at_step:
+            return None
+        pts = [p for p in pts if p[0] <= m.at_step]
+    if not pts:
+        return None
+    vals = [v for _, v in pts]
+    if m.reduce == "best":
+        finite = [v for v in vals if math.isfinite(v)]
+        if not finite:
+            return vals[-1]
+        return min(finite) if m.goal == "min" else max(finite)
+    return vals[-1]
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A trial's summary.json; empty while missing or unreadable."""
+    try:
+        return RunView(run_dir).summary()
+    except (UserError, OSError):
+        return {}
 
 
 def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]]:

@@ -33,10 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.sweep.baseline import Baseline, Baselines, BaselineTrial
-from smollab.lab.sweep.results import Live, result_rows, write_results_csv
+from smollab.lab.sweep.results import (
+    Live,
+    metric_value,
+    read_summary,
+    result_rows,
+    write_results_csv,
+)
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import distributions
 from smollab.runs import FINISHED, RunView
@@ -45,37 +50,7 @@ TRIALS = "trials"  # the sweep dir's folder of trial run directories
 FAILURE_STATUSES = ("diverged", "degenerate", "stuck")
 
 
-# ---- reading a run ----------------------------------------------------------------------------
-
-
-def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float | None:
-    m = spec.metric
-    pts = [
-        (r["step"], r[m.name])
-        for r in rows
-        if r.get(m.name) is not None and r.get("step") is not None
-    ]
-    if m.at_step is not None:
-        if not rows or max(r["step"] or 0 for r in rows) < m.at_step:
-            return None
-        pts = [p for p in pts if p[0] <= m.at_step]
-    if not pts:
-        return None
-    vals = [v for _, v in pts]
-    if m.reduce == "best":
-        finite = [v for v in vals if math.isfinite(v)]
-        if not finite:
-            return vals[-1]
-        return min(finite) if m.goal == "min" else max(finite)
-    return vals[-1]
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A trial's summary.json; empty while missing or unreadable."""
-    try:
-        return RunView(run_dir).summary()
-    except (UserError, OSError):
-        return {}
+# ---- a trial in Optuna ----------------------------------------------------------------------------
 
 
 def reported_steps(trial: Any) -> list[int]:
