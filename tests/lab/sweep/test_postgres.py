@@ -52,6 +52,18 @@ def statuses(sweep_dir) -> list[str]:
     return [r["status"] for r in results(sweep_dir)] if (sweep_dir / "results.csv").exists() else []
 
 
+def server_sessions(url: str) -> int:
+    """Connections to the URL's database other than this query's own."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        n = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                              "current_database() AND pid <> pg_backend_pid()")).scalar()  # fmt: skip
+    engine.dispose()
+    return n
+
+
 def metric_steps(run_dir) -> list[int]:
     with open(run_dir / "metrics.csv") as f:
         return [int(r["step"]) for r in csv.DictReader(f)]
@@ -61,6 +73,7 @@ def test_a_sweep_runs_to_the_end_in_postgres(fake_child, micro_data, tmp_path, p
     spec = load_spec(fake_spec(tmp_path, micro_data, storage=pg_url, study_name="pg-grid",
                                space={"optim.lr": [0.1, 0.5, 20.0, 200.0]}))  # fmt: skip
     assert run_sweep(spec) == {"completed": 2, "diverged": 1, "failed": 1}
+    assert server_sessions(pg_url) == 0  # the sweep closed its connections
     by_lr = {float(r["optim.lr"]): r for r in results(tmp_path / "sweep")}
     assert by_lr[0.5]["status"] == "completed" and by_lr[0.5]["steps"] == "10"
     assert float(by_lr[0.5]["val_loss"]) == pytest.approx(5 * 2.718281828 ** (-5) + 0.1, rel=1e-4)
@@ -97,24 +110,48 @@ def test_a_killed_parent_resumes_from_postgres(fake_child, micro_data, tmp_path,
     assert len(trials) == 4 and {t.state.name for t in trials} == {"COMPLETE"}
 
 
+# Both parents settle, meet, then ask at once, each waiting RACE_GAP_S between counting the
+# study's trials and asking for one: without the study lock both count the same trials and the
+# grid is overrun (a sixth trial, which GridSampler gives a point already running).
+RACE = """
+import os, time
+from pathlib import Path
+import optuna
+from smollab.lab.sweep.trials import Trials
+settle, ask = Trials.settle_previous, optuna.study.Study.ask
+def settle_then_meet(self, *args):
+    settle(self, *args)
+    Path(os.environ["RACE_DIR"], os.environ["RACE_ME"]).touch()
+    deadline = time.time() + 60
+    while len(os.listdir(os.environ["RACE_DIR"])) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+def slow_ask(self, *args, **kwargs):
+    time.sleep(float(os.environ["RACE_GAP_S"]))
+    return ask(self, *args, **kwargs)
+Trials.settle_previous, optuna.study.Study.ask = settle_then_meet, slow_ask
+"""
+
+
 def test_two_parents_share_one_study(fake_child, micro_data, tmp_path, pg_url):
-    """Two sweep dirs (two machines) on one study: each grid point runs once overall, and the
-    parent that starts second leaves the first one's RUNNING trial alone."""
+    """Two sweep dirs (two machines) on one study, asking at the same time: each grid point runs
+    once overall, the grid is not overrun, and each parent lists only its own trials."""
     lrs = [0.1, 0.2, 0.3, 0.4, 0.5]
-    specs = {}
+    specs, parents = {}, {}
+    (tmp_path / "race").mkdir()
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         specs[name] = fake_spec(tmp_path / name, micro_data, storage=pg_url, study_name="shared",
-                                space={"optim.lr": lrs}, concurrency=1,
-                                overrides={"train.max_steps": 20})  # fmt: skip
-    env = {"FAKE_STEP_S": "0.1"}
-    a = start_parent(fake_child, specs["a"], env)
-    wait_for(lambda: "running" in statuses(tmp_path / "a" / "sweep"))
-    b = start_parent(fake_child, specs["b"], env)
-    out_b, _ = b.communicate(timeout=120)
-    out_a, _ = a.communicate(timeout=120)
-    assert a.returncode == 0 and b.returncode == 0, out_a + out_b
-    assert "left by the previous sweep process" not in out_b and "resuming" not in out_b
+                                space={"optim.lr": lrs}, concurrency=3)  # fmt: skip
+    for name in ("a", "b"):
+        env = {"FAKE_STEP_S": "0.05", "RACE_DIR": str(tmp_path / "race"), "RACE_ME": name,
+               "RACE_GAP_S": "0.5"}  # fmt: skip
+        parents[name] = subprocess.Popen([sys.executable, "-c", RACE + PARENT, str(fake_child),
+                                          str(specs[name])], stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True,
+                                         env={**os.environ, **env})  # fmt: skip
+    outs = {name: p.communicate(timeout=120)[0] for name, p in parents.items()}
+    for name, p in parents.items():
+        assert p.returncode == 0, outs[name]
 
     rows = {name: results(tmp_path / name / "sweep") for name in ("a", "b")}
     assert rows["a"] and rows["b"]  # both parents ran trials
@@ -128,6 +165,85 @@ def test_two_parents_share_one_study(fake_child, micro_data, tmp_path, pg_url):
     assert len(trials) == 5 and {t.state.name for t in trials} == {"COMPLETE"}
     owners = {t.user_attrs["owner"] for t in trials}
     assert len(owners) == 2
+
+
+def test_a_parent_settles_its_own_trials_outside_the_lock(micro_data, tmp_path, pg_url,
+                                                          monkeypatch):  # fmt: skip
+    """A rerun of dir a stops what a's previous parent left and retries a's failed trial, without
+    holding the study lock meanwhile; dir b's parent touches none of it, nor takes a's retry."""
+    from optuna.trial import TrialState
+    from sqlalchemy import create_engine, text
+
+    from smollab.atomic_files import atomic_write_json
+    from smollab.lab.sweep import trials as trials_mod
+    from smollab.lab.sweep.study_lock import StudyLock
+
+    spec = load_spec(fake_spec(tmp_path, micro_data, storage=pg_url, study_name="own",
+                               space={"optim.lr": [0.1, 0.2, 0.3, 0.4]}))  # fmt: skip
+    study = open_study(spec, tmp_path / "a")
+    lock = StudyLock(pg_url, "own")
+
+    def parent(name):
+        return trials_mod.Trials(spec, study, tmp_path / name, lambda _: None, owner=name,
+                                 lock=lock)  # fmt: skip
+
+    first = parent("a")
+    failed, left, done = (first.next_trial() for _ in range(3))
+    study.tell(failed.trial, state=TrialState.FAIL)
+    first.run_dir(done.name).mkdir(parents=True)
+    atomic_write_json(first.run_dir(done.name) / "summary.json", {"status": "completed"})
+
+    other = create_engine(pg_url).connect()
+
+    def lock_free() -> bool:  # what a second parent sees: could it ask now?
+        free = other.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": lock._key}).scalar()
+        if free:
+            other.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": lock._key})
+        return free
+
+    seen = []
+    monkeypatch.setattr(
+        trials_mod.ch,
+        "reap_stale",
+        lambda run_dir, timeout: seen.append(("reap", run_dir.name, lock_free())),
+    )
+
+    def conclude(trial, name, status, summary, code, wall):  # fmt: skip
+        seen.append(("conclude", name, lock_free()))
+        study.tell(trial, 1.0)
+
+    b = parent("b")
+    b.settle_previous(1.0, conclude)
+    assert seen == [] and b.resume_queue == []  # a's RUNNING trials are alive elsewhere
+
+    rerun = parent("a")
+    with lock:
+        assert not lock_free()  # the probe sees a held lock
+    rerun.settle_previous(1.0, conclude)
+    assert sorted(seen) == sorted([("reap", left.name, True), ("reap", done.name, True),
+                                   ("conclude", done.name, True)])  # fmt: skip
+    fresh = b.next_trial()
+    assert fresh.name not in (failed.name, left.name, done.name) and b.next_trial() is None
+    resumed, retry = rerun.next_trial(), rerun.next_trial()
+    assert resumed.name == left.name and retry.name == failed.name
+    assert retry.trial.number not in (failed.trial.number, fresh.trial.number)
+    assert retry.params == failed.params and retry.seed == failed.seed
+    assert retry.trial.user_attrs["owner"] == "a" and rerun.next_trial() is None
+    other.close()
+    lock.close()
+
+
+def test_the_connect_timeout_is_named_as_each_driver_names_it():
+    from smollab.lab.sweep.study import CONNECT_TIMEOUT_S, connect_args
+
+    t = CONNECT_TIMEOUT_S
+    assert connect_args("postgresql+psycopg2://u@h/db") == {"connect_timeout": t}
+    assert connect_args("postgresql+psycopg://u@h/db") == {"connect_timeout": t}
+    assert connect_args("postgresql+pg8000://u@h/db") == {"timeout": t}  # no connect_timeout
+    assert connect_args("mysql+pymysql://u@h/db") == {"connect_timeout": t}
+    assert connect_args("postgresql+pg8000://u@h/db?timeout=3") == {}  # the URL's own
+    assert connect_args("postgresql://u@h/db?connect_timeout=3") == {}
+    assert connect_args("sqlite:///x.db") == {}
 
 
 def test_bad_storage_urls_fail_in_one_line(fake_child, micro_data, tmp_path, monkeypatch):

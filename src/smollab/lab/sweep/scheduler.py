@@ -30,6 +30,7 @@ from smollab.lab.sweep.setup import preflight_data, write_meta
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
 from smollab.lab.sweep.study import (
     JOURNAL,
+    close_study,
     open_study,
     ping_storage,
     prune_evidence,
@@ -288,6 +289,8 @@ class Sweep:
             finally:
                 if self.study_lock is not None:
                     self.study_lock.close()
+                if self.study is not None:  # its pooled database connections
+                    close_study(self.study)
                 if self.executor:
                     self.executor.close()
                 self.lock.release()
@@ -325,8 +328,9 @@ class Sweep:
         self.owner = write_meta(self.dir, spec, self.concurrency, self.total_threads, self.device)
         if not spec.storage:
             repair_journal(self.dir / JOURNAL)
-        self.study = open_study(spec, self.dir)
         self.study_lock = StudyLock(spec.storage, spec.study_name)
+        with self.study_lock:  # parents starting at once would race to create the tables
+            self.study = open_study(spec, self.dir)
         self.trials = Trials(spec, self.study, self.dir, self._say, owner=self.owner,
                              lock=self.study_lock)  # fmt: skip
         mps_ctx = contextlib.nullcontext(None)

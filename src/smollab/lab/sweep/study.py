@@ -140,18 +140,22 @@ def driver_url(url: str) -> str:
 CONNECT_TIMEOUT_S = 10  # an unreachable database host fails in seconds, not minutes
 
 
+# The DBAPI argument that bounds a connection attempt, per SQLAlchemy driver; others get none.
+TIMEOUT_ARG = {"psycopg2": "connect_timeout", "psycopg": "connect_timeout",
+               "pymysql": "connect_timeout", "mysqldb": "connect_timeout", "pg8000": "timeout"}  # fmt: skip
+
+
 def connect_args(url: str) -> dict[str, Any]:
     """The DBAPI arguments for an RDB URL: a connect timeout for a database server (psycopg2 and
-    the MySQL drivers wait for the OS's TCP timeout otherwise), unless the URL sets one."""
+    the MySQL drivers wait for the OS's TCP timeout otherwise), unless the URL sets one. Its
+    name is the driver's: pg8000 calls it `timeout` and refuses `connect_timeout`."""
     from sqlalchemy.engine.url import make_url
 
-    parsed = make_url(url)
-    if (
-        parsed.get_backend_name() in ("postgresql", "mysql")
-        and "connect_timeout" not in parsed.query
-    ):
-        return {"connect_timeout": CONNECT_TIMEOUT_S}
-    return {}
+    parsed = make_url(driver_url(url))
+    arg = TIMEOUT_ARG.get(parsed.get_driver_name())
+    if arg is None or arg in parsed.query:
+        return {}
+    return {arg: CONNECT_TIMEOUT_S}
 
 
 def shown_url(url: str) -> str:
@@ -173,14 +177,21 @@ def storage_error(url: str, e: BaseException) -> UserError:
     return UserError(f"sweep key storage: cannot open {shown_url(url)}: {first}")
 
 
+def storage_engine(url: str) -> Any:
+    """An engine that opens a connection per use (no pool to go stale in a long sweep)."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    return sqlalchemy.create_engine(driver_url(url), poolclass=NullPool,
+                                    connect_args=connect_args(url))  # fmt: skip
+
+
 def ping_storage(url: str) -> None:
     """Connect once, before the sweep prepares data and measures peaks: a wrong host, port,
     password or database name stops it within CONNECT_TIMEOUT_S."""
     import sqlalchemy
-    from sqlalchemy.pool import NullPool
 
-    engine = sqlalchemy.create_engine(driver_url(url), poolclass=NullPool,
-                                      connect_args=connect_args(url))  # fmt: skip
+    engine = storage_engine(url)
     try:
         with engine.connect():
             pass
@@ -212,3 +223,15 @@ def open_study(spec: SweepSpec, sweep_dir: Path):
         if not spec.storage or type(e).__module__.split(".")[0] != "sqlalchemy":
             raise
         raise storage_error(spec.storage, e) from None
+
+
+def close_study(study: Any) -> None:
+    """Close the connections an RDB study's engine pooled: a sweep run from Python (`run_sweep`)
+    would otherwise leave them open on the database server after it returns."""
+    from optuna.storages import RDBStorage
+
+    storage = getattr(study, "_storage", None)
+    storage = getattr(storage, "_backend", storage)  # optuna wraps an RDBStorage in a cache
+    if isinstance(storage, RDBStorage):
+        storage.remove_session()
+        storage.engine.dispose()

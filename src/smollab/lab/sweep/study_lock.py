@@ -1,6 +1,6 @@
 """A lock on one sweep study shared by several parents through an RDB `storage:` URL (two
 machines, one PostgreSQL study), held while a parent asks the study for a trial and while it
-settles what an earlier parent left behind.
+creates the retry of a trial that failed under an earlier parent of its dir.
 
 Optuna's storage makes each write atomic, but "count the trials, then ask for one" is two steps,
 and GridSampler picks its point from the trials it reads (its own comment: in distributed
@@ -46,13 +46,11 @@ class StudyLock:
 
     def _connection(self) -> Any:
         import sqlalchemy
-        from sqlalchemy.pool import NullPool
 
-        from smollab.lab.sweep.study import connect_args, driver_url, storage_error
+        from smollab.lab.sweep.study import storage_engine, storage_error
 
         if self._engine is None:
-            self._engine = sqlalchemy.create_engine(driver_url(self.storage), poolclass=NullPool,
-                                                    connect_args=connect_args(self.storage))  # fmt: skip
+            self._engine = storage_engine(self.storage)
         try:
             conn = self._engine.connect()
         except sqlalchemy.exc.SQLAlchemyError as e:

@@ -19,65 +19,38 @@ How a child's ending maps to Optuna (status is always kept as the user attribute
 Several parents may share one study through an RDB `storage:` (two machines, each with its own
 sweep dir). Each trial then records its parent's `owner` (the sweep dir's id in sweep.json), and
 a parent settles, resumes, retries and lists only its own: another parent's RUNNING trial is
-alive elsewhere, not left behind. Asking for a trial and settling happen under the study's lock
-(`smollab.lab.sweep.study_lock`), so each grid point runs once overall.
+alive elsewhere, not left behind. Counting and asking for a trial, and creating a retry, happen
+under the study's lock (`smollab.lab.sweep.study_lock`), so each grid point runs once overall.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from smollab.atomic_files import atomic_write_text
-from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.sweep.baseline import Baseline, Baselines, BaselineTrial
+from smollab.lab.sweep.results import (
+    Live,
+    metric_value,
+    read_summary,
+    result_rows,
+    write_results_csv,
+)
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import distributions
-from smollab.runs import FINISHED, SWEEP_RESULTS, RunView
+from smollab.runs import FINISHED, RunView
 
 TRIALS = "trials"  # the sweep dir's folder of trial run directories
 FAILURE_STATUSES = ("diverged", "degenerate", "stuck")
 
 
-# ---- reading a run ----------------------------------------------------------------------------
-
-
-def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float | None:
-    m = spec.metric
-    pts = [
-        (r["step"], r[m.name])
-        for r in rows
-        if r.get(m.name) is not None and r.get("step") is not None
-    ]
-    if m.at_step is not None:
-        if not rows or max(r["step"] or 0 for r in rows) < m.at_step:
-            return None
-        pts = [p for p in pts if p[0] <= m.at_step]
-    if not pts:
-        return None
-    vals = [v for _, v in pts]
-    if m.reduce == "best":
-        finite = [v for v in vals if math.isfinite(v)]
-        if not finite:
-            return vals[-1]
-        return min(finite) if m.goal == "min" else max(finite)
-    return vals[-1]
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A trial's summary.json; empty while missing or unreadable."""
-    try:
-        return RunView(run_dir).summary()
-    except (UserError, OSError):
-        return {}
+# ---- a trial in Optuna ----------------------------------------------------------------------------
 
 
 def reported_steps(trial: Any) -> list[int]:
@@ -141,13 +114,6 @@ class Ending:
     reason: str | None
     steps: int | None
     metric: float | None  # only for a completed trial with a finite metric
-
-
-class Live(NamedTuple):
-    """A running trial's progress so far, for its results.csv row."""
-
-    steps: int | None
-    wall_s: float
 
 
 # conclude(trial, name, status, summary, exit code, wall seconds): the scheduler records an ending
@@ -264,13 +230,12 @@ class Trials:
     def settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
         """After a previous parent of this dir: finished runs are recorded (through `conclude`),
         open ones queued to continue, failed ones (a crash the child recorded itself counts)
-        enqueued again (same run dir) when `retry_failed`."""
-        with self.lock:  # a parent sharing the study must not be mid-ask
-            self._settle_previous(stop_timeout, conclude)
-
-    def _settle_previous(self, stop_timeout: float, conclude: Conclude) -> None:
+        retried (same run dir) when `retry_failed`. Stopping a child the previous parent left
+        may take stop_timeout_s, and `conclude` writes results.csv and the report, so neither
+        happens under the study's lock (a parent sharing the study would wait on it to ask)."""
         from optuna.trial import TrialState
 
+        failed = []
         for name, t in self.latest_by_dir().items():
             run_dir = self.run_dir(name)
             self._note_baseline(name, *self.point(t), stop_timeout=stop_timeout)
@@ -286,19 +251,41 @@ class Trials:
                 else:
                     self.resume_queue.append(t)
             if t.state == TrialState.FAIL and self.spec.retry_failed:
-                params, seed = self.point(t)
-                fixed = dict(params)
-                if self.spec.sampler == "grid":
-                    fixed["seed"] = seed
-                self.study.enqueue_trial(fixed, user_attrs={"run_dir": name, "seed": seed, "retry": True,
-                                                            "wall_s": t.user_attrs.get("wall_s", 0.0)})  # fmt: skip
-                self.say(
-                    f"trial {name}: failed before ({t.user_attrs.get('reason', '?')}); retrying"
-                )
+                failed.append((name, t))
+        if failed:
+            with self.lock:
+                for name, t in failed:
+                    self.resume_queue.append(self._retry(name, t))
+                    self.say(
+                        f"trial {name}: failed before ({t.user_attrs.get('reason', '?')}); retrying"
+                    )
         if self.resume_queue:
             self.say(
                 f"resuming {len(self.resume_queue)} unfinished trial(s) from their checkpoints"
             )
+
+    def _retry(self, name: str, failed: Any) -> Any:
+        """A new RUNNING trial at the failed one's point, owned by this parent, to launch in the
+        same run dir. Not an enqueued WAITING trial: in a shared study whichever parent asks
+        first would take that, and run it under this dir's name in its own dir."""
+        import optuna
+        from optuna.trial import TrialState
+
+        params, seed = self.point(failed)
+        if self.spec.sampler == "grid":
+            params["seed"] = seed
+        space = distributions(self.spec)
+        attrs = {"run_dir": name, "seed": seed, "retry": True, "retry_of": failed.number,
+                 "wall_s": failed.user_attrs.get("wall_s", 0.0)}  # fmt: skip
+        if self.owner:
+            attrs["owner"] = self.owner
+        self.study.add_trial(optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=params, user_attrs=attrs,
+            distributions={k: space[k] for k in params},
+            system_attrs={"fixed_params": params},  # GridSampler: not a fresh grid point
+        ))  # fmt: skip
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        return next(t for t in reversed(running) if t.user_attrs.get("retry_of") == failed.number)
 
     def attach(self, frozen: Any) -> Any:
         import optuna
@@ -386,54 +373,14 @@ class Trials:
         slot) to say the workload itself is broken: launching more would only repeat it."""
         return self.fails_in_a_row >= max(2, min(concurrency, 4)) and not self.successes
 
-    # ---- results.csv ----------------------------------------------------------------------
+    # ---- results.csv (smollab.lab.sweep.results) -----------------------------------------
 
     def rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
         """One row per run directory; `live` holds the running trials' progress."""
-        from optuna.trial import TrialState
-
-        rows = []
-        for name, t in sorted(self.latest_by_dir().items(), key=lambda kv: kv[0]):
-            params, seed = self.point(t)
-            ua = t.user_attrs
-            now = live.get(name)
-            if t.state == TrialState.RUNNING:
-                status = "running" if now is not None else ua.get("status") or "interrupted"
-            elif t.state == TrialState.FAIL:
-                status = "failed"
-            else:
-                status = ua.get("status", t.state.name.lower())
-            steps = now.steps if now is not None else ua.get("steps")
-            wall = now.wall_s if now is not None else ua.get("wall_s")
-            value = t.value if t.state == TrialState.COMPLETE else None
-            row = {"trial": name[:3] if name[:3].isdigit() else t.number, **params, "seed": seed,
-                   "status": status, self.spec.metric.label: value, "steps": steps,
-                   "wall_s": None if wall is None else round(wall, 1),
-                   "reason": ua.get("reason") if status not in ("running", "completed") else None,
-                   "run_dir": f"{TRIALS}/{name}"}  # fmt: skip
-            if self.baselines.enabled:
-                routed = any(name in b.of for b in self.baselines.by_name.values())
-                row.update(role="routed" if routed else None, baseline_of=None)
-            rows.append(row)
-        return rows + self._baseline_rows(live)
+        return result_rows(self, live) + self._baseline_rows(live)
 
     def _baseline_rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
         return self.baselines.rows(self.trials_dir, self.baseline_runs, live)
 
     def write_results(self, live: Mapping[str, Live]) -> None:
-        fields = ["trial", *self.spec.space, "seed", "status", self.spec.metric.label, "steps",
-                  "wall_s", "reason", "run_dir"]  # fmt: skip
-        if self.baselines.enabled:
-            fields += ["role", "baseline_of"]
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        for r in self.rows(live):
-            w.writerow({k: ("" if v is None else _csv(v)) for k, v in r.items()})
-        atomic_write_text(self.dir / SWEEP_RESULTS, buf.getvalue())
-
-
-def _csv(v: Any) -> Any:
-    if isinstance(v, float):
-        return f"{v:.6g}"
-    return v
+        write_results_csv(self, live)
