@@ -1,8 +1,8 @@
 """smollab: fast, systematic experiments on small language models.
 
 The Python API (`smollab.api`) is reachable from here without importing it, or torch, up front:
-`smollab.pretrain(...)`, `smollab.sft(...)`, `smollab.grpo(...)`, `smollab.sweep(...)` and the
-rest resolve on first use. `demo` and `report` are also names of subpackages, so those two are `smollab.api.demo` and
+`smollab.pretrain(...)`, `smollab.sft(...)`, `smollab.rft(...)`, `smollab.grpo(...)`,
+`smollab.sweep(...)` and the rest resolve on first use. `demo` and `report` are also names of subpackages, so those two are `smollab.api.demo` and
 `smollab.api.report`.
 """
 
@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # the API's functions served here; `demo` and `report` would clash with smollab.demo/.report
 _API = ("bench", "data_prepare", "doctor", "grpo", "load_config", "pretrain", "probe", "recipes",
-        "sample", "sft", "sweep")  # fmt: skip
+        "rft", "sample", "sft", "sweep")  # fmt: skip
 
 
 def __getattr__(name: str) -> Any:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from smollab.config import Section
 
 __all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "load_config", "pretrain", "probe",
-           "recipes", "report", "sample", "sft", "sweep"]  # fmt: skip
+           "recipes", "report", "rft", "sample", "sft", "sweep"]  # fmt: skip
 
 
 def _as_args(values: dict[str, Any]) -> list[str]:
@@ -37,7 +37,7 @@ def _as_args(values: dict[str, Any]) -> list[str]:
 
 def load_config(command: str, recipe: str | Path | Section | None = None, args: Sequence[str] = (),
                 **values: Any) -> Section:  # fmt: skip
-    """The validated config of `command` ("pretrain", "grpo", "sft", "data"): recipe < args <
+    """The validated config of `command` ("pretrain", "grpo", "sft", "rft", "data"): recipe < args <
     values."""
     from smollab.config import SCHEMAS
     from smollab.config_load import load_config as load
@@ -71,6 +71,13 @@ def sft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
     """Supervised fine-tuning (full or LoRA) on prompt/completion records; returns the run's
     summary (summary.json)."""
     return _train("sft", recipe, args, values)
+
+
+def rft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+        **values: Any) -> dict[str, Any]:  # fmt: skip
+    """Rejection-sampling fine-tuning: rounds of sampling, scoring with the rewards, keeping the
+    best and SFT on them, with held-out accuracy per round; returns the run's summary."""
+    return _train("rft", recipe, args, values)
 
 
 def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str] = (),

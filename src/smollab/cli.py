@@ -81,6 +81,11 @@ _training_command(
     "sft",
     "supervised fine-tuning (full or LoRA) on prompt/completion records; writes a run directory",
 )
+_training_command(
+    "rft",
+    "rejection-sampling fine-tuning: rounds of sample, score, keep the best, SFT; accuracy per "
+    "round in one run directory",
+)
 
 
 @command("sample", "generate text from a run directory or checkpoint, or play Wordle games")

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from smollab import config_rft  # noqa: F401  (registers the `rft` schema)
 from smollab.config import SCHEMAS, Section
 from smollab.config_rules import not_read
 from smollab.errors import UserError
@@ -24,12 +25,14 @@ from smollab.recipe_files import resolve_recipe
 def guess_command(
     recipe: dict[str, Any] | str | Path | None, overrides: list[str] | tuple[str, ...] = ()
 ) -> str:
-    """The training command a recipe (a YAML file or its mapping) and overrides are for: GRPO if
-    they have a `grpo` or `reward` section, SFT if an `sft` section or a data key of SFT's
-    records, otherwise pretraining."""
+    """The training command a recipe (a YAML file or its mapping) and overrides are for: RFT if
+    they have an `rft` section, GRPO if a `grpo` or `reward` section, SFT if an `sft` section or
+    a data key of SFT's records, otherwise pretraining."""
     from smollab.config_rules import SFT_DATA_KEYS
 
     tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
+    if "rft" in tree or any(o.startswith("rft.") for o in overrides):
+        return "rft"
     if (
         "grpo" in tree
         or "reward" in tree

@@ -37,6 +37,7 @@ SFT_DATA_KEYS = ("train_file", "eval_file", "hf_dataset", "hf_name", "split", "e
                  "eval_fraction", "prompt_field", "completion_field", "text_field", "num_workers",
                  "pin_memory", "prefetch_factor")  # fmt: skip
 _SFT_ONLY = {f"data.{k}": _SFT_DATA for k in SFT_DATA_KEYS} | {"sft": _SFT}
+_RFT = "RFT settings, read by `smollab rft`"
 _CORPUS_KEYS = ("dir", "source", "files", "text_key", "num_stories", "max_stories",
                 "test_fraction", "tokenizer", "vocab_size")  # fmt: skip
 _CORPUS = ("it reads prompt/completion records (data.train_file or data.hf_dataset) with the "
@@ -50,11 +51,13 @@ NOT_READ: dict[str, dict[str, str]] = {
         "model.load_in": "pretraining trains every weight, and quantized weights cannot train; "
         "it is for LoRA fine-tuning (`smollab grpo`)",
         "grpo": _RL,
+        "rft": _RFT,
         "reward": "pretraining minimizes the next-token loss; rewards are for `smollab grpo`",
         "failure": "the RL failure rules; pretraining stops on divergence (train.diverge_factor)",
     },
     "grpo": {
         **_SFT_ONLY,
+        "rft": _RFT,
         "train.epochs": "it counts optimizer steps over sampled prompts (train.max_steps)",
         "train.max_tokens": "it counts optimizer steps, not tokens (train.max_steps, max_time)",
         "train.seq_len": (
@@ -79,7 +82,9 @@ NOT_READ: dict[str, dict[str, str]] = {
             "data.eval_split or data.eval_fraction)"
         ),
         "grpo": _RL,
-        "reward": "SFT minimizes the loss on completions; rewards are for `smollab grpo`",
+        "rft": _RFT,
+        "reward": "SFT minimizes the loss on completions; rewards are for `smollab grpo` and "
+        "`smollab rft`",
         "failure": "the RL failure rules; SFT stops on divergence (train.diverge_factor)",
     },  # fmt: skip
     "data": {
@@ -90,8 +95,25 @@ NOT_READ: dict[str, dict[str, str]] = {
         "perf": _NO_MODEL,
         "run": "it writes data.dir, not a run directory",
         "grpo": _RL,
+        "rft": _RFT,
         "reward": _RL,
         "failure": _RL,
+    },
+    "rft": {
+        "data": "each round's records are its own kept completions (rounds/N/data.jsonl) of "
+        "rft.prompts_file, tokenized with the model's tokenizer",
+        "model.preset": "it fine-tunes a trained model and samples it with that model's "
+        "tokenizer: set model.path",
+        "model.load_in": "it loads full-precision weights; quantized loading (CUDA, LoRA) is "
+        "written for `smollab grpo` only",
+        "train.max_tokens": "each round counts optimizer steps or epochs (train.max_steps, "
+        "train.epochs)",
+        "train.eval_tokens": "it evaluates held-out accuracy on rft.eval_prompts_file",
+        "train.eval_interval": "a round trains on all its kept records; held-out accuracy on "
+        "rft.eval_prompts_file is measured after each round",
+        "grpo": _RL,
+        "failure": "the RL failure rules; a round's SFT stops on divergence "
+        "(train.diverge_factor), a round that keeps nothing ends the run stuck",
     },
 }
 
@@ -224,6 +246,28 @@ def sft_rules(c: Any) -> None:
     if t.epochs is not None and t.changed("max_steps"):
         raise ValueError(f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "
                          "set: the run's length is one or the other")  # fmt: skip
+    if p.changed("compile_mode") and not p.compile:
+        raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
+
+
+def rft_rules(c: Any) -> None:
+    """Rules of `config_rft.RFTConfig` beyond the shared ones. A missing model.path, prompts
+    file or reward is refused when the run starts (the schema's defaults must construct)."""
+    r, t, p = c.rft, c.train, c.perf
+    if t.epochs is not None and t.changed("max_steps"):
+        raise ValueError(f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "
+                         "set: a round's length is one or the other (train.epochs=null for "
+                         "steps)")  # fmt: skip
+    if r.keep.threshold is None and r.keep.top_k is None:
+        raise ValueError("rft.keep: set threshold, top_k or both (otherwise every completion "
+                         "would be kept)")  # fmt: skip
+    if r.eval_temperature == 0 and r.eval_samples > 1:
+        raise ValueError(f"rft.eval_samples={r.eval_samples}: rft.eval_temperature=0 is greedy, "
+                         "so every sample of a prompt would be the same")  # fmt: skip
+    keys = reward_keys(x.name for x in c.reward)
+    if r.accuracy_reward is not None and r.accuracy_reward not in keys:
+        raise ValueError(f"rft.accuracy_reward={r.accuracy_reward} names no reward entry (the "
+                         f"keys: {', '.join(keys) or 'none'})")  # fmt: skip
     if p.changed("compile_mode") and not p.compile:
         raise ValueError(f"perf.compile_mode={p.compile_mode} is set but perf.compile is false")
 

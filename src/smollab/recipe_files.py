@@ -24,12 +24,13 @@ from smollab.errors import UserError
 
 # The command that runs the recipes of each directory, and the directories a command's bare
 # names are looked up in (the probe and bench also take training recipes as workloads).
-COMMAND_OF_DIR = {"pretrain": "pretrain", "grpo": "grpo", "sft": "sft", "sweeps": "sweep",
-                  "probe": "probe"}  # fmt: skip
+COMMAND_OF_DIR = {"pretrain": "pretrain", "grpo": "grpo", "sft": "sft", "rft": "rft",
+                  "sweeps": "sweep", "probe": "probe"}  # fmt: skip
 RECIPE_DIRS: dict[str, tuple[str, ...]] = {
     "pretrain": ("pretrain",),
     "grpo": ("grpo",),
     "sft": ("sft",),
+    "rft": ("rft",),
     "data": ("pretrain", "grpo"),
     "sweep": ("sweeps",),
     "probe": ("probe", "pretrain", "grpo", "sft"),

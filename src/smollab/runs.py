@@ -41,6 +41,7 @@ SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log
 ROUTING_EVAL = "routing_eval.jsonl"  # gradient routing: one row per adapter mode per evaluation
 WORDLE_GAMES = "wordle_games.json"  # `smollab sample RUN --wordle-games N`: solve rate, guesses
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
+ROUNDS = "rounds"  # `smollab rft`: rounds/<N>/ (data.jsonl, stats.json, sft/, model/)
 PLOTS = "plots"  # png figures redrawn from metrics.csv
 TRAINER_STATE = "trainer_state.pt"  # inside a step checkpoint: what resume needs
 REPORT = "report.md"  # `smollab report` of a run or sweep directory (and the demo's)
@@ -63,6 +64,7 @@ RUN_FILES = (
     ROUTING_EVAL,
     WORDLE_GAMES,
     CHECKPOINTS,
+    ROUNDS,
     PLOTS,
     REPORT,
     TENSORBOARD,

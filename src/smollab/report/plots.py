@@ -86,6 +86,7 @@ _PANELS = {
     "kl.png": ["kl"],
     "diversity.png": ["unique_fraction", "jaccard", "repetition"],
     "hack.png": ["hack_rate", "routed_frac", "eligible_frac"],  # routed GRPO, training batches
+    "accuracy.png": ["accuracy", "kept_fraction"],  # rft: one row per round (step = round)
 }
 
 

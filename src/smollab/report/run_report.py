@@ -12,7 +12,7 @@ from smollab.runs import METRICS, REPORT, ROUTING_EVAL, SUMMARY, RunView
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
-        "best_val_loss", "base_reward", "final_reward", "base_eval_reward", "final_eval_reward",
+        "best_val_loss", "base_accuracy", "final_accuracy", "best_accuracy", "base_reward", "final_reward", "base_eval_reward", "final_eval_reward",
         "train_seconds", "wall_seconds", "tokens_per_s", "params_total", "params_non_embedding",
         "params_trainable", "device"]  # fmt: skip
 
@@ -73,7 +73,9 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
             lines.append(f"GRPO: beta {g.get('beta')}, {g.get('num_generations')} generations, "
                          f"max completion {g.get('max_completion_length')}, loss {g.get('loss_type')}")  # fmt: skip
         lines.append("")
-    if rows:
+    if summary.get("command") == "rft" and rows:
+        lines += _rounds_table(rows)
+    elif rows:
         last = rows[-1]
         lines += ["## Last logged step", ""]
         keys = [k for k, v in last.items() if v is not None]
@@ -93,3 +95,19 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
     path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _rounds_table(rows: list[dict[str, Any]]) -> list[str]:
+    """`smollab rft`: one line per round (0 = the base model): held-out accuracy, what the round
+    generated and kept, its SFT, the wall time at its end."""
+    cols = [("round", "step"), ("accuracy", "accuracy"), ("eval reward", "eval_reward_mean"),
+            ("generated", "generated"), ("kept", "kept"), ("kept fraction", "kept_fraction"),
+            ("prompts with a kept one", "prompts_with_kept"), ("completions/s", "completions_per_s"),
+            ("SFT steps", "sft_steps"), ("SFT loss", "sft_train_loss"), ("wall s", "wall_s")]  # fmt: skip
+    out = ["## Accuracy per round", "",
+           "accuracy: the fraction of held-out completions the checker (rft.accuracy_reward) "
+           "scores >= 1; round 0 is the base model.", "",
+           "| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+    for r in rows:
+        out.append("| " + " | ".join(_f(r.get(k)) for _, k in cols) + " |")
+    return [*out, ""]
