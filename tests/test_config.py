@@ -110,6 +110,18 @@ def test_sft_recipes_validate():
         load_config("sft", recipe)
 
 
+def test_rft_recipes_validate():
+    from smollab.config_load import guess_command
+    from smollab.rewards.registry import validate_specs
+
+    recipes = list((Path(__file__).resolve().parents[1] / "configs" / "rft").glob("*.yaml"))
+    assert recipes
+    for recipe in recipes:
+        assert recipe.read_text().startswith("# smollab rft "), recipe
+        assert guess_command(recipe) == "rft"
+        validate_specs(load_config("rft", recipe).reward)
+
+
 # Rules across keys: (command, overrides, keys the one line must name).
 RULES = [
     ("pretrain", ["optim.min_lr=0.01"], ["optim.min_lr=0.01", "optim.lr=0.001"]),
@@ -207,7 +219,7 @@ def test_the_same_keys_where_they_apply_are_accepted(command, overrides):
     load_config(command, None, overrides)
 
 
-@pytest.mark.parametrize("command", ["pretrain", "grpo", "sft", "data"])
+@pytest.mark.parametrize("command", ["pretrain", "grpo", "sft", "rft", "data"])
 def test_config_show_output_loads_again(command, tmp_path):
     """`smollab config show` prints every key; set to their defaults, none is refused."""
     import yaml

@@ -120,14 +120,16 @@ def test_smollab_recipes_lists_every_recipe_with_its_first_line(capsys):
     assert main(["recipes"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["name", "command", "first", "line"]
-    rows = {line.split()[0]: line.split(None, 2) for line in out[1:] if line and "  " in line}
+    rows = {  # by command and name: a name may repeat in another command's directory
+        tuple(line.split()[1::-1]): line.split(None, 2) for line in out[1:] if line and "  " in line
+    }
     recipes = list_recipes()
     assert len(recipes) == len(SHIPPED)
     for r in recipes:
-        name, command, header = rows[r.name]
+        name, command, header = rows[(r.command, r.name)]
         assert command == r.command and header == r.header
         assert header.startswith(f"smollab {r.command} configs/")
-    assert rows["happy"][2] == (
+    assert rows[("grpo", "happy")][2] == (
         "smollab grpo configs/grpo/happy.yaml model.path=runs/simplestories-1.25m"
     )
     # a name is unique within its command's directory

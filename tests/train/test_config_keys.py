@@ -137,6 +137,36 @@ def _sft_runs(tmp, micro_model) -> list[list[str]]:
     ]  # fmt: skip
 
 
+def _rft_runs(tmp, micro_model) -> list[list[str]]:
+    """Full fine-tuning restarted from the base each round, top 2 per prompt, sampled
+    evaluation, epochs and packing; LoRA from the last model by steps, a threshold, wsd, the
+    default run directory."""
+    from smollab.data.stories import generate_stories
+
+    openings = [" ".join(s.split()[:4]) for s in generate_stories(9, seed=4)]
+    (tmp / "rft_train.txt").write_text("\n".join(openings[:6]) + "\n")
+    (tmp / "rft_eval.txt").write_text("\n".join(openings[6:]) + "\n")
+    common = ["rft", f"model.path={micro_model}", f"rft.prompts_file={tmp / 'rft_train.txt'}",
+              f"rft.eval_prompts_file={tmp / 'rft_eval.txt'}", "rft.rounds=2", "rft.oversample=3",
+              "rft.max_new_tokens=6", "rft.gen_batch_size=4", "train.batch_size=4",
+              "train.seq_len=32", "train.log_interval=1", "train.save_interval=2",
+              "train.keep_last=1", "optim.warmup_steps=1"]  # fmt: skip
+    return [
+        [*common, "rft.restart_from=base", "rft.keep.threshold=null", "rft.keep.top_k=2",
+         "rft.dedup=false", "rft.temperature=1.2", "rft.top_p=0.9", "rft.eval_temperature=1.0",
+         "rft.eval_samples=2", "rft.accuracy_reward=sentence_length",
+         "reward=[{name: sentence_length, weight: 2.0, params: {target: 3}}]",
+         "train.epochs=0.5", "sft.packing=true", "sft.completion_only_loss=false",
+         f"run.dir={tmp / 'rft1'}"],
+        [*common, "rft.keep.threshold=-1000", "reward=[{name: sentence_length}]",
+         "train.epochs=null", "train.max_steps=3", "train.max_time=600",
+         "train.diverge_factor=50", "train.grad_accum=2", "model.lora.enabled=true",
+         "model.lora.r=2", "model.lora.alpha=4", "model.lora.dropout=0.1",
+         "model.lora.targets=[q,v]", "optim.schedule=wsd", "optim.decay_fraction=0.5",
+         "run.name=keys-rft"],
+    ]  # fmt: skip
+
+
 MICRO = ["data.vocab_size=256", "train.max_steps=3",
          "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
          "train.log_interval=1"]  # fmt: skip
@@ -190,6 +220,7 @@ def covered(micro_model, tmp_path_factory):
         ],
     }  # fmt: skip
     runs["sft"] = _sft_runs(tmp, micro_model)
+    runs["rft"] = _rft_runs(tmp, micro_model)
     out: dict[str, set[str]] = {}
     mp = pytest.MonkeyPatch()
     mp.chdir(tmp)  # run.name without run.dir: runs/<name> under here

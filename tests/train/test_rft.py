@@ -179,3 +179,28 @@ def test_python_api_and_cli(micro_rft, tmp_path):
     summary = smollab.rft(None, micro_rft, **{"rft.rounds": 1})
     assert summary["status"] == "completed" and summary["rounds_done"] == 1
     assert main(["rft", *micro_rft, "rft.rounds=1", f"run.dir={tmp_path / 'cli'}"]) == 0
+
+
+def test_sweeps_take_rft_and_probes_refuse_it(micro_rft, tmp_path):
+    """`command: rft` in a sweep (its metric is a column of the rounds' rows); a probe, which
+    times optimizer steps, refuses it in one line."""
+    import yaml
+
+    from smollab.config_load import parse_override
+    from smollab.lab.probe.spec import load_probe
+    from smollab.lab.sweep.spec_load import load_spec, metric_names
+
+    overrides = dict(parse_override(a) for a in micro_rft if not a.startswith(("run.", "optim.lr")))
+    overrides["reward"] = [{"name": "sentence_length"}]
+    spec_file = tmp_path / "sweep.yaml"
+    spec_file.write_text(yaml.safe_dump({
+        "command": "rft", "overrides": overrides, "space": {"optim.lr": [1e-3, 3e-3]},
+        "sampler": "grid", "metric": {"name": "accuracy", "goal": "max"},
+        "dir": str(tmp_path / "sw")}))  # fmt: skip
+    spec = load_spec(str(spec_file), [])
+    assert spec.command == "rft" and len(spec.grid_points()) == 2
+    assert metric_names("rft") == rft.COLUMNS
+    recipe = tmp_path / "rft.yaml"
+    recipe.write_text(yaml.safe_dump({"rft": {"rounds": 1}}))
+    with pytest.raises(UserError, match="rft's unit is a round"):
+        load_probe(str(recipe), [])

@@ -102,6 +102,9 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
 
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")
+    if spec.command == "rft":
+        raise UserError("probe key command: rft's unit is a round (sample, SFT, evaluate), not "
+                        "an optimizer step; probe a round's SFT with command sft")  # fmt: skip
     base_overrides = [f"{k}={override_value(v)}" for k, v in spec.overrides.items()] + work
     load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
     if spec.dir is None:

@@ -34,6 +34,9 @@ METRIC_COLUMNS: dict[str, list[str]] = {
              "train_s", "step_s", "peak_mem_mb"],
     "sft": ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
             "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
+    "rft": ["step", "accuracy", "eval_reward_mean", "generated", "kept", "kept_fraction",
+            "prompts_with_kept", "gen_s", "completions_per_s", "sft_steps", "sft_train_loss",
+            "wall_s"],  # one row per round: step is the round
 }  # fmt: skip
 # Keys the sweep sets itself for every trial.
 RESERVED = {"run.dir": "each trial gets its own run dir under <dir>/trials/",
@@ -217,7 +220,7 @@ def _check_config_key(command: str, key: str, where: str) -> None:
 
 
 _LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo",
-          "sft": "smollab.train.sft"}  # fmt: skip
+          "sft": "smollab.train.sft", "rft": "smollab.train.rft"}  # fmt: skip
 
 
 def metric_names(command: str) -> list[str] | None:
