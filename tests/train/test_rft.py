@@ -91,6 +91,7 @@ def test_two_rounds_write_data_stats_and_an_accuracy_row_each(micro_rft, tmp_pat
         assert rows[n]["kept"] == stats["kept"] and sum(stats["reward_histogram"].values()) == 32
         assert json.loads((d / "sft" / "summary.json").read_text())["steps"] == 4
     assert "| round |" in (run / "report.md").read_text()
+    assert (run / "plots" / "accuracy.png").exists()
     assert _run(micro_rft)["status"] == "completed"  # a finished run is reported, not rerun
 
 
@@ -117,6 +118,9 @@ def test_resume_mid_round_equals_an_uninterrupted_run(micro_rft, tmp_path, monke
     assert (tmp_path / "rft" / "rounds" / "2" / "stats.json").exists()
     assert _run(micro_rft)["status"] == "completed"
     ref, got = tmp_path / "ref", tmp_path / "rft"
+    log = (got / "training.log").read_text()
+    assert "round 2: data reused" in log and "round 1: data reused" not in log
+    assert "resumed from step_2" in (got / "rounds" / "2" / "sft" / "training.log").read_text()
     keys = ("step", "accuracy", "eval_reward_mean", "generated", "kept", "sft_steps",
             "sft_train_loss")  # fmt: skip
     want_rows, got_rows = read_metrics(ref / "metrics.csv"), read_metrics(got / "metrics.csv")
