@@ -8,6 +8,7 @@ import os
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -199,7 +200,18 @@ def test_wandb_offline_equals_metrics_csv(micro_pretrain, tmp_path, monkeypatch)
 
 
 def wandb_attempt(file: Path) -> tuple[object, dict[str, dict[int, float]]]:
-    """An offline W&B run file's run record and its logged series."""
+    """An offline W&B run file's run record and its logged series. The run record can reach the
+    file a moment after `finish()` returns (W&B's service process writes it; seen under load),
+    so a file without one is read again for up to 30 s before the test fails on it."""
+    deadline = time.time() + 30
+    while True:
+        info, series = _wandb_attempt(file)
+        if info is not None or time.time() > deadline:
+            return info, series
+        time.sleep(0.5)
+
+
+def _wandb_attempt(file: Path) -> tuple[object, dict[str, dict[int, float]]]:
     info, series = None, {}
     for r in wandb_records(file):
         kind = r.WhichOneof("record_type")

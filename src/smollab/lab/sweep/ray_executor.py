@@ -212,6 +212,9 @@ class RayExecutor:
         self.owns = not ray.is_initialized()
         t0 = time.time()
         if self.owns:
+            # Ray replaces builtins.print in the driver once a tqdm_ray bar reaches it: keep this
+            # process's print (the sweep's own output, and the user's in API use) untouched
+            os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
             try:
                 ray.init(address=opts.address, logging_level=logging.WARNING)
             except (ConnectionError, ValueError, RuntimeError) as e:
