@@ -39,7 +39,7 @@ def load_config(command: str, recipe: str | Path | Section | None = None, args: 
                 **values: Any) -> Section:  # fmt: skip
     """The validated config of `command` ("pretrain", "grpo", "sft", "rft", "data"): recipe < args <
     values."""
-    from smollab.config import SCHEMAS
+    from smollab.config_load import SCHEMAS
     from smollab.config_load import load_config as load
 
     if command not in SCHEMAS:

@@ -169,8 +169,7 @@ def _config(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         import yaml
 
-        from smollab.config import SCHEMAS
-        from smollab.config_load import guess_command, load_config, to_dict
+        from smollab.config_load import SCHEMAS, guess_command, load_config, to_dict
 
         path, overrides = split_config(a.args)
         name = a.for_command or guess_command(path)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from smollab.config_rules import data_rules, grpo_rules, pretrain_rules, sft_rules, shared_rules
+from smollab.config_rules import data_rules, grpo_rules, pretrain_rules, shared_rules
 
 
 class Section(BaseModel):
@@ -370,89 +370,14 @@ class GRPOConfig(TrainingConfig):
         return self
 
 
-class SFTModelConfig(Section):
-    """The model of `smollab sft`: a trained model, whose own tokenizer reads the data."""
-
-    path: str | None = Field(
-        None, description="run directory, HF model directory or hub id (required)"
-    )
-    lora: LoraConfig = Field(default_factory=LoraConfig)
-
-
-class SFTDataConfig(Section):
-    """Prompt/completion (or text) records: a local .jsonl file or an HF dataset."""
-
-    train_file: str | None = Field(None, description=".jsonl records (or hf_dataset)")
-    eval_file: str | None = Field(None, description="held-out .jsonl (default: eval_fraction)")
-    hf_dataset: str | None = Field(None, description="datasets.load_dataset path: hub id or dir")
-    hf_name: str | None = Field(None, description="the dataset's configuration name")
-    split: str = Field("train", description="hf_dataset: the training split")
-    eval_split: str | None = Field(None, description="hf_dataset: held-out split (default: "
-                                   "eval_fraction carved from split)")  # fmt: skip
-    eval_fraction: float = Field(
-        0.05, gt=0, lt=0.5, description="held out of the training records (no eval file/split)"
-    )
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
-    text_field: str = Field("text", description="records without prompt/completion: loss on all")
-    seed: int = Field(0, description="which records the eval_fraction carve holds out")
-    num_workers: int = Field(0, ge=0, description="DataLoader worker processes (0: in-process)")
-    pin_memory: bool = Field(False, description="CUDA: the loader pins batches in its own thread")
-    prefetch_factor: int | None = Field(
-        None, ge=1, description="batches each worker loads ahead (needs num_workers)"
-    )
-
-
-class SFTOptimConfig(OptimConfig):
-    """Fine-tuning defaults: a smaller LR and a short warmup."""
-
-    lr: float = Field(3e-4, gt=0)
-    min_lr: float = Field(3e-5, ge=0, description="where cosine and wsd end")
-    warmup_steps: int = Field(10, ge=0, description="below the run's steps; 0: none")
-
-
-class SFTTrainConfig(TrainConfig):
-    """SFT counts optimizer steps or epochs over the examples, in micro-batches of rows."""
-
-    epochs: float | None = Field(None, gt=0, description="passes over the data (instead of "
-                                 "train.max_steps)")  # fmt: skip
-    seq_len: int = Field(128, ge=2, description="longest row; longer examples are truncated "
-                         "(counted in the log and summary)")  # fmt: skip
-    grad_accum: int = Field(1, ge=1)
-    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
-
-
-class SFTSection(Section):
-    packing: bool = Field(False, description="several examples per row; position ids restart "
-                          "at each, so attention stays within an example")  # fmt: skip
-    completion_only_loss: bool = Field(
-        True, description="prompt tokens carry no loss (false: every token does)"
-    )
-
-
-class SFTConfig(TrainingConfig):
-    model: SFTModelConfig = Field(default_factory=SFTModelConfig)  # type: ignore[assignment]
-    data: SFTDataConfig = Field(default_factory=SFTDataConfig)  # type: ignore[assignment]
-    optim: SFTOptimConfig = Field(default_factory=SFTOptimConfig)
-    train: SFTTrainConfig = Field(default_factory=SFTTrainConfig)
-    perf: CompiledPerfConfig = Field(default_factory=CompiledPerfConfig)
-    sft: SFTSection = Field(default_factory=SFTSection)
-
-    @model_validator(mode="after")
-    def _rules(self) -> SFTConfig:
-        shared_rules(self, data=False)
-        sft_rules(self)
-        return self
-
-
+# Import SCHEMAS from config_load, which registers the sft and rft schemas as it loads.
 SCHEMAS: dict[str, type[Section]] = {
     "pretrain": PretrainConfig,
     "data": DataPrepareConfig,
     "grpo": GRPOConfig,
-    "sft": SFTConfig,
 }
 
 
 def register(command: str, schema: type[Section]) -> None:
-    """Commands defined elsewhere (grpo, sft, ...) add their schema here."""
+    """Commands defined elsewhere (sft, rft) add their schema here."""
     SCHEMAS[command] = schema

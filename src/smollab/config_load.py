@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from smollab import config_rft  # noqa: F401  (registers the `rft` schema)
+from smollab import config_rft, config_sft  # noqa: F401  (register `rft` and `sft`)
 from smollab.config import SCHEMAS, Section
 from smollab.config_rules import not_read
 from smollab.errors import UserError

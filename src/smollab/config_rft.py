@@ -12,17 +12,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from smollab.config import (
-    CompiledPerfConfig,
-    RewardSpec,
-    RunConfig,
-    Section,
-    SFTModelConfig,
-    SFTOptimConfig,
-    SFTSection,
-    register,
-)
+from smollab.config import CompiledPerfConfig, RewardSpec, RunConfig, Section, register
 from smollab.config_rules import rft_rules, shared_rules
+from smollab.config_sft import SFTModelConfig, SFTOptimConfig, SFTSection
 
 
 class RFTTrainConfig(Section):

@@ -225,7 +225,7 @@ def pretrain_rules(c: Any) -> None:
 
 
 def sft_rules(c: Any) -> None:
-    """Rules of `config.SFTConfig` beyond the shared ones. A missing model.path or data source
+    """Rules of `config_sft.SFTConfig` beyond the shared ones. A missing model.path or data source
     is refused when the run starts (the schema's defaults must construct)."""
     d, t, p = c.data, c.train, c.perf
     if d.train_file and d.hf_dataset:

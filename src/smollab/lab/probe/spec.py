@@ -97,8 +97,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
                         f"raise max_k or drop it")  # fmt: skip
     if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
         raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
-    from smollab.config import SCHEMAS
-    from smollab.config_load import load_config
+    from smollab.config_load import SCHEMAS, load_config
 
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")

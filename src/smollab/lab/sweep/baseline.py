@@ -49,7 +49,7 @@ def schema_default(command: str, dotted: str) -> Any:
     (or it has no default)."""
     from pydantic import BaseModel
 
-    from smollab.config import SCHEMAS
+    from smollab.config_load import SCHEMAS
 
     schema: Any = SCHEMAS.get(command)
     parts = dotted.split(".")

@@ -203,8 +203,7 @@ def base_tree(spec: SweepSpec) -> dict[str, Any]:
 
 def resolve_config(spec: SweepSpec, point: dict[str, Any], seed: int | None = None):
     """The validated config of one trial (used to check the spec, and for probe signatures)."""
-    from smollab.config import SCHEMAS
-    from smollab.config_load import set_dotted, validate
+    from smollab.config_load import SCHEMAS, set_dotted, validate
 
     tree = base_tree(spec)
     for key, value in point.items():

@@ -46,7 +46,7 @@ DIST_KEYS = {"low", "high", "log", "type", "step"}
 
 
 def _schema_of(command: str):
-    from smollab.config import SCHEMAS
+    from smollab.config_load import SCHEMAS
 
     commands = sorted(c for c in SCHEMAS if c != "data")
     if command not in commands:
