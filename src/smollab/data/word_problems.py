@@ -24,6 +24,9 @@ writes prompts.txt (training prompts, one a line, for grpo.prompts_file and rft)
 (held-out prompts, for grpo.eval_prompts_file and benchmarks/word_problem_accuracy.py),
 corpus.txt (generated stories and worked problems shuffled, one document a line, for
 `smollab pretrain` with data.source=files) and sft.jsonl ({"prompt", "completion"} records).
+The default mix (60,000 worked problems, 2,000 stories) is about three quarters problems by
+tokens: with 10,000 stories (two thirds of the tokens) the 1.25M base had learnt the worked
+form but not to copy the numbers after 400 steps (9% greedy on held-out prompts).
 """
 
 from __future__ import annotations
@@ -185,8 +188,8 @@ def take(problems: Iterator[Problem], n: int) -> list[Problem]:
     return [next(problems) for _ in range(n)]
 
 
-def write_all(out: str | Path, prompts: int = 1024, heldout: int = 512, corpus: int = 40_000,
-              stories: int = 10_000, sft: int = 4000, seed: int = 0, max_number: int = 20,
+def write_all(out: str | Path, prompts: int = 1024, heldout: int = 512, corpus: int = 60_000,
+              stories: int = 2000, sft: int = 4000, seed: int = 0, max_number: int = 20,
               max_factor: int = 9, sft_form: str = "worked") -> dict[str, Path]:  # fmt: skip
     """The task's files under `out` (see the module docstring); a file whose count is 0 is not
     written. Each file draws from its own seed (seed, seed + 1, ...), so changing one count
@@ -237,8 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="data/word-problems", help="directory for the files")
     p.add_argument("--prompts", type=int, default=1024, help="training prompts (prompts.txt)")
     p.add_argument("--heldout", type=int, default=512, help="held-out prompts (heldout.txt)")
-    p.add_argument("--corpus", type=int, default=40_000, help="worked problems in corpus.txt")
-    p.add_argument("--stories", type=int, default=10_000, help="generated stories in corpus.txt")
+    p.add_argument("--corpus", type=int, default=60_000, help="worked problems in corpus.txt")
+    p.add_argument("--stories", type=int, default=2000, help="generated stories in corpus.txt")
     p.add_argument("--sft", type=int, default=4000, help="records in sft.jsonl")
     p.add_argument("--sft-form", choices=("worked", "answer"), default="worked",
                    help="sft.jsonl completions: ' 3 + 4 = 7' or ' 7'")  # fmt: skip
