@@ -48,6 +48,7 @@ def test_builtins_by_name():
         "fen_exact",
         "fen_distance",
         "chess_legal_move",
+        "word_problem_correct",
     }
 
 

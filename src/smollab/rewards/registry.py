@@ -36,6 +36,7 @@ from smollab.rewards.hack import contains_words, happy_density
 from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
 from smollab.rewards.sentiment import sentiment
+from smollab.rewards.word_problems import word_problem_correct
 from smollab.rewards.wordle import wordle_feedback_use, wordle_format, wordle_info_gain
 
 RewardFn = Callable[..., Sequence[float]]
@@ -54,6 +55,7 @@ BUILTINS: dict[str, RewardFn] = {
     "fen_exact": fen_exact,
     "fen_distance": fen_distance,
     "chess_legal_move": chess_legal_move,
+    "word_problem_correct": word_problem_correct,
 }
 
 # validate_specs calls each built-in once on this (or its own `probe`) so bad params fail early.
