@@ -42,6 +42,20 @@ def require(reward: str) -> Any:
     return chess
 
 
+def valid_board(chess: Any, fen: str, reward: str) -> Any:
+    """A prompt's position as a python-chess Board; UserError naming `reward` and the FEN when it
+    is not a valid position."""
+    try:
+        board = chess.Board(fen)
+        ok = board.is_valid()
+    except ValueError:
+        ok = False
+    if not ok:  # WordPiece lower-cases, and a FEN's case tells white from black
+        raise UserError(f"{reward}: prompt FEN {fen!r} is not a valid position (a model whose "
+                        "tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
+    return board
+
+
 @functools.lru_cache(maxsize=65536)
 def true_fen(prompt: str) -> str:
     """The FEN after the prompt's move (UCI or SAN) from the prompt's FEN; UserError naming the
@@ -51,14 +65,7 @@ def true_fen(prompt: str) -> str:
     if not m:
         raise UserError(f"chess rewards: prompt {prompt[:80]!r} is not 'FEN: <fen> Move: <move> "
                         "Next FEN:' (grpo.prompts_file: see smollab.data.chess_fen)")  # fmt: skip
-    try:
-        board = chess.Board(m["fen"])
-        ok = board.is_valid()
-    except ValueError:
-        ok = False
-    if not ok:  # WordPiece lower-cases, and a FEN's case tells white from black
-        raise UserError(f"chess rewards: prompt FEN {m['fen']!r} is not a valid position (a "
-                        "model whose tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
+    board = valid_board(chess, m["fen"], "chess rewards")
     move = _parse_move(chess, board, m["move"])
     if move is None:
         raise UserError(f"chess rewards: move {m['move']!r} is not legal in {m['fen']!r}")

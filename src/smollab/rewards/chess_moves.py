@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.rewards.chess_fen import require
+from smollab.rewards.chess_fen import require, valid_board
 
 MOVE_PROMPT_RE = re.compile(r"^\s*FEN:\s*(?P<fen>\S.*?)\s+Move:\s*$")
 _PROBE_PROMPT = "FEN: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 Move:"
@@ -37,15 +37,7 @@ def board_of(prompt: str) -> Any:
     if not m:
         raise UserError(f"chess_legal_move: prompt {prompt[:80]!r} is not 'FEN: <fen> Move:' "
                         "(grpo.prompts_file: python -m smollab.data.chess_fen --move-prompts N)")  # fmt: skip
-    try:
-        board = chess.Board(m["fen"])
-        ok = board.is_valid()
-    except ValueError:
-        ok = False
-    if not ok:
-        raise UserError(f"chess_legal_move: prompt FEN {m['fen']!r} is not a valid position (a "
-                        "model whose tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
-    return board
+    return valid_board(chess, m["fen"], "chess_legal_move")
 
 
 @functools.lru_cache(maxsize=262144)
