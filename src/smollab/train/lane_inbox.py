@@ -80,3 +80,21 @@ class Inbox:
 
     def closed(self) -> bool:
         return (self.path / CLOSE).exists()
+
+
+# What may differ between the lanes of one worker: each lane's own optimizer, schedule, KL and
+# clipping, seed, budget, adapter size, failure rules and run directory. Everything else (the
+# base model, data, prompts, batch and completion shapes, sampling, rewards, precision) is shared,
+# because the lanes are rows of one batch through one base model.
+LANE_SECTIONS = ("optim.", "run.", "failure.")
+LANE_KEYS = frozenset({
+    "grpo.beta", "grpo.epsilon", "grpo.epsilon_high", "grpo.loss_type", "grpo.scale_rewards",
+    "grpo.delta", "model.lora.r", "model.lora.alpha", "train.max_steps", "train.max_time",
+    "train.log_interval", "train.eval_interval", "train.save_interval", "train.keep_last",
+    "perf.threads",
+})  # fmt: skip
+
+
+def may_differ(key: str) -> bool:
+    """Whether the dotted config `key` may take a different value in each lane."""
+    return key in LANE_KEYS or key.startswith(LANE_SECTIONS)
