@@ -91,7 +91,6 @@ LANE_KEYS = frozenset({
     "grpo.beta", "grpo.epsilon", "grpo.epsilon_high", "grpo.loss_type", "grpo.scale_rewards",
     "grpo.delta", "model.lora.r", "model.lora.alpha", "train.max_steps", "train.max_time",
     "train.log_interval", "train.eval_interval", "train.save_interval", "train.keep_last",
-    "perf.threads",
 })  # fmt: skip
 
 
