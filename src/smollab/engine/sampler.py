@@ -30,11 +30,10 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 import torch
-import torch.nn.functional as F
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.lean_llama import LeanLlama, check_lean_compatible, positions_from_mask
-from smollab.engine.rollout import Rollout, distinct_prompts, finish_at_eos, left_pad
+from smollab.engine.rollout import Rollout, finish_at_eos, left_pad
 from smollab.engine.token_draw import TokenDraw
 from smollab.models.hf_weights import unwrap_hf
 
@@ -229,12 +228,7 @@ class Sampler:
         finished = torch.zeros(B, 1, dtype=torch.bool, device=dev)
         check_every = 1 if dev.type == "cpu" else 8  # .all() syncs an accelerator
 
-        u_ids, u_mask, rows = distinct_prompts(ids, mask)
-        if u_ids.shape[0] < B:  # prefill each distinct prompt once
-            h = lean.prefill_distinct(u_ids, u_mask, rows, cache)[:, -1]
-            logits = F.linear(h, lean.lm_head)[rows]
-        else:
-            logits = lean(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
+        logits = lean.prefill_logits(ids, mask, cache)
         steps = T
         for t in range(T):
             tok, lp = draw(logits, None if rec is None else rec.probs[t])
