@@ -57,9 +57,12 @@ def test_each_lane_gets_its_policys_logits(targets):
             torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
         base = LeanLlama.hidden(lanes, ids, mask)  # the inherited forward is the bare base
         with policies[0].disable_adapter():
-            ref = policies[0].get_base_model().model(
-                input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)
-            ).last_hidden_state
+            ref = (
+                policies[0]
+                .get_base_model()
+                .model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+                .last_hidden_state
+            )
         weight = policies[0].get_base_model().model.norm.weight
         torch.testing.assert_close((base * weight)[real], ref[real], atol=TOL, rtol=0)
 
@@ -85,7 +88,9 @@ def test_each_lanes_gradient_is_its_own():
     lanes = LaneLlama.from_hf(policies[0], adapters=False)
     ids, mask = batch()
     N, P = len(policies), 5  # every row has a prompt token (row 0 is padded up to 4)
-    weights = torch.randn(N, ids.shape[0], ids.shape[1] - P, generator=torch.Generator().manual_seed(3))
+    weights = torch.randn(
+        N, ids.shape[0], ids.shape[1] - P, generator=torch.Generator().manual_seed(3)
+    )
     lanes.load_lanes(policies)  # with grad
     lp = logprobs(lanes, ids.repeat(N, 1), mask.repeat(N, 1), P, 0.7, share_prompts=False)
     (lp.view(N, *weights.shape[1:]) * weights).sum().backward()
