@@ -106,3 +106,27 @@ def test_each_lanes_gradient_is_its_own():
         assert n == 2 * len(TARGETS) * 2  # A and B of every target in both layers
         assert all(p.grad is None for name, p in policies[lane].named_parameters()
                    if not p.requires_grad)  # fmt: skip
+
+
+def test_a_seed_per_lane_draws_what_each_lane_alone_would():
+    lean = LeanLlama.from_hf(micro_llama())
+    prompts = [[5, 6, 7], [9, 10]]
+    both = Sampler(lean, eos_token_id=2).generate(prompts * 2, 6, seed=[3, 5])
+    for block, seed in enumerate((3, 5)):
+        alone = Sampler(lean, eos_token_id=2).generate(prompts, 6, seed=seed)
+        assert torch.equal(both.completion_ids[2 * block : 2 * block + 2], alone.completion_ids)
+
+
+def test_a_lane_of_nan_logits_draws_in_range_and_leaves_the_others_alone():
+    """A diverged lane's NaN logits must not crash the shared draw (nor change other rows)."""
+    from smollab.engine.token_draw import TokenDraw
+
+    logits = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
+    bad = logits.clone()
+    bad[2:] = float("nan")
+    for V in (256, 200):  # the two-level and the one-level CDF
+        draw = TokenDraw(1.0, 0, 1.0, [torch.Generator().manual_seed(1)] * 2, 4, "cpu")
+        tok, lp = draw(bad[:, :V])
+        assert ((tok >= 0) & (tok < V)).all() and lp[2:].isnan().all()
+        ok = TokenDraw(1.0, 0, 1.0, [torch.Generator().manual_seed(1)] * 2, 4, "cpu")
+        assert torch.equal(ok(logits[:, :V])[0][:2], tok[:2])

@@ -126,6 +126,12 @@ class Sampler:
             raise ValueError("Sampler.generate: give a generator or a seed, not both")
         if generator is not None:
             return generator
+        if isinstance(seed, (list, tuple)):
+            if self.lean is None:
+                raise ValueError(
+                    "Sampler.generate: a seed per block of rows needs the lean backend"
+                )
+            return [torch.Generator(device=self.device).manual_seed(int(s)) for s in seed]
         if seed is not None:
             return torch.Generator(device=self.device).manual_seed(int(seed))
         return None
@@ -140,14 +146,15 @@ class Sampler:
         top_p: float = 1.0,
         top_k: int = 0,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
         stop_at_eos: bool = True,
         record: bool = False,
     ) -> Rollout:
         """Sample up to `max_new_tokens` per prompt.
 
         prompts: token-id lists (left-padded here) or a left-padded tensor [B, P] with
-        `prompt_mask`. seed: draw from a generator made on the sampler's device from it;
+        `prompt_mask`. seed: draw from a generator made on the sampler's device from it (a list
+        of seeds: the rows in that many equal blocks, each block from its own generator);
         generator: one already on that device (ValueError otherwise); neither: torch's global one.
         stop_at_eos=False ignores EOS (all tokens kept, `truncated` all True).
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
