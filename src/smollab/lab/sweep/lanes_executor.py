@@ -228,6 +228,44 @@ class LanesExecutor:
             ch.stop_all([w.child], timeout=10.0)
 
 
+def check_spec(spec: SweepSpec) -> None:
+    """The spec of `executor: lanes`: GRPO LoRA trials that differ only in
+    what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
+    from smollab.train.lane_inbox import may_differ
+
+    if spec.command != "grpo":
+        raise UserError(f"sweep key executor: lanes trains grpo LoRA trials only, not "
+                        f"{spec.command} (use executor: local)")  # fmt: skip
+    if spec.lanes is None:
+        raise UserError("sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
+                        "of one worker) or auto (from a probe of lane counts)")  # fmt: skip
+    if "concurrency" in spec.model_fields_set:
+        raise UserError("sweep key concurrency: not with executor: lanes (the trials at once are "
+                        "its lanes: N)")  # fmt: skip
+    if spec.mps:
+        raise UserError("sweep key mps: not with executor: lanes (the lanes are one process)")
+    if spec.routing_baseline:
+        raise UserError("sweep key routing_baseline: not with executor: lanes (a baseline differs "
+                        "from its trial in grpo.routing.mode, which lanes share)")  # fmt: skip
+    for key in spec.space:
+        if not may_differ(key):
+            raise UserError(f"sweep key space.{key}: executor lanes: {key} cannot differ between "
+                            f"lanes (they are rows of one batch through one base model)")  # fmt: skip
+    if "perf.threads" in spec.overrides:
+        raise UserError("sweep key overrides.perf.threads: not with executor: lanes (the lanes "
+                        "share the worker's threads: the sweep key threads)")  # fmt: skip
+    spec.concurrency = spec.lanes
+
+
+def check_lora(spec: SweepSpec) -> None:
+    """Every trial's base (and so every lane's) must be LoRA; run after the points validate."""
+    from smollab.lab.sweep.spec import resolve_config
+
+    if not resolve_config(spec, {}, spec.seeds[0]).model.lora.enabled:
+        raise UserError("sweep key executor: lanes needs model.lora.enabled true in the base "
+                        "config or overrides (each lane is a LoRA adapter over one shared base)")  # fmt: skip
+
+
 def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
     """`lanes: N`, or `auto`: the best lane count of the last probe of lane counts of this
     workload on this device; a UserError when there is none (a probe of lanes takes minutes,

@@ -361,7 +361,9 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         _check_routing_baseline(spec)
     _check_points(spec)
     if spec.executor == "lanes":
-        _check_lanes_lora(spec)
+        from smollab.lab.sweep.lanes_executor import check_lora
+
+        check_lora(spec)
     return spec
 
 
@@ -377,7 +379,9 @@ def _check_executor(spec: SweepSpec) -> None:
             raise UserError(f"sweep key ray: set only with executor: ray (the executor is "
                             f"{spec.executor})")  # fmt: skip
         if spec.executor == "lanes":
-            _check_lanes(spec)
+            from smollab.lab.sweep.lanes_executor import check_spec
+
+            check_spec(spec)
         return
     if importlib.util.find_spec("ray") is None:
         raise UserError("sweep key executor: ray needs the ray package: pip install 'smollab[ray]'")
@@ -386,41 +390,6 @@ def _check_executor(spec: SweepSpec) -> None:
     if spec.threads is not None:
         raise UserError("sweep key threads: not with executor: ray (a trial's threads are its "
                         "ray.cpu, rounded up)")  # fmt: skip
-
-
-def _check_lanes(spec: SweepSpec) -> None:
-    """`executor: lanes` (smollab.lab.sweep.lanes_executor): GRPO LoRA trials that differ only in
-    what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
-    from smollab.train.lane_inbox import may_differ
-
-    if spec.command != "grpo":
-        raise UserError(f"sweep key executor: lanes trains grpo LoRA trials only, not "
-                        f"{spec.command} (use executor: local)")  # fmt: skip
-    if spec.lanes is None:
-        raise UserError("sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
-                        "of one worker) or auto (from a probe of lane counts)")  # fmt: skip
-    if "concurrency" in spec.model_fields_set:
-        raise UserError("sweep key concurrency: not with executor: lanes (the trials at once are "
-                        "its lanes: N)")  # fmt: skip
-    if spec.mps:
-        raise UserError("sweep key mps: not with executor: lanes (the lanes are one process)")
-    if spec.routing_baseline:
-        raise UserError("sweep key routing_baseline: not with executor: lanes (a baseline differs "
-                        "from its trial in grpo.routing.mode, which lanes share)")  # fmt: skip
-    for key in spec.space:
-        if not may_differ(key):
-            raise UserError(f"sweep key space.{key}: executor lanes: {key} cannot differ between "
-                            f"lanes (they are rows of one batch through one base model)")  # fmt: skip
-    if "perf.threads" in spec.overrides:
-        raise UserError("sweep key overrides.perf.threads: not with executor: lanes (the lanes "
-                        "share the worker's threads: the sweep key threads)")  # fmt: skip
-    spec.concurrency = spec.lanes
-
-
-def _check_lanes_lora(spec: SweepSpec) -> None:
-    if not resolve_config(spec, {}, spec.seeds[0]).model.lora.enabled:
-        raise UserError("sweep key executor: lanes needs model.lora.enabled true in the base "
-                        "config or overrides (each lane is a LoRA adapter over one shared base)")  # fmt: skip
 
 
 def _check_points(spec: SweepSpec) -> None:
