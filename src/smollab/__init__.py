@@ -13,7 +13,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 # the API's functions served here; `demo` and `report` would clash with smollab.demo/.report
-_API = ("bench", "data_prepare", "doctor", "grpo", "load_config", "pretrain", "probe", "recipes",
+_API = ("bench", "data_prepare", "doctor", "grpo", "lanes", "load_config", "pretrain", "probe", "recipes",
         "rft", "sample", "sft", "sweep")  # fmt: skip
 
 

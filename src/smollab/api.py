@@ -23,7 +23,7 @@ from smollab.errors import UserError
 if TYPE_CHECKING:
     from smollab.config import Section
 
-__all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "load_config", "pretrain", "probe",
+__all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "lanes", "load_config", "pretrain", "probe",
            "recipes", "report", "rft", "sample", "sft", "sweep"]  # fmt: skip
 
 
@@ -64,6 +64,27 @@ def grpo(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
          **values: Any) -> dict[str, Any]:  # fmt: skip
     """GRPO fine-tuning; returns the run's summary (summary.json)."""
     return _train("grpo", recipe, args, values)
+
+
+def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
+          lanes: Sequence[Sequence[str] | dict[str, Any]] = (), *, inbox: str | Path | None = None,
+          max_lanes: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """GRPO LoRA configurations trained as lanes of one batched model, one lane per entry of
+    `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
+    with `inbox`, a sweep's lanes worker (train/lane_inbox.py). `threads`: perf.threads of every
+    lane, the posted ones too. Returns each lane's summary."""
+    from smollab.train.grpo_lanes import train_lanes
+
+    args = [*args, *([f"perf.threads={threads}"] if threads else [])]
+    cfgs = []
+    for extra in lanes:
+        if isinstance(extra, dict):
+            cfgs.append(load_config("grpo", recipe, args, **extra))
+        else:
+            cfgs.append(load_config("grpo", recipe, [*args, *extra]))
+    if not cfgs and inbox is None:
+        raise UserError("lanes: give at least one lane (--lane) or an --inbox")
+    return train_lanes(cfgs, inbox=inbox, max_lanes=max_lanes, threads=threads)
 
 
 def sft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),

@@ -88,6 +88,44 @@ _training_command(
 )
 
 
+@command("lanes", "train many GRPO LoRA configurations as lanes of one batched model")
+def _lanes(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="lanes_command", required=True)
+    g = sub.add_parser("grpo", help="one lane per --lane, each writing its own run directory")
+    _config_args(g)
+    g.add_argument(
+        "--lane",
+        action="append",
+        default=[],
+        metavar='"key=value ..."',
+        help="one lane's overrides over CONFIG and the shared ones (repeat per lane)",
+    )
+    g.add_argument(
+        "--inbox",
+        default=None,
+        metavar="DIR",
+        help="worker mode: also train the trials a sweep posts to DIR (executor: lanes)",
+    )
+    g.add_argument(
+        "--max-lanes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="lanes at once in worker mode (default: the --lane count)",
+    )
+    g.add_argument("--threads", type=int, default=None, help="perf.threads of every lane")
+
+    def run(a: argparse.Namespace) -> int:
+        import shlex
+
+        path, overrides = split_config(a.args)
+        summaries = api.lanes(path, overrides, [shlex.split(x) for x in a.lane], inbox=a.inbox,
+                              max_lanes=a.max_lanes, threads=a.threads)  # fmt: skip
+        return 0 if all(s.get("status") != "failed" for s in summaries) else 1
+
+    g.set_defaults(run=run)
+
+
 @command("sample", "generate text from a run directory or checkpoint, or play Wordle games")
 def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="run directory or checkpoint directory")

@@ -172,16 +172,16 @@ def test_load_weights_tracks_the_policy_and_lora():
 
 def test_repeated_prompts_share_one_prefill_with_the_same_samples(monkeypatch):
     """GRPO batches repeat each prompt: the prefill runs once per distinct prompt."""
-    import smollab.engine.sampler as sampler_module
+    import smollab.engine.lean_llama as lean_module
 
     model = micro_llama()
     prompts = [p for p in PROMPTS for _ in range(3)]  # left padding too
     ids, mask = left_pad(prompts, 0)
-    u_ids, u_mask, rows = sampler_module.distinct_prompts(ids, mask)
+    u_ids, u_mask, rows = lean_module.distinct_prompts(ids, mask)
     assert u_ids.shape[0] == len(PROMPTS) and torch.equal(u_ids[rows], ids)
     assert torch.equal(u_mask[rows], mask)
     shared = Sampler(model).generate(prompts, 10, temperature=0.8, seed=5)
-    monkeypatch.setattr(sampler_module, "distinct_prompts",
+    monkeypatch.setattr(lean_module, "distinct_prompts",
                         lambda i, m: (i, m, torch.arange(i.shape[0])))  # fmt: skip
     alone = Sampler(model).generate(prompts, 10, temperature=0.8, seed=5)
     assert torch.equal(shared.completion_ids, alone.completion_ids)

@@ -35,6 +35,7 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
+from smollab.engine.rollout import distinct_prompts
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["LeanLlama", "check_lean_compatible", "positions_from_mask"]
@@ -227,6 +228,17 @@ class LeanLlama(nn.Module):
         h = self.hidden(u_ids, u_mask, cache=prompt_cache)
         cache.fill_from(prompt_cache, rows, P)
         return h
+
+    def prefill_logits(self, ids: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Next-token logits [B, V] after each left-padded prompt, its keys and values in `cache`.
+
+        A batch that repeats prompts (GRPO's groups) runs each distinct prompt once.
+        """
+        u_ids, u_mask, rows = distinct_prompts(ids, mask)
+        if u_ids.shape[0] < ids.shape[0]:
+            h = self.prefill_distinct(u_ids, u_mask, rows, cache)[:, -1]
+            return F.linear(h, self.lm_head)[rows]
+        return self(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
 
     # ------------------------------------------------------------------ forward
     def forward(

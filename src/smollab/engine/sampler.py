@@ -30,11 +30,10 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 import torch
-import torch.nn.functional as F
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.lean_llama import LeanLlama, check_lean_compatible, positions_from_mask
-from smollab.engine.rollout import Rollout, distinct_prompts, finish_at_eos, left_pad
+from smollab.engine.rollout import Rollout, finish_at_eos, left_pad
 from smollab.engine.token_draw import TokenDraw
 from smollab.models.hf_weights import unwrap_hf
 
@@ -127,6 +126,12 @@ class Sampler:
             raise ValueError("Sampler.generate: give a generator or a seed, not both")
         if generator is not None:
             return generator
+        if isinstance(seed, (list, tuple)):
+            if self.lean is None:
+                raise ValueError(
+                    "Sampler.generate: a seed per block of rows needs the lean backend"
+                )
+            return [torch.Generator(device=self.device).manual_seed(int(s)) for s in seed]
         if seed is not None:
             return torch.Generator(device=self.device).manual_seed(int(seed))
         return None
@@ -141,14 +146,15 @@ class Sampler:
         top_p: float = 1.0,
         top_k: int = 0,
         generator: torch.Generator | None = None,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
         stop_at_eos: bool = True,
         record: bool = False,
     ) -> Rollout:
         """Sample up to `max_new_tokens` per prompt.
 
         prompts: token-id lists (left-padded here) or a left-padded tensor [B, P] with
-        `prompt_mask`. seed: draw from a generator made on the sampler's device from it;
+        `prompt_mask`. seed: draw from a generator made on the sampler's device from it (a list
+        of seeds: the rows in that many equal blocks, each block from its own generator);
         generator: one already on that device (ValueError otherwise); neither: torch's global one.
         stop_at_eos=False ignores EOS (all tokens kept, `truncated` all True).
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
@@ -229,12 +235,7 @@ class Sampler:
         finished = torch.zeros(B, 1, dtype=torch.bool, device=dev)
         check_every = 1 if dev.type == "cpu" else 8  # .all() syncs an accelerator
 
-        u_ids, u_mask, rows = distinct_prompts(ids, mask)
-        if u_ids.shape[0] < B:  # prefill each distinct prompt once
-            h = lean.prefill_distinct(u_ids, u_mask, rows, cache)[:, -1]
-            logits = F.linear(h, lean.lm_head)[rows]
-        else:
-            logits = lean(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
+        logits = lean.prefill_logits(ids, mask, cache)
         steps = T
         for t in range(T):
             tok, lp = draw(logits, None if rec is None else rec.probs[t])

@@ -21,7 +21,9 @@ class TokenDraw:
 
     def __init__(self, temperature: float, top_k: int, top_p: float, generator, B: int, device):
         """generator: None (torch's global stream) or one on `device`: the uniforms are drawn
-        where the logits are, so a draw is one kernel queued with the rest, no copy or sync."""
+        where the logits are, so a draw is one kernel queued with the rest, no copy or sync.
+        A list of generators splits the rows into that many equal blocks, each drawing from its
+        own (the lanes of `LaneLlama`: each lane's rows draw what its run alone would)."""
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0.0 < top_p <= 1.0:
@@ -33,11 +35,17 @@ class TokenDraw:
         self.top_k, self.top_p = top_k, top_p
         self.filtered = top_k > 0 or top_p < 1.0
         device = torch.device(device)
-        if generator is not None and generator.device.type != device.type:
-            raise ValueError(f"the generator is on {generator.device} and the logits on {device}: "
-                             f"make it with torch.Generator(device={str(device)!r}), or pass seed=")  # fmt: skip
-        self.generator = generator
+        gens = list(generator) if isinstance(generator, (list, tuple)) else [generator]
+        for gen in gens:
+            if gen is not None and gen.device.type != device.type:
+                raise ValueError(f"the generator is on {gen.device} and the logits on {device}: "
+                                 f"make it with torch.Generator(device={str(device)!r}), or pass "
+                                 "seed=")  # fmt: skip
+        if B % len(gens):
+            raise ValueError(f"{len(gens)} generators do not split a batch of {B} rows evenly")
         self.u = torch.empty(B, 1, device=device)
+        # one generator per equal block of rows (lanes: each lane its own stream)
+        self.streams = list(zip(self.u.chunk(len(gens)), gens, strict=True))
 
     def __call__(
         self, logits: torch.Tensor, probs_out: torch.Tensor | None = None
@@ -57,24 +65,28 @@ class TokenDraw:
             probs = torch.softmax(logits, -1)
         else:  # aten's out= overload (contiguous out): written where the record keeps it
             probs = torch._softmax(logits, -1, False, out=probs_out)
-        u = self.u.uniform_(generator=self.generator)
+        for block, gen in self.streams:
+            block.uniform_(generator=gen)
+        u = self.u
         B, V = probs.shape
         if not self.filtered:
             bs = 64
             if V % bs or 4 * bs > V:
                 cdf = probs.cumsum(-1)
                 u.mul_(cdf[:, -1:] * _BELOW)
-                tok = torch.searchsorted(cdf, u, right=True)
+                tok = torch.searchsorted(cdf, u, right=True).clamp_(max=V - 1)
             else:
                 blocks = probs.view(B, V // bs, bs)
                 bsum = blocks.sum(-1)
                 bcdf = bsum.cumsum(-1)
                 u.mul_(bcdf[:, -1:] * _BELOW)
-                bi = torch.searchsorted(bcdf, u, right=True)  # block holding the draw
+                # the block holding the draw (clamped: a row of NaN logits, a diverged lane's,
+                # draws some token and its NaN log-prob tells; it must not index out of range)
+                bi = torch.searchsorted(bcdf, u, right=True).clamp_(max=V // bs - 1)
                 rest = u - (bcdf - bsum).gather(1, bi)  # mass left to cover inside that block
                 inner = blocks.gather(1, bi[:, :, None].expand(B, 1, bs)).squeeze(1).cumsum(-1)
                 rest = torch.minimum(rest.clamp_(min=0), inner[:, -1:] * _BELOW)
-                tok = torch.searchsorted(inner, rest, right=True).add_(bi * bs)
+                tok = torch.searchsorted(inner, rest, right=True).clamp_(max=bs - 1).add_(bi * bs)
         else:
             k = min(self.top_k, V) if self.top_k > 0 else 0
             vals, idx = probs.topk(k, -1) if k else probs.sort(-1, descending=True)

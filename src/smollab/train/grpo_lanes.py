@@ -1,0 +1,382 @@
+"""`smollab lanes grpo`: many GRPO LoRA configurations trained as lanes of one batched model.
+
+One iteration takes one step of every lane, top to bottom like `train.grpo`: each lane picks its
+prompts (its own seed and step, as a process run would) -> one sampler call decodes every lane's
+completions through `LaneLlama` (each lane's rows through its own merged adapter) -> one reward
+call scores them all -> advantages per lane -> one reference pass (the base, adapters off) ->
+one policy forward with grad for all lanes, each lane's GRPO loss on its rows (its own beta, clip
+and loss type), their sum backpropagated (a lane's rows reach only its adapter, so each gradient
+is its own) -> per lane: clip, AdamW step with its own LR schedule, metrics row, evaluation,
+failure rules, checkpoint. A lane that ends (its budget, a failure rule, a stop request) leaves
+the batch; the others go on, and in worker mode (`inbox`) the next posted trial takes its place.
+
+Each lane writes its own run directory, as `smollab grpo` does (train/lanes.py). The decode record
+replay of `smollab grpo` is not used: lanes compute the policy forward.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from smollab.config import GRPOConfig
+from smollab.config_load import load_config
+from smollab.data.prepare import ensure_prepared
+from smollab.device import peak_memory_mb, release_cache, setup_runtime, synchronize
+from smollab.engine.lane_llama import LaneLlama
+from smollab.engine.reference import build_reference
+from smollab.engine.sampler import Sampler
+from smollab.engine.token_logprobs import logprobs
+from smollab.errors import RunFailed, UserError
+from smollab.models.loading import align_special_tokens, build_model, check_model_source
+from smollab.rewards.pool import RewardPool
+from smollab.rewards.registry import validate_specs
+from smollab.runs import LOG
+from smollab.train import crash_record, distributed, scaffold
+from smollab.train import lanes as ln
+from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
+from smollab.train.grpo import COLUMNS, REWARD_CHECK, run_dir_for
+from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss
+from smollab.train.lane_inbox import EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED, Inbox, LaneTrial
+from smollab.train.prompts import grpo_prompts
+from smollab.train.schedule import lr_at
+from smollab.train.seeds import stream_seed
+
+IDLE_S = 0.2  # worker mode: how often an empty worker looks at its inbox
+
+
+class Shared:
+    """What every lane uses: the base model, tokenizer, prompts, sampler, reference and rewards,
+    set up from the first lane's config (the others must agree with it on every shared key)."""
+
+    def __init__(self, cfg: GRPOConfig, rt):
+        g = cfg.grpo
+        self.cfg, self.rt = cfg, rt
+        self.rewards = validate_specs(cfg.reward)
+        check_model_source(cfg.model)
+        if not g.prompts_file:
+            ensure_prepared(cfg.data, exact=False)
+        self.tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
+        self.train_prompts, self.eval_prompts = grpo_prompts(g, cfg.data.dir, self.tokenizer)
+        torch.manual_seed(cfg.run.seed)
+        base = build_model(cfg.model, vocab_size=len(self.tokenizer),
+                           attn_implementation=cfg.perf.attn_implementation, device=rt.device)  # fmt: skip
+        if len(self.tokenizer) > base.config.vocab_size:
+            raise UserError(f"tokenizer has {len(self.tokenizer)} entries, the model only "
+                            f"{base.config.vocab_size}")  # fmt: skip
+        align_special_tokens(base, self.tokenizer)
+        self.base = base.to(rt.device).requires_grad_(False)
+        try:
+            self.lanes = LaneLlama.from_hf(self.base, adapters=False)
+        except (TypeError, NotImplementedError) as e:
+            raise UserError(f"model {cfg.model.path or cfg.model.preset}: lanes need a "
+                            f"Llama-shaped model the lean engine reads ({e})") from None  # fmt: skip
+        eos = self.tokenizer.eos_token_id
+        self.sampler = Sampler(self.lanes, eos_token_id=eos, pad_token_id=eos)
+        self.reference = build_reference(self.base, True, g.ref_on_cpu)
+        self.pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
+        try:  # the rewards, tried on a few base-model completions before anything is written
+            r = Sampler(self.base, eos_token_id=eos, pad_token_id=eos).generate(
+                self.eval_prompts[:REWARD_CHECK], g.max_completion_length, seed=cfg.run.seed
+            )
+            self.pool(r.prompt_texts(self.tokenizer), r.completion_texts(self.tokenizer),
+                      r.completion_rows())  # fmt: skip
+        except BaseException:
+            self.pool.close()
+            raise
+        cols = [f"reward/{r.key}" for r in self.rewards] if len(self.rewards) > 1 else []
+        self.columns = COLUMNS + cols
+
+    def generate(self, lanes: list[ln.Lane], prompts: list[list[int]], seeds: list[int]):
+        """Completions of `prompts` (lane-major) through the lanes' adapters, each lane's rows
+        drawn from a generator of its own seed."""
+        g = self.cfg.grpo
+        with torch.no_grad():
+            self.lanes.load_lanes([lane.policy for lane in lanes])
+        r = self.sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
+                                  top_p=g.top_p, top_k=g.top_k, seed=seeds)  # fmt: skip
+        release_cache(self.rt.device)
+        return r
+
+    def evaluate(self, lanes: list[ln.Lane]) -> list[dict[str, Any]]:
+        """Each lane's mean reward and diversity on the held-out prompts, in one sampler call.
+        Every lane draws from the same seed, the first lane's evaluation stream (common random
+        numbers): lanes evaluated together differ by their weights only."""
+        n = len(self.eval_prompts)
+        seed = stream_seed(lanes[0].cfg.run.seed, -1, 2)
+        r = self.generate(lanes, self.eval_prompts * len(lanes), [seed] * len(lanes))
+        texts = r.completion_texts(self.tokenizer)
+        total, _ = self.pool(r.prompt_texts(self.tokenizer), texts, r.completion_rows())
+        return [{"reward_mean": float(total[i * n : (i + 1) * n].mean()),
+                 "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n])}
+                for i in range(len(lanes))]  # fmt: skip
+
+
+def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
+                max_lanes: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Train `cfgs` as lanes (worker mode: also the trials posted to `inbox`, `max_lanes` at a
+    time, until it is closed, each with perf.threads=`threads` when given). Returns each lane's
+    summary, in the order they ended."""
+    box = Inbox(inbox) if inbox else None
+    queue = [(run_dir_for(c).name, c, run_dir_for(c)) for c in cfgs]
+    seen: set[str] = set()
+    if box:
+        queue += _posted(box, seen, threads)
+        while not queue:  # the first trial sets what the lanes share
+            if box.closed():
+                return []
+            time.sleep(IDLE_S)
+            queue += _posted(box, seen, threads)
+    first = queue[0][1]
+    for name, cfg, _ in queue:
+        ln.check_supported(cfg, name)
+        ln.check_compatible(first, cfg, name)
+    if distributed.setup(torch.device("cpu"))[0].enabled:
+        raise UserError("lanes run in one process: start `smollab lanes` without torchrun")
+    rt = setup_runtime(first.perf)
+    shared = Shared(first, rt)
+    max_lanes = max_lanes or len(queue)
+    print(rt.describe(), flush=True)
+    lanes: list[ln.Lane] = []
+    summaries: list[dict[str, Any]] = []
+    try:
+        while True:
+            if box:  # new trials, and stop requests for running ones
+                queue += _posted(box, seen, threads)
+                for lane in lanes:
+                    if lane.ended is None and (why := box.stop_reason(lane.name)) is not None:
+                        lane.ended = ("interrupted", why or f"stopped at step {lane.step}")
+            while queue and len(lanes) < max_lanes:
+                lane = _open(shared, *queue.pop(0), box, summaries)
+                if lane is not None:
+                    lanes.append(lane)
+            for lane in [la for la in lanes if la.due_to_end]:
+                lanes.remove(lane)
+                summaries.append(_end(shared, lane, box))
+            if not lanes:
+                if not box or (box.closed() and not queue):
+                    break
+                time.sleep(IDLE_S)
+                continue
+            _step(shared, lanes)
+    except KeyboardInterrupt:
+        for lane in lanes:
+            lane.ended = ("interrupted", f"interrupted at step {lane.step}")
+            summaries.append(_end(shared, lane, box))
+        raise
+    except Exception as e:
+        evidence = crash_record.failure_line(e)
+        for lane in lanes:
+            lane.run.log(f"failed: {evidence}\n{''.join(traceback.format_exception(e)).rstrip()}")
+            lane.run.update_summary(status="failed", evidence=evidence, steps=lane.step)
+            lane.run.close()
+            if box:
+                box.ended(lane.name, EXIT_FAILED)
+        if not lanes:
+            raise
+        raise RunFailed(evidence, lanes[0].run.path / LOG) from e
+    finally:
+        shared.pool.close()
+    return summaries
+
+
+def _posted(box: Inbox, seen: set[str], threads: int | None) -> list[tuple[str, GRPOConfig, Path]]:
+    """The inbox's new trials as (name, config, run dir); a trial whose config is bad input ends
+    at once (exit code 1, the reason in the worker's log) without touching the other lanes."""
+    out = []
+    for t in box.new_trials(seen):
+        seen.add(t.name)
+        try:
+            out.append((t.name, _config(t, threads), Path(t.run_dir)))
+        except UserError as e:
+            print(f"trial {t.name}: {e}", flush=True)
+            box.ended(t.name, EXIT_FAILED)
+    return out
+
+
+def _config(t: LaneTrial, threads: int | None) -> GRPOConfig:
+    if not t.argv or t.argv[0] != "grpo":
+        raise UserError(f"lanes train grpo trials, not {' '.join(t.argv[:1]) or 'nothing'}")
+    rest = t.argv[1:]
+    base = rest[0] if rest and "=" not in rest[0] else None
+    overrides = rest[1:] if base else rest
+    extra = [f"run.dir={t.run_dir}", *([f"perf.threads={threads}"] if threads else [])]
+    return load_config("grpo", base, [*overrides, *extra])
+
+
+def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
+    """A new lane, or None when its trial could not join (refused, or finished already)."""
+    try:
+        ln.check_supported(cfg, name)
+        ln.check_compatible(shared.cfg, cfg, name)
+        lane = ln.open_lane(name, cfg, shared.base, shared.rt, run_dir)
+    except UserError as e:
+        if not box:
+            raise
+        print(f"trial {name}: {e}", flush=True)
+        box.ended(name, EXIT_FAILED)
+        return None
+    if isinstance(lane, dict):  # already finished: nothing to do
+        summaries.append(lane)
+        if box:
+            box.ended(name, EXIT_ENDED)
+        return None
+    lane.run.open_metrics(shared.columns,
+                          resume_step=lane.step if lane.run.resume_from else None)  # fmt: skip
+    lane.run.log(f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
+                 f"LoRA r{cfg.model.lora.r}; policy forward computed (lanes do not replay the "
+                 f"decode); sampler lanes", echo=True)  # fmt: skip
+    lane.run.update_summary(status="running", device=str(shared.rt.device), sampler="lanes",
+                            world_size=1, params_trainable=sum(p.numel() for p in lane.trainable))  # fmt: skip
+    return lane
+
+
+def _end(shared: Shared, lane: ln.Lane, box: Inbox | None) -> dict[str, Any]:
+    summary = ln.finish(lane, shared.tokenizer)
+    if box:
+        code = EXIT_INTERRUPTED if summary.get("status") == "interrupted" else EXIT_ENDED
+        box.ended(lane.name, code)
+    return summary
+
+
+def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
+    """One GRPO step of every lane (see the module docstring)."""
+    cfg, g = shared.cfg, shared.cfg.grpo
+    G, B = g.num_generations, cfg.train.batch_size
+    due_base = [la for la in lanes if la.step == 0 and la.cfg.train.eval_interval and
+                la.base_eval is None]  # fmt: skip
+    for lane, ev in zip(due_base, shared.evaluate(due_base) if due_base else [], strict=True):
+        lane.base_eval = ev["reward_mean"]
+        lane.run.update_summary(base_eval_reward=lane.base_eval)
+        lane.run.log(f"base model: eval reward {lane.base_eval:.3f}", echo=True)
+    t0 = time.perf_counter()
+
+    # 1. rollouts: each lane's prompts (its seed and step), all lanes in one sampler call
+    prompts = []
+    for lane in lanes:
+        lr = lr_at(lane.step, lane.cfg.optim, lane.cfg.train.max_steps)
+        for group in lane.optimizer.param_groups:
+            group["lr"] = lr
+        picker = torch.Generator().manual_seed(stream_seed(lane.cfg.run.seed, lane.step, 0))
+        pick = torch.randint(len(shared.train_prompts), (B // G,), generator=picker)
+        prompts += [shared.train_prompts[i] for i in pick.tolist() for _ in range(G)]
+    seeds = [stream_seed(la.cfg.run.seed, la.step, 1) for la in lanes]  # as `smollab grpo` draws
+    r = shared.generate(lanes, prompts, seeds)
+    t_gen = time.perf_counter()
+
+    # 2. rewards in one call, advantages per lane
+    completions, prompts_txt = (
+        r.completion_texts(shared.tokenizer),
+        r.prompt_texts(shared.tokenizer),
+    )
+    total, per_fn = shared.pool(prompts_txt, completions, r.completion_rows())
+    mask = r.completion_mask.clone()
+    if g.mask_truncated_completions:
+        mask[r.truncated] = 0
+    rows = [slice(i * B, (i + 1) * B) for i in range(len(lanes))]
+    advantages = torch.cat([group_advantages(total[s], G, la.cfg.grpo.scale_rewards)
+                            for la, s in zip(lanes, rows, strict=True)]).to(shared.rt.device)  # fmt: skip
+    t_rew = time.perf_counter()
+
+    # 3. reference log-probs: the base, once for all lanes
+    need_ref = any(la.cfg.grpo.beta > 0 for la in lanes)
+    ref_logp = shared.reference(r, g.temperature) if need_ref else None
+    t_ref = time.perf_counter()
+
+    # 4. one forward and backward for all lanes; each lane's loss on its own rows
+    stats: list[dict[str, float]] = []
+    losses: list[float] = []
+    norms: list[float] = []
+    for it in range(g.num_iterations):
+        old = r.logprobs if g.num_iterations > 1 else None
+        parts = loss_backward(shared.lanes, lanes, r, advantages, mask, old, ref_logp, rows,
+                              g.temperature)  # fmt: skip
+        step_norms = [float(scaffold.optimizer_step(la.trainable, la.optimizer, None,
+                                                    la.cfg.optim.grad_clip)) for la in lanes]  # fmt: skip
+        if it == 0:
+            losses, stats, norms = [p[0] for p in parts], [p[1] for p in parts], step_norms
+    synchronize(shared.rt.device)
+    t_end = time.perf_counter()
+
+    # 5. per lane: metrics, samples, evaluation, failure rules, checkpoint
+    due_eval = []
+    for i, (lane, s) in enumerate(zip(lanes, rows, strict=True)):
+        lane.step += 1
+        lane.train_seconds += t_end - t0
+        t, texts = total[s], completions[s]
+        lane.history.append(float(t.mean()))
+        row = dict(step=lane.step, wall_s=time.time() - lane.started,
+                   lr=lane.optimizer.param_groups[0]["lr"], loss=losses[i],
+                   reward_mean=float(t.mean()), reward_std=float(t.std()),
+                   frac_reward_zero_std=frac_reward_zero_std(t, G), kl=stats[i].get("kl", 0.0),
+                   entropy=float(-(r.logprobs[s] * r.completion_mask[s]).sum()
+                                 / r.completion_mask[s].sum().clamp(min=1)),
+                   completion_len=float(r.completion_lengths[s].float().mean()),
+                   truncated_frac=float(r.truncated[s].float().mean()),
+                   clip_frac=stats[i]["clip_region"], grad_norm=norms[i],
+                   unique_fraction=unique_fraction(texts), jaccard=mean_pairwise_jaccard(texts),
+                   repetition=repetition(texts), gen_s=t_gen - t0, reward_s=t_rew - t_gen,
+                   ref_s=t_ref - t_rew, train_s=t_end - t_ref, step_s=t_end - t0,
+                   peak_mem_mb=peak_memory_mb(shared.rt.device))  # fmt: skip
+        if len(per_fn) > 1:
+            row.update({f"reward/{k}": float(v[s].mean()) for k, v in per_fn.items()})
+        lane.row = row
+        tc = lane.cfg.train
+        if tc.eval_interval and (lane.step % tc.eval_interval == 0 or lane.step == tc.max_steps):
+            due_eval.append(lane)
+    for lane, ev in zip(due_eval, shared.evaluate(due_eval) if due_eval else [], strict=True):
+        lane.eval_reward = ev["reward_mean"]
+        lane.row.update(eval_reward_mean=ev["reward_mean"],
+                        eval_unique_fraction=ev["unique_fraction"])  # fmt: skip
+    for lane, s in zip(lanes, rows, strict=True):
+        _after_step(shared, lane, lane.row, prompts_txt[s], completions[s], total[s])
+    if lanes[0].step % lanes[0].cfg.train.log_interval == 0 or lanes[0].step == 1:
+        rewards = " ".join(f"{la.row['reward_mean']:.2f}" for la in lanes)
+        print(
+            f"lanes: {len(lanes)} at steps {lanes[0].step}..{lanes[-1].step} | reward {rewards} "
+            f"| {t_end - t0:.2f}s (gen {t_gen - t0:.2f} train {t_end - t_ref:.2f})",
+            flush=True,
+        )
+
+
+def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, old_logp,
+                  ref_logp, rows: list[slice], temperature: float) -> list[tuple[float, dict]]:  # fmt: skip
+    """Each lane's GRPO loss on its rows (its own loss options), from one forward through all
+    lanes; their sum backpropagated, so each adapter's `.grad` is its own loss's gradient.
+    Returns (loss, stats) per lane."""
+    model.load_lanes([la.policy for la in lanes])
+    logp = logprobs(model, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], temperature,
+                    share_prompts=False)  # fmt: skip
+    parts = [grpo_loss(logp[s], None if old_logp is None else old_logp[s],
+                       None if ref_logp is None else ref_logp[s], advantages[s], mask[s],
+                       **la.loss_options)
+             for la, s in zip(lanes, rows, strict=True)]  # fmt: skip
+    sum(p[0] for p in parts).backward()
+    return [(p[0].item(), p[1]) for p in parts]
+
+
+def _after_step(shared: Shared, lane: ln.Lane, row: dict, prompts, completions, total) -> None:
+    tc, run = lane.cfg.train, lane.run
+    if lane.step % tc.log_interval == 0 or lane.step == tc.max_steps or lane.step == 1:
+        run.metrics.append(row)
+        run.append_samples({"step": lane.step, "prompt": prompts[i], "completion": completions[i],
+                            "reward": float(total[i])}
+                           for i in range(min(lane.cfg.grpo.log_samples, len(completions))))  # fmt: skip
+        run.log(f"step {lane.step} | reward {row['reward_mean']:.3f} | kl {row['kl']:.4f} | "
+                f"uniq {row['unique_fraction']:.2f} | {row['step_s']:.2f}s for the lanes")  # fmt: skip
+    failure = lane.watch.new_failure(row, lane.history, lane.step)
+    if failure is None and not ln.params_finite(lane):
+        lane.ended = ("diverged", f"the adapter's weights are not finite at step {lane.step}")
+        run.log(f"diverged: {lane.ended[1]}", echo=True)
+        return
+    if failure:
+        run.log(f"{failure.status}: {failure.evidence}", echo=True)
+        if lane.cfg.failure.action == "stop" or failure.status == "diverged":
+            lane.ended = (failure.status, failure.evidence)
+            return
+    if tc.save_interval and lane.step % tc.save_interval == 0 and lane.step < tc.max_steps:
+        ln.save(lane, shared.tokenizer)

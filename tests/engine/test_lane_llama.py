@@ -1,0 +1,132 @@
+"""LaneLlama: each lane computes what its own policy computes (logits, decode, gradients)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+peft = pytest.importorskip("peft")
+
+from smollab.engine.lane_llama import LaneLlama  # noqa: E402
+from smollab.engine.lean_llama import LeanLlama, positions_from_mask  # noqa: E402
+from smollab.engine.sampler import Sampler  # noqa: E402
+from smollab.engine.token_logprobs import logprobs  # noqa: E402
+from tests.engine.test_lean_llama import batch, micro_llama  # noqa: E402
+
+TOL = 1e-5
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lane_policies(ranks=(2, 4, 4), targets=TARGETS):
+    """PEFT policies on one base, each with its own random (non-zero) adapter."""
+    base = micro_llama(tie=False)
+    out = []
+    for i, r in enumerate(ranks):
+        cfg = peft.LoraConfig(r=r, lora_alpha=2.0 * r + i, target_modules=targets)
+        policy = peft.get_peft_model(copy.deepcopy(base), cfg)
+        g = torch.Generator().manual_seed(10 + i)
+        with torch.no_grad():
+            for name, p in policy.named_parameters():
+                if "lora_" in name:
+                    p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        out.append(policy)
+    return out
+
+
+def lanes_for(policies) -> LaneLlama:
+    lanes = LaneLlama.from_hf(policies[0], adapters=False)
+    with torch.no_grad():
+        lanes.load_lanes(policies)
+    return lanes
+
+
+@pytest.mark.parametrize("targets", [TARGETS, ["q_proj", "v_proj", "down_proj"]])
+def test_each_lane_gets_its_policys_logits(targets):
+    policies = lane_policies(targets=targets)
+    lanes = lanes_for(policies)
+    ids, mask = batch()
+    N = len(policies)
+    with torch.inference_mode():
+        ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
+        real = mask.bool()
+        for lane, policy in enumerate(policies):
+            ref = policy(input_ids=ids, attention_mask=mask,
+                         position_ids=positions_from_mask(mask)).logits  # fmt: skip
+            torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
+        base = LeanLlama.hidden(lanes, ids, mask)  # the inherited forward is the bare base
+        with policies[0].disable_adapter():
+            ref = (
+                policies[0]
+                .get_base_model()
+                .model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask))
+                .last_hidden_state
+            )
+        weight = policies[0].get_base_model().model.norm.weight
+        torch.testing.assert_close((base * weight)[real], ref[real], atol=TOL, rtol=0)
+
+
+def test_lanes_decode_like_each_policy_alone():
+    policies = lane_policies()
+    lanes = lanes_for(policies)
+    prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
+    together = Sampler(lanes, eos_token_id=2).generate(prompts * len(policies), 6, temperature=0)
+    for lane, policy in enumerate(policies):
+        alone = Sampler(LeanLlama.from_hf(policy), eos_token_id=2).generate(
+            prompts, 6, temperature=0
+        )
+        rows = slice(lane * len(prompts), (lane + 1) * len(prompts))
+        assert torch.equal(together.completion_ids[rows], alone.completion_ids)
+        torch.testing.assert_close(together.logprobs[rows], alone.logprobs, atol=TOL, rtol=0)
+
+
+def test_each_lanes_gradient_is_its_own():
+    """A summed loss over the lanes gives each adapter the gradient of its own loss alone."""
+    policies = lane_policies()
+    alone = [copy.deepcopy(p) for p in policies]
+    lanes = LaneLlama.from_hf(policies[0], adapters=False)
+    ids, mask = batch()
+    N, P = len(policies), 5  # every row has a prompt token (row 0 is padded up to 4)
+    weights = torch.randn(
+        N, ids.shape[0], ids.shape[1] - P, generator=torch.Generator().manual_seed(3)
+    )
+    lanes.load_lanes(policies)  # with grad
+    lp = logprobs(lanes, ids.repeat(N, 1), mask.repeat(N, 1), P, 0.7, share_prompts=False)
+    (lp.view(N, *weights.shape[1:]) * weights).sum().backward()
+    for lane, policy in enumerate(alone):
+        ref = logprobs(policy, ids, mask, P, 0.7, share_prompts=False)
+        (ref * weights[lane]).sum().backward()
+        got = dict(policies[lane].named_parameters())
+        n = 0
+        for name, p in policy.named_parameters():
+            if p.requires_grad:
+                torch.testing.assert_close(got[name].grad, p.grad, atol=1e-4, rtol=1e-4)
+                n += 1
+        assert n == 2 * len(TARGETS) * 2  # A and B of every target in both layers
+        assert all(p.grad is None for name, p in policies[lane].named_parameters()
+                   if not p.requires_grad)  # fmt: skip
+
+
+def test_a_seed_per_lane_draws_what_each_lane_alone_would():
+    lean = LeanLlama.from_hf(micro_llama())
+    prompts = [[5, 6, 7], [9, 10]]
+    both = Sampler(lean, eos_token_id=2).generate(prompts * 2, 6, seed=[3, 5])
+    for block, seed in enumerate((3, 5)):
+        alone = Sampler(lean, eos_token_id=2).generate(prompts, 6, seed=seed)
+        assert torch.equal(both.completion_ids[2 * block : 2 * block + 2], alone.completion_ids)
+
+
+def test_a_lane_of_nan_logits_draws_in_range_and_leaves_the_others_alone():
+    """A diverged lane's NaN logits must not crash the shared draw (nor change other rows)."""
+    from smollab.engine.token_draw import TokenDraw
+
+    logits = torch.randn(4, 256, generator=torch.Generator().manual_seed(0))
+    bad = logits.clone()
+    bad[2:] = float("nan")
+    for V in (256, 200):  # the two-level and the one-level CDF
+        draw = TokenDraw(1.0, 0, 1.0, [torch.Generator().manual_seed(1)] * 2, 4, "cpu")
+        tok, lp = draw(bad[:, :V])
+        assert ((tok >= 0) & (tok < V)).all() and lp[2:].isnan().all()
+        ok = TokenDraw(1.0, 0, 1.0, [torch.Generator().manual_seed(1)] * 2, 4, "cpu")
+        assert torch.equal(ok(logits[:, :V])[0][:2], tok[:2])

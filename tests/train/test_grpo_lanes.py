@@ -1,0 +1,146 @@
+"""`smollab lanes grpo`: lanes write process-run directories, equal standalone losses and
+gradients, end alone when they diverge, and take trials from a sweep's inbox."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from smollab import api
+from smollab.cli import main
+from smollab.engine.lane_llama import LaneLlama
+from smollab.engine.reference import build_reference
+from smollab.engine.sampler import Sampler
+from smollab.errors import UserError
+from smollab.train import grpo_accum
+from smollab.train.grpo_lanes import loss_backward
+from smollab.train.lane_inbox import Inbox, LaneTrial
+from smollab.train.lanes import loss_options
+from tests.engine.test_lane_llama import lane_policies
+
+peft = pytest.importorskip("peft")
+
+
+def shared_args(micro_grpo) -> list[str]:
+    keep = [a for a in micro_grpo if not a.startswith("run.dir=")]
+    return [
+        *keep,
+        "model.lora.enabled=true",
+        "model.lora.r=4",
+        "failure.action=flag",
+        "perf.threads=1",
+        "reward=[{name: sentence_length}]",
+    ]  # a reward that varies
+
+
+def rows(run_dir) -> list[dict]:
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    summaries = api.lanes(None, shared_args(micro_grpo), [
+        [f"run.dir={a}", "optim.lr=1e-3"],
+        [f"run.dir={b}", "optim.lr=3e-3", "grpo.beta=0.1", "model.lora.r=2", "run.seed=7"],
+    ])  # fmt: skip
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    for d, lr, r in ((a, 1e-3, 4), (b, 3e-3, 2)):
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["steps"] == 6
+        assert json.loads((d / "config.json").read_text())["optim"]["lr"] == lr
+        assert [int(x["step"]) for x in rows(d)] == [1, 2, 3, 4, 5, 6]
+        assert json.loads((d / "checkpoints/final/adapter_config.json").read_text())["r"] == r
+        assert (d / "checkpoints/final/adapter_model.safetensors").exists()
+    # evaluated together with common noise: the same base scores the same in both lanes
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa["base_eval_reward"] == sb["base_eval_reward"]
+    # a finished lane is found finished when the same command runs again
+    again = api.lanes(None, shared_args(micro_grpo), [[f"run.dir={a}", "optim.lr=1e-3"]])
+    assert again[0]["status"] == "completed"
+
+
+def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run():
+    """Given the same rollouts, a lane's loss, KL and adapter gradients are a standalone run's."""
+    policies = lane_policies(ranks=(2, 4, 4))
+    alone = [copy.deepcopy(p) for p in policies]
+    opts = [dict(loss_options(SimpleNamespace(**g)), max_completion_length=6) for g in (
+        dict(_grpo(), beta=0.0), dict(_grpo(), beta=0.1), dict(_grpo(), beta=0.05, loss_type="grpo"),
+    )]  # fmt: skip
+    lanes = [SimpleNamespace(policy=p, loss_options=o) for p, o in zip(policies, opts, strict=True)]
+    model = LaneLlama.from_hf(policies[0], adapters=False)
+    with torch.no_grad():
+        model.load_lanes(policies)
+    prompts = [[5, 6, 7], [9, 10]] * 2  # 2 prompts x 2 completions per lane
+    r = Sampler(model, eos_token_id=2).generate(prompts * 3, 6, seed=0)
+    ref = build_reference(policies[0], True, False)(r, 0.9)
+    adv = torch.randn(12, generator=torch.Generator().manual_seed(0))
+    mask = r.completion_mask
+    spans = [slice(i * 4, (i + 1) * 4) for i in range(3)]
+    got = loss_backward(model, lanes, r, adv, mask, None, ref, spans, 0.9)
+    for i, s in enumerate(spans):
+        loss, stats = grpo_accum.loss_backward(alone[i], grpo_accum.rollout_rows(r, s), adv[s],
+                                               mask[s], None, ref[s], [slice(None)],
+                                               temperature=0.9, loss_options=opts[i])  # fmt: skip
+        assert got[i][0] == pytest.approx(loss, abs=1e-5)
+        assert got[i][1].get("kl", 0.0) == pytest.approx(stats.get("kl", 0.0), abs=1e-6)
+        mine = dict(policies[i].named_parameters())
+        for name, p in alone[i].named_parameters():
+            if p.requires_grad:
+                torch.testing.assert_close(mine[name].grad, p.grad, atol=1e-4, rtol=1e-4)
+
+
+def _grpo() -> dict:
+    return dict(beta=0.0, epsilon=0.2, epsilon_high=None, loss_type="dapo",
+                max_completion_length=6, importance_sampling_level="token", delta=None,
+                sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, vespo_k_pos=2.0,
+                vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0)  # fmt: skip
+
+
+def test_a_diverging_lane_ends_alone_and_the_others_are_unaffected(micro_grpo, tmp_path):
+    args = shared_args(micro_grpo)
+    api.lanes(None, args, [[f"run.dir={tmp_path / 'solo'}", "optim.lr=1e-3"]])
+    summaries = api.lanes(None, args, [[f"run.dir={tmp_path / 'calm'}", "optim.lr=1e-3"],
+                                       [f"run.dir={tmp_path / 'wild'}", "optim.lr=30"]])  # fmt: skip
+    wild = json.loads((tmp_path / "wild/summary.json").read_text())
+    calm = json.loads((tmp_path / "calm/summary.json").read_text())
+    assert wild["status"] == "diverged" and wild["steps"] < 6 and wild["evidence"]
+    assert calm["status"] == "completed" and calm["steps"] == 6
+    solo = rows(tmp_path / "solo")  # the calm lane trains as it would alone
+    assert [x["reward_mean"] for x in rows(tmp_path / "calm")] == [x["reward_mean"] for x in solo]
+    assert sorted(s["status"] for s in summaries) == ["completed", "diverged"]
+
+
+def test_lanes_refuse_what_they_cannot_share_in_one_line(micro_grpo, tmp_path):
+    args = shared_args(micro_grpo)
+    with pytest.raises(UserError, match=r"train.batch_size=16 differs from the first lane's 8"):
+        api.lanes(None, args, [[f"run.dir={tmp_path / 'a'}"],
+                               [f"run.dir={tmp_path / 'b'}", "train.batch_size=16"]])  # fmt: skip
+    with pytest.raises(UserError, match=r"model.lora.dropout=0.1 is not supported in lanes"):
+        api.lanes(None, [*args, "model.lora.dropout=0.1"], [[f"run.dir={tmp_path / 'c'}"]])
+    assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    assert main(["lanes", "grpo", *args, "--lane", f"run.dir={tmp_path / 'd'} grpo.top_k=3",
+                 "--lane", f"run.dir={tmp_path / 'e'}"]) == 2  # fmt: skip
+
+
+def test_worker_refills_freed_lanes_and_honours_stop_requests(micro_grpo, tmp_path):
+    box = Inbox(tmp_path / "inbox")
+    shared = shared_args(micro_grpo)
+    for name, extra in (("t1", []), ("t2", ["train.max_steps=2"]), ("t3", ["optim.lr=2e-3"])):
+        box.post(LaneTrial(name, ["grpo", *shared, *extra], str(tmp_path / name)))
+    box.stop("t3", "pruned at step 0")
+    box.close()
+    summaries = api.lanes(inbox=tmp_path / "inbox", max_lanes=2)
+    assert box.exit_code("t1") == 0 and box.exit_code("t2") == 0
+    assert box.exit_code("t3") == 130  # stopped as SIGINT would stop a child
+    steps = {
+        n: json.loads((tmp_path / n / "summary.json").read_text())["steps"] for n in ("t1", "t2")
+    }
+    assert steps == {"t1": 6, "t2": 2}
+    assert json.loads((tmp_path / "t3/summary.json").read_text())["status"] == "interrupted"
+    assert len(summaries) == 3
