@@ -244,3 +244,37 @@ def test_stopped_lanes_sweep_resumes_its_trials(tmp_path, spec_file, fake_lanes)
         text = (run_dir / "child.log").read_text()
         assert sum(1 for ln in text.splitlines() if ln.startswith("$ ")) == 2
     assert workers_started(d) == 2
+
+
+# ---- the real worker ------------------------------------------------------------------------------
+
+
+def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_data):
+    """2 GRPO LoRA trials of the micro model as 2 lanes of one `smollab lanes grpo` worker: each
+    run dir as `smollab grpo` writes it, results.csv complete, one worker, gone at the end."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "command": "grpo", "executor": "lanes", "lanes": 2, "threads": 1,
+        "overrides": {"model.path": str(micro_model), "model.lora.enabled": True,
+                      "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
+                      "perf.device": "cpu", "train.max_steps": 3, "train.batch_size": 8,
+                      "grpo.num_generations": 4, "grpo.max_completion_length": 12,
+                      "train.eval_interval": 0, "train.save_interval": 2},
+        "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
+        "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
+    lines: list[str] = []
+    assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2}
+    d = tmp_path / "sweep"
+    rows = results(d)
+    assert [r["status"] for r in rows.values()] == ["completed", "completed"]
+    for run_dir, row in rows.items():
+        run = d / run_dir
+        config = json.loads((run / "config.json").read_text())
+        assert config["optim"]["lr"] == float(row["optim.lr"]) and config["perf"]["threads"] == 1
+        assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+        with open(run / "metrics.csv", newline="") as f:
+            metrics = list(csv.DictReader(f))
+        assert [int(m["step"]) for m in metrics] == [1, 2, 3] and all(m["step_s"] for m in metrics)
+        assert (run / "checkpoints").is_dir()
+    assert workers_started(d) == 1
+    assert not pid_alive(worker_pid(lines))
