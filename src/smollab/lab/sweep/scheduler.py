@@ -159,8 +159,9 @@ class Sweep:
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
         )
         resumed = " (resuming)" if metrics_path.exists() else ""
-        self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, "
-                  f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+        where = (f"a lane of worker pid {child.pid}" if self.spec.executor == "lanes"
+                 else f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+        self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, {where}")
 
     # ---- watching, pruning and finishing --------------------------------------------------
 
