@@ -52,6 +52,12 @@ def smollab_argv(command: str, base: str | None, overrides: Sequence[str]) -> li
     return [sys.executable, "-m", "smollab", command, *([base] if base else []), *overrides]
 
 
+def lanes_argv(args: Sequence[str]) -> list[str]:
+    """`smollab lanes ARGS...`: a lanes worker (the sweep's executor lanes, the probe's lane
+    counts); one place, so tests can start a fake worker instead."""
+    return [sys.executable, "-m", "smollab", "lanes", *args]
+
+
 def _pdeathsig(parent: int):
     """preexec_fn: SIGINT this child when the parent dies (Linux); None elsewhere.
 
@@ -153,8 +159,10 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 def launch(
     name: str, argv: list[str], run_dir: Path, threads: int | None = None,
     env: dict[str, str] | None = None, cpus: Sequence[int] | None = None, grace: float = 60.0,
+    log_name: str = CHILD_LOG,
 ) -> Child:  # fmt: skip
-    """Start `argv` in its own session; stdout and stderr append to `<run_dir>/child.log`.
+    """Start `argv` in its own session; stdout and stderr append to `<run_dir>/<log_name>`
+    (child.log; a lanes worker's is its inbox's worker.log).
 
     `grace`: seconds the reaper leaves the child between SIGINT and SIGKILL once this process
     is gone."""
@@ -167,7 +175,7 @@ def launch(
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             child_env[var] = str(threads)
-    log = open(run_dir / CHILD_LOG, "ab")
+    log = open(run_dir / log_name, "ab")
     log.write(f"\n$ {' '.join(argv)}\n".encode())
     log.flush()
     parent = os.getpid()
@@ -219,10 +227,10 @@ def _kill_leftovers() -> None:
         stop_all(leftovers, timeout=10.0)
 
 
-def last_log_line(run_dir: Path) -> str:
+def last_log_line(run_dir: Path, log_name: str = CHILD_LOG) -> str:
     """The child's last words (an error line or the end of a traceback)."""
     try:
-        text = (Path(run_dir) / CHILD_LOG).read_text(errors="replace")
+        text = (Path(run_dir) / log_name).read_text(errors="replace")
     except OSError:
         return "no child log"
     lines = [ln.strip() for ln in text.splitlines()]

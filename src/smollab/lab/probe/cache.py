@@ -102,8 +102,15 @@ def cache_lookup(device: dict[str, Any], signature: dict[str, Any]) -> dict[str,
         return None
 
 
-def cache_store(result: dict[str, Any]) -> Path:
-    p = cache_path(result["device"], result["workload"])
+def cache_store(result: dict[str, Any], signature: dict[str, Any] | None = None) -> Path:
+    p = cache_path(result["device"], signature or result["workload"])
     p.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(p, result)
     return p
+
+
+def lanes_signature(signature: dict[str, Any]) -> dict[str, Any]:
+    """The cache key of a probe's lane counts (what `lanes: auto` reads): the workload marked as
+    lanes, kept apart from the process counts so that a later probe without lanes does not
+    erase them; without the MPS setting, since the lanes are one process."""
+    return {**{k: v for k, v in signature.items() if k != "mps_daemon"}, "probe": "lanes"}

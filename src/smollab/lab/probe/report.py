@@ -61,16 +61,28 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     ks = [lv["k"] for lv in levels]
     a1.plot(ks, [lv["step_s"] * 1000 for lv in levels], "-o")
     a1.set_ylabel("median step time per run (ms)")
-    a2.plot(ks, [lv["steps_per_s"] for lv in levels], "-o", color="C1")
+    a2.plot(ks, [lv["steps_per_s"] for lv in levels], "-o", color="C1", label="k processes")
+    lanes = [lv for lv in result.get("lanes") or [] if lv.get("steps_per_s")]
+    ticks = ks
+    if lanes:  # lane steps/s of N lanes in one process: the same aggregate as k processes'
+        ns = [lv["lanes"] for lv in lanes]
+        a1.plot(ns, [lv["step_s"] * 1000 for lv in lanes], "-s", color="C2",
+                label="N lanes: one iteration")  # fmt: skip
+        a1.legend(fontsize=8)
+        a2.plot(ns, [lv["steps_per_s"] for lv in lanes], "-s", color="C2",
+                label="N lanes, one process")  # fmt: skip
+        ticks = sorted({*ks, *ns})
     a2.set_ylabel("aggregate steps/s")
     if result.get("unit") and all(lv.get("units_per_s") for lv in levels):
         a3 = a2.twinx()
         a3.plot(ks, [lv["units_per_s"] for lv in levels], alpha=0)
+        if lanes:  # the same ratio of units to steps: the two axes stay in step
+            a3.plot(ns, [lv["units_per_s"] for lv in lanes], alpha=0)
         a3.set_ylabel(f"aggregate {result['unit']}")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set_xlabel("concurrent runs k")
+        ax.set_xticks(ticks, [str(k) for k in ticks])
+        ax.set_xlabel("concurrent runs k" + (" (or lanes N)" if lanes else ""))
         ax.grid(alpha=0.3)
     for key, color, label in (("best_latency", "green", "best latency"),
                               ("best_throughput", "red", "best throughput")):  # fmt: skip
@@ -98,4 +110,12 @@ def report_probe(probe_dir: str | Path) -> Path:
     print(f"stopped: {result.get('stop_reason')}")
     if line := mps_line(result):
         print(line)
+    if result.get("lanes"):
+        from smollab.lab.probe.lanes import lanes_table, recommendation_line
+
+        for line in lanes_table(result):
+            print(line)
+        print(f"lanes stopped: {result.get('lanes_stop_reason')}")
+        if line := recommendation_line(result):
+            print(line)
     return d / "probe.png"

@@ -27,8 +27,20 @@ from smollab.lab.probe.cache import (
     cache_store,
     device_info,
     device_kind,
+    lanes_signature,
     mps_daemon_setting,
     workload_signature,
+)
+from smollab.lab.probe.lanes import (
+    LaneLevel,
+    LanesMeasureFn,
+    LanesProcess,
+    best_lanes,
+    lanes_table,
+    next_lanes,
+    recommend,
+    recommendation_line,
+    summarize,
 )
 from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optima
 from smollab.lab.probe.measure import ProcessLevel
@@ -38,11 +50,13 @@ from smollab.lab.probe.spec import ProbeSpec
 
 class Probe:
     def __init__(self, spec: ProbeSpec, overrides: list[str], out=None, measure: MeasureFn | None = None,
-                 device: dict[str, Any] | None = None, mps=None):  # fmt: skip
+                 device: dict[str, Any] | None = None, mps=None,
+                 lanes_measure: LanesMeasureFn | None = None):  # fmt: skip
         self.spec = spec
         self.overrides = overrides
         self.out = out or (lambda m: print(m, flush=True))
         self._measure = measure
+        self._lanes_measure = lanes_measure
         self.device = device
         self.mps = mps
         self.threads_total = spec.threads or ch.cpu_count()
@@ -100,6 +114,14 @@ class Probe:
                 reason += self._bisect(levels, measure, units_per_step, unit_name, device, mps_on)
             mps_used = mps_env is not None
         best_latency, best_throughput = optima(levels, spec)
+        lanes: dict[str, Any] = {}
+        if spec.lanes:  # one process: outside the MPS daemon
+            lane_levels, lanes_reason = self._measure_lanes(
+                probe_dir, cfg.train.batch_size, unit_name
+            )
+            best_l = best_lanes(lane_levels, best_throughput)
+            lanes = {"lanes": [asdict(lv) for lv in lane_levels], "lanes_stop_reason": lanes_reason,
+                     "best_lanes": best_l, "recommended": recommend(best_throughput, best_l)}  # fmt: skip
         result = {
             "device": device, "workload": signature, "command": spec.command, "base": spec.base,
             "mps_daemon": None if mps_setting is None else {"requested": mps_on, "used": mps_used},
@@ -107,6 +129,7 @@ class Probe:
             "levels": [_level_dict(lv) for lv in sorted(levels, key=lambda lv: (lv.k, lv.threads or 0))],
             "stop_reason": reason, "best_latency": best_latency, "best_throughput": best_throughput,
             "spec": spec.model_dump(mode="json"), "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+            **lanes,
         }  # fmt: skip
         atomic_write_json(probe_dir / "probe.json", result)
         plot_probe(result, probe_dir / "probe.png")
@@ -120,10 +143,41 @@ class Probe:
                      + f" ({best_throughput['speedup_vs_k1']:.2f}x the aggregate of k=1)")  # fmt: skip
             self.out(f"best latency:    k={best_latency['k']}" + _split(best_latency, kind)
                      + f" ({best_latency['rule']})")  # fmt: skip
+        if lanes:
+            for line in lanes_table(result):
+                self.out(line)
+            self.out(f"lanes stopped: {lanes['lanes_stop_reason']}")
+            if line := recommendation_line(result):
+                self.out(line)
         if spec.cache and best_throughput:
             path = cache_store(result)
             self.out(f"cached for `concurrency: auto`: {path}")
+        if spec.cache and lanes.get("best_lanes"):
+            path = cache_store(result, lanes_signature(signature))
+            self.out(f"cached for `lanes: auto`: {path}")
         return result
+
+    def _measure_lanes(self, probe_dir: Path, batch_size: int,
+                       unit_name: str) -> tuple[list[LaneLevel], str]:  # fmt: skip
+        """Each lane count of `lanes` as one process on all the threads, until `next_lanes` stops."""
+        t = self.threads_total
+        measure = self._lanes_measure or LanesProcess(self.spec, self._child_overrides(),
+                                                      probe_dir, self.out)  # fmt: skip
+        levels: list[LaneLevel] = []
+        n: int | None = self.spec.lanes[0]
+        reason = ""
+        while n is not None:
+            self.out(f"lanes={n}: one process, {n} lane(s), {t} thread(s)")
+            lv = summarize(measure(n, t), batch_size)
+            levels.append(lv)
+            if lv.error:
+                self.out(f"lanes={n}: failed: {lv.error}")
+            else:
+                self.out(f"lanes={n}: iteration {lv.step_s * 1000:.1f} ms, {lv.steps_per_s:.2f} "
+                         f"lane steps/s, {lv.units_per_s:,.0f} {unit_name}"
+                         + (f", {lv.peak_mem_mb:,.0f} MB" if lv.peak_mem_mb else ""))  # fmt: skip
+            n, reason = next_lanes(levels, self.spec)
+        return levels, reason
 
     def _prepare_data(self, cfg) -> None:
         """Prepare the data dir once, not in k children at the same time."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from smollab.errors import UserError
 from smollab.lab.spec_common import SpecSection, coerce, error_line, flatten, override_value
@@ -17,6 +17,10 @@ class ProbeSpec(SpecSection):
     overrides: dict[str, Any] = Field(default_factory=dict)
     ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
     max_k: int = Field(32, ge=1)
+    lanes: list[int] | None = Field(
+        None, description="grpo LoRA: lane counts to measure beside the process counts, each as "
+        "one `smollab lanes grpo` process (e.g. [1, 2, 4, 8])",
+    )  # fmt: skip
     warmup: int = Field(5, ge=0, description="logged steps each run takes before measuring")
     steps: int = Field(20, ge=3, description="steps measured per run while all k run")
     drop: float = Field(0.1, gt=0, lt=1, description="stop when aggregate throughput falls this "
@@ -34,17 +38,18 @@ class ProbeSpec(SpecSection):
     dir: str | None = None
     cache: bool = True
 
-    @field_validator("ks")
+    @field_validator("ks", "lanes")
     @classmethod
-    def _check_ks(cls, ks: list[int] | None) -> list[int] | None:
+    def _check_ks(cls, ks: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        what = "k" if info.field_name == "ks" else "lane count"
         if ks is None:
             return None
         if not ks:
-            raise ValueError("give at least one k, or leave ks out for 1, 2, 4, ... max_k")
+            raise ValueError(f"give at least one {what}, or leave {info.field_name} out")
         if min(ks) < 1:
-            raise ValueError(f"every k must be at least 1, got {min(ks)}")
+            raise ValueError(f"every {what} must be at least 1, got {min(ks)}")
         if len(set(ks)) != len(ks):
-            raise ValueError(f"repeated k in {ks}")
+            raise ValueError(f"repeated {what} in {ks}")
         return sorted(ks)
 
 
@@ -105,7 +110,12 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         raise UserError("probe key command: rft's unit is a round (sample, SFT, evaluate), not "
                         "an optimizer step; probe a round's SFT with command sft")  # fmt: skip
     base_overrides = [f"{k}={override_value(v)}" for k, v in spec.overrides.items()] + work
-    load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
+    cfg = load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
+    if spec.lanes and spec.command != "grpo":
+        raise UserError(f"probe key lanes: lanes train grpo LoRA runs only, not {spec.command}")
+    if spec.lanes and not cfg.model.lora.enabled:
+        raise UserError("probe key lanes: needs model.lora.enabled true in the workload (each lane "
+                        "is a LoRA adapter over one shared base)")  # fmt: skip
     if spec.dir is None:
         spec.dir = str(Path("probes") / Path(workload).stem)
     return spec, base_overrides

@@ -93,7 +93,7 @@ class Sweep:
         self.owner: str | None = None  # this dir's id among parents sharing an RDB study
         self.trials: Trials | None = None
         self.env: dict[str, str] | None = None
-        self.executor: Any = None  # executor ray: a RayExecutor (smollab.lab.sweep.ray_executor)
+        self.executor: Any = None  # a RayExecutor (ray_executor) or LanesExecutor (lanes_executor)
 
     # ---- setup ----------------------------------------------------------------------------
 
@@ -109,6 +109,10 @@ class Sweep:
         return device_kind(resolve_config(self.spec, {}, self.spec.seeds[0]).perf.device)
 
     def _resolve_concurrency(self) -> int:
+        if self.spec.executor == "lanes":  # the trials at once are the worker's lanes
+            from smollab.lab.sweep.lanes_executor import resolve_lanes
+
+            return resolve_lanes(self.spec, self.device, self._say)
         if self.spec.concurrency != "auto":
             return int(self.spec.concurrency)
         from smollab.lab.sweep.concurrency import auto_concurrency
@@ -155,8 +159,9 @@ class Sweep:
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
         )
         resumed = " (resuming)" if metrics_path.exists() else ""
-        self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, "
-                  f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+        where = (f"a lane of worker pid {child.pid}" if self.spec.executor == "lanes"
+                 else f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+        self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, {where}")
 
     # ---- watching, pruning and finishing --------------------------------------------------
 
@@ -323,6 +328,11 @@ class Sweep:
 
             self.executor = RayExecutor(spec, self.concurrency, self.device, self._say)
             self.total_threads = spec.threads or self.executor.cpu_threads(self.concurrency)
+        elif spec.executor == "lanes":  # one worker process on the sweep's threads
+            from smollab.lab.sweep.lanes_executor import LanesExecutor
+
+            self.executor = LanesExecutor(spec, self.concurrency, self.dir, self._say)
+            self.total_threads = self.executor.cpu_threads(self.concurrency)
         self._prepare_peaks()
         spec.study_name = study_name(spec, self.dir)
         self.owner = write_meta(self.dir, spec, self.concurrency, self.total_threads, self.device)
@@ -346,9 +356,11 @@ class Sweep:
                     for point in spec.enqueue:  # bracketing points first
                         self.study.enqueue_trial(point, user_attrs={"seed": spec.seeds[0]})
             over = " (oversubscribed)" if self.concurrency > self.total_threads else ""
+            at_once = (f"{self.concurrency} lanes in one worker on {self.total_threads} CPU threads"
+                       if spec.executor == "lanes" else f"concurrency {self.concurrency}{over}, "
+                       f"{self.total_threads} CPU threads divided among trials")  # fmt: skip
             self._say(f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
-                      f"concurrency {self.concurrency}{over}, {self.total_threads} CPU threads "
-                      f"divided among trials, device {self.device}")  # fmt: skip
+                      f"{at_once}, device {self.device}")  # fmt: skip
             self.trials.settle_previous(spec.stop_timeout_s, self._conclude)
             self.write_results()
             with self.stop.installed():

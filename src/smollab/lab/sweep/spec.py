@@ -104,7 +104,13 @@ class SweepSpec(SpecSection):
     storage: str | None = Field(None, description="an RDB URL; default: <dir>/study.journal")
     study_name: str | None = Field(None, min_length=1, description="default: unique to the dir")
     mps: bool = Field(False, description="CUDA: run trials under the NVIDIA MPS daemon")
-    executor: Literal["local", "ray"] = Field("local", description="child processes or Ray")
+    executor: Literal["local", "ray", "lanes"] = Field(
+        "local", description="child processes, Ray, or lanes of one GRPO LoRA worker"
+    )
+    lanes: int | Literal["auto"] | None = Field(
+        None, description="executor lanes: trials trained at once as lanes of one worker (N, or "
+        "auto: the best of the last probe of lane counts)",
+    )  # fmt: skip
     ray: RayOptions | None = Field(None, description="executor ray: cluster and trial resources")
     retry_failed: bool = Field(True, description="a rerun retries trials that failed (crashed)")
     stop_timeout_s: float = Field(60.0, gt=0, description="grace for a child to stop on SIGINT")
@@ -168,8 +174,13 @@ class SweepSpec(SpecSection):
             out += [f"  {k}: {v}" for k, v in self.space.items()]
         if self.routing_baseline:
             out.append(self._describe_baselines())
+        at_once = (
+            f"lanes: {self.lanes}"
+            if self.executor == "lanes"
+            else f"concurrency: {self.concurrency}"
+        )
         out.append(f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
-                   f"concurrency: {self.concurrency}; executor: {self.executor}")  # fmt: skip
+                   f"{at_once}; executor: {self.executor}")  # fmt: skip
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
         out.append("; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
                    + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT")  # fmt: skip

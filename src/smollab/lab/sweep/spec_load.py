@@ -145,6 +145,11 @@ def _check_types(tree: dict[str, Any]) -> None:
     if conc != "auto" and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
         raise UserError(f"sweep key concurrency: at least 1 (trials at once, a whole number) "
                         f"or auto, got {conc!r}")  # fmt: skip
+    lanes = tree.get("lanes")
+    if lanes not in (None, "auto") and (isinstance(lanes, bool) or not isinstance(lanes, int)
+                                        or lanes < 1):  # fmt: skip
+        raise UserError(f"sweep key lanes: at least 1 (trials at once, as lanes of one worker, a "
+                        f"whole number) or auto, got {lanes!r}")  # fmt: skip
     metric = tree.get("metric")
     if isinstance(metric, dict) and isinstance(metric.get("at_step"), bool):
         raise UserError(
@@ -355,6 +360,10 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     if spec.routing_baseline:
         _check_routing_baseline(spec)
     _check_points(spec)
+    if spec.executor == "lanes":
+        from smollab.lab.sweep.lanes_executor import check_lora
+
+        check_lora(spec)
     return spec
 
 
@@ -362,9 +371,17 @@ def _check_executor(spec: SweepSpec) -> None:
     """`ray:` only under `executor: ray`, which needs the package (found, not imported)."""
     import importlib.util
 
+    if spec.executor != "lanes" and spec.lanes is not None:
+        raise UserError(f"sweep key lanes: set only with executor: lanes (the executor is "
+                        f"{spec.executor})")  # fmt: skip
     if spec.executor != "ray":
         if spec.ray is not None:
-            raise UserError("sweep key ray: set only with executor: ray (the executor is local)")
+            raise UserError(f"sweep key ray: set only with executor: ray (the executor is "
+                            f"{spec.executor})")  # fmt: skip
+        if spec.executor == "lanes":
+            from smollab.lab.sweep.lanes_executor import check_spec
+
+            check_spec(spec)
         return
     if importlib.util.find_spec("ray") is None:
         raise UserError("sweep key executor: ray needs the ray package: pip install 'smollab[ray]'")

@@ -1,0 +1,298 @@
+"""`executor: lanes`: a sweep's GRPO LoRA trials trained as lanes of one batched model.
+
+One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo_lanes`) trains
+up to N trials at once as lanes of one model (one base, N adapters); a lane that ends is
+refilled with the next trial posted. The executor talks to it only through the inbox's files
+(`smollab.train.lane_inbox`, under `<sweep_dir>/lanes/`), so either side can die without the
+other waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
+of `children.Child`, so pruning, timeouts, retries, resume and results.csv work as they do for
+processes: each trial still has its own run directory, written by the worker as `smollab grpo`
+writes it.
+
+What differs from a process, and why:
+- interrupt() posts `<name>.stop`; the worker ends the lane at its next step boundary, as a
+  SIGINT ends a child (status interrupted, exit 130).
+- kill() gives the lane up (poll returns -9) without killing the worker, whose other lanes are
+  live trials. A worker all of whose remaining lanes were given up is SIGKILLed: nothing the
+  sweep follows runs in it, and a wedged worker would hold the CPU and the lanes' slots.
+- A worker that dies ends every lane it had not ended: each one's poll returns the worker's exit
+  code (1 for a clean exit that left it open), and its child.log names the worker's last words.
+  The next launch starts a fresh worker on a cleared inbox.
+- The worker is started at the first launch (process group, PDEATHSIG, the reaper, as
+  `children.launch`), and ended by close(): `close` posted, then SIGINT and SIGKILL if it lingers.
+  A worker a previous sweep process left is stopped before this one's starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from smollab.errors import UserError
+from smollab.lab import children as ch
+from smollab.lab.sweep.spec import SweepSpec
+from smollab.runs import CHILD_LOG
+from smollab.train.lane_inbox import CLOSE, EXIT, STOP, TRIAL, WORKER_LOG, Inbox, LaneTrial
+
+GIVEN_UP = -9  # the exit code of a lane the sweep gave up on (as SIGKILL reads for a process)
+INBOX = "lanes"  # the inbox's directory under the sweep dir
+
+
+class Worker:
+    """One lanes worker process and the lanes posted to it."""
+
+    def __init__(self, child: ch.Child, inbox: Inbox, say: Any = print):
+        self.child, self.inbox, self.say = child, inbox, say
+        self.lanes: list[LaneChild] = []
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def exit_code(self) -> int | None:
+        return self.child.poll()
+
+    def open_lanes(self) -> list[LaneChild]:
+        """Lanes posted to this worker that it has not ended (given-up ones included)."""
+        return [lane for lane in self.lanes if self.inbox.exit_code(lane.name) is None]
+
+    def last_words(self) -> str:
+        return ch.last_log_line(self.inbox.path, WORKER_LOG)
+
+    def end_if_abandoned(self) -> None:
+        """SIGKILL the worker once every lane it still runs was given up by the sweep."""
+        still = self.open_lanes()
+        if self.exit_code() is None and still and all(lane.kill_sent for lane in still):
+            self.say(f"lanes: every lane left in worker pid {self.pid} was given up; SIGKILL")
+            self.child.kill()
+
+
+@dataclass(eq=False)
+class LaneChild:
+    """A trial running as a lane of a `Worker`: what the scheduler uses of a `children.Child`."""
+
+    name: str
+    run_dir: Path
+    argv: list[str]
+    worker: Worker
+    threads: int | None = None  # the worker's threads are the sweep's, not a trial's
+    started: float = field(default_factory=time.time)
+    stop_reason: str | None = None
+    stop_sent: float | None = None
+    kill_sent: float | None = None
+    code: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid
+
+    def poll(self) -> int | None:
+        """The lane's exit code (from the worker's `<name>.exit`), or the worker's own once it
+        has died without ending the lane; None while the lane runs (or waits for one)."""
+        if self.code is not None:
+            return self.code
+        code = self.worker.inbox.exit_code(self.name)
+        if code is None:
+            rc = self.worker.exit_code()
+            if rc is None:
+                return None
+            code = self.worker.inbox.exit_code(self.name)  # written just before it exited
+            if code is None:
+                code = rc or 1
+                self._note(f"smollab: error: the lanes worker (pid {self.pid}) exited with code "
+                           f"{rc} before this lane ended: {self.worker.last_words()}")  # fmt: skip
+        self.code = code
+        return code
+
+    def interrupt(self, reason: str | None = None) -> None:
+        """Ask the worker to end this lane cleanly (status interrupted), as SIGINT asks a child."""
+        if self.stop_sent is None:
+            self.stop_reason = reason
+            self.stop_sent = time.time()
+            if self.code is None:
+                self.worker.inbox.stop(self.name, reason or "")
+
+    def kill(self) -> None:
+        """Give the lane up; the worker and its other lanes go on."""
+        if self.kill_sent is None:
+            self.kill_sent = time.time()
+        if self.poll() is None:
+            if self.stop_sent is None:
+                self.worker.inbox.stop(self.name, "given up")
+            self.code = GIVEN_UP
+            self._note(f"smollab: error: given up: lanes worker pid {self.pid} did not end this "
+                       f"lane when asked; its other lanes go on")  # fmt: skip
+            self.worker.end_if_abandoned()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        deadline = time.time() + (timeout if timeout is not None else math.inf)
+        while (code := self.poll()) is None and time.time() < deadline:
+            time.sleep(0.05)
+        return code
+
+    def peak_rss_mb(self) -> float | None:
+        """The worker's (every lane's) peak resident memory."""
+        return self.worker.child.peak_rss_mb()
+
+    def last_output(self) -> float:
+        return ch.Child.last_output(self)  # type: ignore[arg-type]  # reads run_dir and started
+
+    def _note(self, line: str) -> None:
+        """The parent's words in the trial's child.log (its last line is the failure reason)."""
+        with contextlib.suppress(OSError):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.run_dir / CHILD_LOG, "a") as f:
+                f.write(line + "\n")
+
+
+class LanesExecutor:
+    """Posts the sweep's trials to one lanes worker; starts (and restarts) it as needed."""
+
+    trial_threads = None  # the scheduler adds no perf.threads: a lane's threads are the worker's
+
+    def __init__(self, spec: SweepSpec, lanes: int, sweep_dir: Path, say: Any = print):
+        self.max_lanes = lanes
+        self.threads = spec.threads or ch.cpu_count()
+        self.grace = spec.stop_timeout_s
+        self.inbox = Inbox(Path(sweep_dir).absolute() / INBOX)
+        self.say = say
+        self.worker: Worker | None = None
+        if ch.reap_stale(self.inbox.path, self.grace):
+            say(f"lanes: stopped a worker left by the previous sweep process ({self.inbox.path})")
+        self._clear()
+
+    def cpu_threads(self, concurrency: int) -> int:
+        """CPU threads the worker uses (the sweep's log and sweep.json)."""
+        return self.threads
+
+    def can_launch(self, running: int) -> bool:
+        """Whether a lane is free: a lane given up but not yet ended by the worker holds its
+        place, so a trial posted now would wait in the inbox with its clocks running."""
+        w = self.worker
+        if w is None or w.exit_code() is not None:
+            return True
+        return len(w.open_lanes()) < self.max_lanes
+
+    def launch(self, name: str, argv: list[str], run_dir: Path, threads: int | None = None,
+               env: dict[str, str] | None = None, grace: float = 60.0) -> LaneChild:  # fmt: skip
+        """Post the trial whose child argv is `[python, -m, smollab, grpo, ...]` as a lane."""
+        run_dir = Path(run_dir).absolute()
+        if self.worker is None or self.worker.exit_code() is not None:
+            self._start_worker(env, grace)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        posted = list(argv[3:])  # ["grpo", BASE?, key=value, ...]
+        lane = LaneChild(name=name, run_dir=run_dir, argv=list(argv), worker=self.worker)
+        lane._note(f"\n$ lane of worker pid {self.worker.pid}: {' '.join(posted)}")
+        self.inbox.post(LaneTrial(name, posted, str(run_dir)))
+        self.worker.lanes.append(lane)
+        return lane
+
+    def _start_worker(self, env: dict[str, str] | None, grace: float) -> None:
+        old = self.worker
+        if old is not None:
+            for lane in old.lanes:  # their codes read before the inbox is cleared
+                lane.poll()
+            self.say(f"lanes: worker pid {old.pid} exited with code {old.exit_code()} "
+                     f"({old.last_words()}); a fresh worker takes the next trials")  # fmt: skip
+        self._clear()
+        args = ["grpo", "--inbox", str(self.inbox.path), "--max-lanes", str(self.max_lanes),
+                "--threads", str(self.threads)]  # fmt: skip
+        child = ch.launch("lanes", ch.lanes_argv(args), self.inbox.path, threads=self.threads,
+                          env=env, grace=grace, log_name=WORKER_LOG)  # fmt: skip
+        self.worker = Worker(child, self.inbox, self.say)
+        self.say(f"lanes: worker pid {child.pid} started, up to {self.max_lanes} lanes on "
+                 f"{self.threads} CPU threads; inbox {self.inbox.path}")  # fmt: skip
+
+    def _clear(self) -> None:
+        """An inbox with no trial, stop, exit or close file of an earlier worker (its log stays)."""
+        self.inbox.path.mkdir(parents=True, exist_ok=True)
+        for p in self.inbox.path.iterdir():
+            if p.name == CLOSE or p.name.endswith((TRIAL, STOP, EXIT)):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+    def close(self) -> None:
+        """No more trials: the worker exits once its lanes have ended (SIGINT, then SIGKILL, if it
+        lingers past the sweep's stop_timeout_s)."""
+        w = self.worker
+        if w is None or w.exit_code() is not None:
+            return
+        self.inbox.close()
+        if w.child.wait(self.grace) is None:
+            self.say(f"lanes: worker pid {w.pid} still running {self.grace:g} s after close; "
+                     f"stopping it")  # fmt: skip
+            ch.stop_all([w.child], timeout=10.0)
+
+
+def check_spec(spec: SweepSpec) -> None:
+    """The spec of `executor: lanes`: GRPO LoRA trials that differ only in
+    what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
+    from smollab.train.lane_inbox import may_differ
+
+    if spec.command != "grpo":
+        raise UserError(f"sweep key executor: lanes trains grpo LoRA trials only, not "
+                        f"{spec.command} (use executor: local)")  # fmt: skip
+    if spec.lanes is None:
+        raise UserError("sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
+                        "of one worker) or auto (from a probe of lane counts)")  # fmt: skip
+    if "concurrency" in spec.model_fields_set:
+        raise UserError("sweep key concurrency: not with executor: lanes (the trials at once are "
+                        "its lanes: N)")  # fmt: skip
+    if spec.mps:
+        raise UserError("sweep key mps: not with executor: lanes (the lanes are one process)")
+    if spec.routing_baseline:
+        raise UserError("sweep key routing_baseline: not with executor: lanes (a baseline differs "
+                        "from its trial in grpo.routing.mode, which lanes share)")  # fmt: skip
+    for key in spec.space:
+        if not may_differ(key):
+            raise UserError(f"sweep key space.{key}: executor lanes: {key} cannot differ between "
+                            f"lanes (they are rows of one batch through one base model)")  # fmt: skip
+    if "perf.threads" in spec.overrides:
+        raise UserError("sweep key overrides.perf.threads: not with executor: lanes (the lanes "
+                        "share the worker's threads: the sweep key threads)")  # fmt: skip
+    spec.concurrency = spec.lanes
+
+
+def check_lora(spec: SweepSpec) -> None:
+    """Every trial's base (and so every lane's) must be LoRA; run after the points validate."""
+    from smollab.lab.sweep.spec import resolve_config
+
+    if not resolve_config(spec, {}, spec.seeds[0]).model.lora.enabled:
+        raise UserError("sweep key executor: lanes needs model.lora.enabled true in the base "
+                        "config or overrides (each lane is a LoRA adapter over one shared base)")  # fmt: skip
+
+
+def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
+    """`lanes: N`, or `auto`: the best lane count of the last probe of lane counts of this
+    workload on this device; a UserError when there is none (a probe of lanes takes minutes,
+    too long to run unasked before a sweep)."""
+    if spec.lanes != "auto":
+        return int(spec.lanes)
+    from smollab.lab.probe.cache import (
+        cache_lookup,
+        cache_path,
+        device_info,
+        device_key,
+        lanes_signature,
+        workload_signature,
+    )
+    from smollab.lab.sweep.spec import resolve_config
+
+    point = spec.grid_points()[0] if spec.sampler == "grid" else {}
+    cfg = resolve_config(spec, point, spec.seeds[0])
+    device = device_info(device_kind, spec.threads or ch.cpu_count())
+    signature = lanes_signature(workload_signature(spec.command, cfg))
+    hit = cache_lookup(device, signature)
+    best = (hit or {}).get("best_lanes")
+    if not best:
+        raise UserError(f"sweep key lanes: auto needs a probe of lane counts of this workload on "
+                        f"{device_key(device)}, and none is cached; run `smollab probe "
+                        f"{spec.base or 'BASE'} lanes=[1,2,4,8]` first, or give lanes: N")  # fmt: skip
+    n = int(best["lanes"])
+    say(f"lanes auto: {n} (best lane count of the probe of {hit.get('created')} on "
+        f"{device_key(device)}; {cache_path(device, signature)})")  # fmt: skip
+    return n
