@@ -123,6 +123,8 @@ def test_lanes_refuse_what_they_cannot_share_in_one_line(micro_grpo, tmp_path):
                                [f"run.dir={tmp_path / 'b'}", "train.batch_size=16"]])  # fmt: skip
     with pytest.raises(UserError, match=r"model.lora.dropout=0.1 is not supported in lanes"):
         api.lanes(None, [*args, "model.lora.dropout=0.1"], [[f"run.dir={tmp_path / 'c'}"]])
+    with pytest.raises(UserError, match=r"two lanes would write .*same: give each its own run.dir"):
+        api.lanes(None, args, [[f"run.dir={tmp_path / 'same'}"], [f"run.dir={tmp_path / 'same'}"]])
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
     assert main(["lanes", "grpo", *args, "--lane", f"run.dir={tmp_path / 'd'} grpo.top_k=3",
                  "--lane", f"run.dir={tmp_path / 'e'}"]) == 2  # fmt: skip

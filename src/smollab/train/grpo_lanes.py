@@ -131,6 +131,10 @@ def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
                 return []
             time.sleep(IDLE_S)
             queue += _posted(box, seen, threads)
+    dirs = [Path(d).resolve() for _, _, d in queue]
+    if len(set(dirs)) < len(dirs):
+        twice = next(d for d in dirs if dirs.count(d) > 1)
+        raise UserError(f"two lanes would write {twice}: give each its own run.dir (or run.seed)")
     first = queue[0][1]
     for name, cfg, _ in queue:
         ln.check_supported(cfg, name)
