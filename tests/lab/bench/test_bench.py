@@ -177,6 +177,71 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "fused"
 
 
+SEED_KNOBS = {  # issue 18's speed guide, knob by knob, as the bench names them
+    "mixed precision": {"bf16", "fp16"}, "gradient checkpointing": {"grad_ckpt"},
+    "data loader workers": {"workers"}, "pinned memory": {"pin_memory"},
+    "prefetch": {"prefetch"}, "gradient accumulation": {"grad_accum"}, "compile": {"compile"},
+    "fused AdamW": {"fused"}, "save strategy": {"save_interval"},
+    "logging interval": {"log_interval"},
+}  # fmt: skip
+
+
+def test_the_sft_plan_covers_every_knob_of_the_seed():
+    """On the SFT recipe every seed knob is measured or skipped with a reason, never absent."""
+    cfg = load_config("sft", ROOT / "configs/sft/story-continuation.yaml", [])
+    runs, skipped = bench_knobs.plan(bench_knobs.select(None, "sft"), "sft", cfg, "cpu")
+    runs, skipped = dict(runs), dict(skipped)
+    for seed, names in SEED_KNOBS.items():
+        assert names & (set(runs) | set(skipped)), seed
+    assert "device is cpu" in skipped["pin_memory"]
+    assert runs["log_interval"] == {"train.log_interval": 10}
+    assert runs["save_interval"] == {"train.save_interval": 5}
+    base = bench_knobs.baseline_values(bench_knobs.select(None, "sft"), "sft", cfg)
+    assert base["train.log_interval"] == 1 and base["train.save_interval"] == 0
+    load_config("sft", ROOT / "configs/sft/story-continuation.yaml",
+                bench_knobs.as_overrides(base))  # fmt: skip
+
+
+def test_wall_timed_knobs_count_what_falls_between_steps():
+    rows = [{"step": 1, "wall_s": 5.0}, {"step": 2, "wall_s": 6.0}, {"step": 4, "wall_s": 7.0},
+            {"step": 8, "wall_s": 11.0}]  # fmt: skip
+    assert bench_measure.wall_step_s(rows, 2) == pytest.approx(5.0 / 6)  # steps 2..8
+    assert bench_measure.wall_step_s(rows, 20) == pytest.approx(6.0 / 7)  # from the first row
+    assert bench_measure.wall_step_s(rows[:1], 0) is None
+    results = [
+        {"variant": "baseline", "knob": None, "status": "ok", "step_s": 0.5, "wall_step_s": 0.6},
+        {"variant": "save_interval", "knob": "save_interval", "status": "ok", "step_s": 0.5,
+         "wall_step_s": 0.8},
+        {"variant": "fused", "knob": "fused", "status": "ok", "step_s": 0.4, "wall_step_s": 0.9},
+    ]  # fmt: skip
+    bench.rescore(results, "sft", 0.02)
+    by = {r["variant"]: r for r in results}
+    assert by["save_interval"]["speedup"] == pytest.approx(0.6 / 0.8)  # wall against wall
+    assert by["save_interval"]["timing"] == "wall"
+    assert by["fused"]["speedup"] == pytest.approx(0.5 / 0.4) and "timing" not in by["fused"]
+    table = bench_report.table_markdown({"kind": "sft", "results": results})
+    assert "| save_interval | - | 0.800 wall |" in table
+
+
+def test_a_real_bench_of_the_interval_knobs(micro_pretrain, tmp_path):
+    """The knobs' values reach the variants over the workload's own and the bench's forced ones."""
+    out = tmp_path / "bench"
+    result = bench.run_bench(str(PRETRAIN), [*micro_pretrain, "perf.threads=1"],
+                             knobs=["log_interval", "save_interval"], steps=6, out=out,
+                             recheck=False, min_speedup=100.0, echo=lambda _: None)  # fmt: skip
+    by = {r["variant"]: r for r in result["results"]}
+    assert all(r["status"] == "ok" for r in result["results"]), result["results"]
+    train = {v: json.loads((out / v / "config.json").read_text())["train"]
+             for v in ("baseline", "log_interval", "save_interval")}  # fmt: skip
+    assert train["baseline"]["log_interval"] == 1 and train["baseline"]["save_interval"] == 0
+    assert train["log_interval"]["log_interval"] == 10
+    assert train["save_interval"]["save_interval"] == 5
+    assert by["save_interval"]["timing"] == by["log_interval"]["timing"] == "wall"
+    assert by["save_interval"]["wall_step_s"] > 0 and by["baseline"]["wall_step_s"] > 0
+    assert (out / "save_interval" / "checkpoints" / "step_5").is_dir()
+    assert not list(out.glob("baseline/checkpoints/step_*"))
+
+
 @pytest.mark.parametrize(
     "kw, message",
     [

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from smollab.config_rules import not_read
 from smollab.errors import UserError
@@ -32,6 +32,9 @@ class Knob:
     group: str | None = None  # alternatives: only the best of a group joins the combination
     cuda_only: str | None = None  # reason, when the knob only means something on CUDA
     runtime_word: str | None = None  # how the runtime names it in its `skipped` list
+    # "train": timed by the loop's step time; "wall": by wall clock between logged steps, for
+    # knobs whose cost (a metrics sync, a checkpoint) falls outside the timed step
+    timing: Literal["train", "wall"] = "train"
 
 
 _IN_PROCESS = {"data.num_workers": 0, "data.prefetch_factor": None}
@@ -68,6 +71,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("pin_memory", "pinned batches (the loader pins them)", "data.pin_memory",
          {"data.pin_memory": False}, {"data.pin_memory": True}, kinds=("sft",),
          cuda_only="pinned memory speeds host-to-GPU copies"),
+    # the loop's bookkeeping, which the speed guides also tune
+    Knob("log_interval", "metrics logged every 10 steps (vs every step)", "train.log_interval",
+         {"train.log_interval": 1}, {"train.log_interval": 10}, timing="wall"),
+    Knob("save_interval", "a full checkpoint every 5 steps (vs none): the cost of saving",
+         "train.save_interval", {"train.save_interval": 0}, {"train.save_interval": 5},
+         timing="wall"),
 ]}  # fmt: skip
 
 

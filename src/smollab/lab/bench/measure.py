@@ -72,6 +72,20 @@ def step_times(rows: list[dict[str, Any]], kind: str) -> list[tuple[int, float]]
     return out
 
 
+def wall_step_s(rows: list[dict[str, Any]], warmup: int) -> float | None:
+    """Mean wall-clock seconds per step from the first logged step at or past `warmup` (else the
+    first) to the last. Unlike the loop's step time it holds what happens between steps (the
+    metrics sync and write, periodic checkpoints), which is what the logging and saving
+    intervals change. A row's wall_s is taken before that step's evaluation, so the final
+    evaluation stays out."""
+    pts = [(int(r["step"]), r["wall_s"]) for r in rows
+           if r.get("step") is not None and r.get("wall_s") is not None]  # fmt: skip
+    if len(pts) < 2:
+        return None
+    start = next((p for p in pts[:-1] if p[0] >= warmup), pts[0])
+    return (pts[-1][1] - start[1]) / (pts[-1][0] - start[0])
+
+
 def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
     """A finished variant's figures, from its run directory alone."""
     view = RunView(run_dir)
@@ -89,6 +103,7 @@ def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
         "step_s": step_s,
         "first_step_s": times[0][1],
         "steady_steps": len(steady),
+        "wall_step_s": wall_step_s(rows, warmup),
         "peak_mem_mb": max(
             (r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None), default=None
         ),  # fmt: skip

@@ -33,7 +33,9 @@ def table_markdown(result: dict[str, Any]) -> str:
             cells = [
                 r["variant"],
                 changes,
-                _n(r.get("step_s"), ".3f"),
+                _n(r.get("wall_step_s"), ".3f") + " wall"
+                if r.get("timing") == "wall"
+                else _n(r.get("step_s"), ".3f"),
                 _n(r.get("first_step_s"), ".2f"),
                 _n(r.get("throughput"), ",.1f"),
             ]
@@ -64,7 +66,10 @@ def render_markdown(result: dict[str, Any], image: bool = True) -> str:
         f"each a separate `smollab {kind}` process; step time is the median over steps "
         f"{result.get('warmup_steps', 0) + 1}..{result.get('steps')} (steps up to "
         f"{result.get('warmup_steps')} are warm-up; the first step is shown on its own: it holds "
-        f"compilation){_rep(result)}. Within tolerance: {tol_text}. Peak memory: max allocated on CUDA, peak "
+        f"compilation){_rep(result)}. A step time marked wall (the logging and saving "
+        f"intervals, whose cost falls between the loop's timed steps) is wall clock per step "
+        f"from step {result.get('warmup_steps', 0)} on, against the baseline's wall clock. "
+        f"Within tolerance: {tol_text}. Peak memory: max allocated on CUDA, peak "
         f"RSS of the process on CPU. Load average at start {result.get('load_start')}, at end "
         f"{result.get('load_end')}.", "",
         f"Workload overrides: `{' '.join(result.get('overrides') or []) or '(none)'}`; baseline "
