@@ -17,12 +17,14 @@ batch and at smaller ones, where per-op overhead weighs more. Measured in one in
   torch's AdamW takes one LR per parameter group. Each lane draws its own batch.
 - packed N: N processes of the single step, threads split as `smollab probe` splits them
   (max(1, threads // N) each), released together and timed over the same window.
+- 2 x K lanes: 2 processes of K lanes each, one thread each: lanes without intra-op threading,
+  which on 2 cores costs more than the lanes save.
 
 Every figure is aggregate tokens/s (all lanes or all processes), the best of `--rounds` timed
 windows of `--seconds` each after `--warmup` steps. A check first trains 2 lanes and the 2
 standalone runs for a few steps and prints how far their weights are apart.
 
-    python benchmarks/pretrain_lanes.py [--data-dir /tmp/stories] [--batches 32,8,4]
+    python benchmarks/pretrain_lanes.py [--data-dir /tmp/stories] [--batches 32,4,1]
                                         [--lanes 2,4,8] [--seconds 8] [--rounds 2] [--out FILE]
 """
 
@@ -219,10 +221,14 @@ def worker(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    cfg, _ = sweep_cfg(args.data_dir)
+    cfg, lrs = sweep_cfg(args.data_dir)
     cfg = cfg.model_copy(update={"perf": cfg.perf.model_copy(update={"threads": args.threads})})
     tokens, vocab = open_data(args.data_dir)
-    trainer = Single(cfg, tokens, vocab, args.batch)
+    if args.lanes_per > 1:
+        lo = args.index * args.lanes_per  # each process its own slice of the LR grid
+        trainer = Lanes(cfg, tokens, vocab, args.batch, lrs[lo : lo + args.lanes_per])
+    else:
+        trainer = Single(cfg, tokens, vocab, args.batch)
     for _ in range(args.warmup):
         trainer.step()
     print("ready", flush=True)
@@ -230,27 +236,17 @@ def worker(args) -> None:
     print(json.dumps({"tokens_per_s": timed_window(trainer, args.seconds)}), flush=True)
 
 
-def packed(args, n: int, batch: int) -> float:
-    """Aggregate tokens/s of n processes of the single step, `smollab probe`'s thread split."""
+def packed(args, n: int, batch: int, lanes_per: int = 1) -> float:
+    """Aggregate tokens/s of n processes (each the single step, or `lanes_per` lanes), threads
+    split as `smollab probe` splits them."""
     threads = max(1, args.threads // n)
-    cmd = [
-        sys.executable,
-        __file__,
-        "--worker",
-        "--data-dir",
-        args.data_dir,
-        "--batch",
-        str(batch),
-        "--threads",
-        str(threads),
-        "--warmup",
-        str(args.warmup),
-        "--seconds",
-        str(args.seconds),
-    ]
+    cmd = [sys.executable, __file__, "--worker", "--data-dir", args.data_dir,
+           "--batch", str(batch), "--threads", str(threads), "--warmup", str(args.warmup),
+           "--seconds", str(args.seconds), "--lanes-per", str(lanes_per)]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                              env=env) for _ in range(n)]  # fmt: skip
+    procs = [subprocess.Popen([*cmd, "--index", str(i)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+             for i in range(n)]  # fmt: skip
     try:
         for p in procs:
             if p.stdout.readline().strip() != "ready":
@@ -317,7 +313,7 @@ def machine() -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default="/tmp/stories", help="prepared data (built if absent)")
-    ap.add_argument("--batches", default="32,8,4", help="batch sizes (the recipe's is 32)")
+    ap.add_argument("--batches", default="32,4,1", help="batch sizes (the recipe's is 32)")
     ap.add_argument("--lanes", default="2,4,8", help="lane counts and process counts")
     ap.add_argument("--seconds", type=float, default=8.0, help="timed window per measurement")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -326,6 +322,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write the output to this file")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=32, help=argparse.SUPPRESS)
+    ap.add_argument("--lanes-per", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)
@@ -356,38 +354,38 @@ def main() -> None:
     if max(counts) > len(lrs):
         raise SystemExit(f"--lanes: at most {len(lrs)} (the sweep's LR grid)")
 
-    results: dict[tuple[str, int, int], float] = {}
-    for batch in [int(b) for b in args.batches.split(",")]:
-        jobs = [("single", 1, lambda b=batch: timed(
-            Single(cfg, tokens, vocab, b), args.warmup, args.seconds))]  # fmt: skip
-        for n in counts:
-            jobs.append(("lanes", n, lambda b=batch, n=n: timed(
-                Lanes(cfg, tokens, vocab, b, lrs[:n]), args.warmup, args.seconds)))  # fmt: skip
-            jobs.append(("packed", n, lambda b=batch, n=n: packed(args, n, b)))
-        for r in range(args.rounds):  # rounds in alternating order: a load spike hits both kinds
-            for kind, n, run in jobs if r % 2 == 0 else jobs[::-1]:
-                rate = run()
-                results[kind, n, batch] = max(results.get((kind, n, batch), 0.0), rate)
-                print(f"  batch {batch} {kind} {n}: {rate:,.0f} tok/s", flush=True)
+    # (label, models trained, how): lanes in one process, processes of one model, and 2
+    # processes of N/2 lanes each (lanes without intra-op threading: one thread per process)
+    cols = [
+        ("single", 1, lambda b: timed(Single(cfg, tokens, vocab, b), args.warmup, args.seconds))
+    ]
+    for n in counts:
+        cols.append((f"lanes{n}", n, lambda b, n=n: timed(
+            Lanes(cfg, tokens, vocab, b, lrs[:n]), args.warmup, args.seconds)))  # fmt: skip
+        cols.append((f"pack{n}", n, lambda b, n=n: packed(args, n, b)))
+        if n >= 4 and n % 2 == 0 and args.threads >= 2:
+            cols.append((f"2x{n // 2}lanes", n, lambda b, n=n: packed(args, 2, b, n // 2)))
+    batches = [int(b) for b in args.batches.split(",")]
+    results: dict[tuple[str, int], float] = {}
+    for batch in batches:
+        for r in range(args.rounds):  # rounds in alternating order: a load spike hits all kinds
+            for label, _, run in cols if r % 2 == 0 else cols[::-1]:
+                rate = run(batch)
+                results[label, batch] = max(results.get((label, batch), 0.0), rate)
+                print(f"  batch {batch} {label}: {rate:,.0f} tok/s", flush=True)
     say(f"load after: {machine()[1].split('load average:')[-1].strip()} (1, 5, 15 min)")
     say()
-    head = f"{'batch':>5} {'single':>8} " + " ".join(f"{'lanes' + str(n):>8} {'pack' + str(n):>8}"
-                                                   for n in counts)  # fmt: skip
-    say(head + f" {'best lanes / best pack':>24}")
-    for batch in sorted({b for _, _, b in results}, reverse=True):
-        row = [results["single", 1, batch]]
-        for n in counts:
-            row += [results["lanes", n, batch], results["packed", n, batch]]
-        best_lanes = max(results["lanes", n, batch] for n in counts)
-        best_pack = max(
-            [results["single", 1, batch]] + [results["packed", n, batch] for n in counts]
-        )
-        say(
-            f"{batch:>5} "
-            + " ".join(f"{v:>8,.0f}" for v in row)
-            + f" {best_lanes / best_pack:>24.2f}"
-        )
-    say("(best pack includes single, a 1-process packing; lanes N and pack N train N models)")
+    say(f"{'batch':>5} " + " ".join(f"{label:>9}" for label, _, _ in cols)
+        + f" {'lanes/pack':>10}")  # fmt: skip
+    for batch in batches:
+        row = [results[label, batch] for label, _, _ in cols]
+        best_lanes = max(results[lb, batch] for lb, _, _ in cols if "lanes" in lb)
+        best_pack = max(results[lb, batch] for lb, _, _ in cols if "lanes" not in lb)
+        say(f"{batch:>5} " + " ".join(f"{v:>9,.0f}" for v in row)
+            + f" {best_lanes / best_pack:>10.2f}")  # fmt: skip
+    say("tokens/s of all models together; lanesN: N models in one process, all threads; packN: N "
+        "processes of one model, threads split; 2xKlanes: 2 processes of K lanes, 1 thread each; "
+        "lanes/pack: best of any lanes column over best of single and packN")  # fmt: skip
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 
