@@ -80,7 +80,7 @@ class LaneLlama(LeanLlama):
     each step: lanes.load_lanes(policies)                # no grad: for the sampler
                Sampler(lanes).generate(rows of all lanes, lane-major)
                with grad: lanes.load_lanes(policies); logprobs(lanes, ...)  # per-lane gradients
-    `forward`, `hidden` and `decode` use the lanes; `base_hidden` (and a plain `LeanLlama`) the base.
+    `forward`, `hidden` and `decode` use the lanes; `LeanLlama.hidden(lanes, ...)` the base.
     """
 
     def __init__(self, config, *, device=None, dtype: torch.dtype | None = None):
@@ -175,9 +175,10 @@ class LaneLlama(LeanLlama):
             raise ValueError(f"a batch of {B} rows does not split into {self.num_lanes} lanes")
         return B // self.num_lanes
 
-    def base_hidden(self, *args, **kwargs) -> torch.Tensor:
-        """`LeanLlama.hidden` with the base weights (the reference: adapters off)."""
-        return LeanLlama.hidden(self, *args, **kwargs)
+    def prefill_distinct(self, *args, **kwargs):
+        """Refused: sharing a prompt across rows would run it through one lane's adapter only."""
+        raise NotImplementedError("LaneLlama: lanes see a prompt each through their own adapter; "
+                                  "pass share_prompts=False")  # fmt: skip
 
     def prefill_logits(self, ids: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Every row's prompt through its own lane (no sharing: lanes see a prompt differently)."""

@@ -35,7 +35,15 @@ from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.runs import default_run_dir
-from smollab.train import checkpoints, distributed, grpo_accum, grpo_ranks, routing, scaffold
+from smollab.train import (
+    checkpoints,
+    distributed,
+    grpo_accum,
+    grpo_loss,
+    grpo_ranks,
+    routing,
+    scaffold,
+)
 from smollab.train.crash_record import records_failure
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.failure_rules import RLWatch
@@ -127,13 +135,7 @@ def train(cfg: GRPOConfig) -> dict:
     trainable = [p for p in policy.parameters() if p.requires_grad]
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
                            (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
-    loss_options = dict(beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
-                        loss_type=g.loss_type, max_completion_length=g.max_completion_length,
-                        importance_sampling_level=g.importance_sampling_level, delta=g.delta,
-                        sapo_temperature_pos=g.sapo_temperature_pos,
-                        sapo_temperature_neg=g.sapo_temperature_neg, vespo_k_pos=g.vespo_k_pos,
-                        vespo_lambda_pos=g.vespo_lambda_pos, vespo_k_neg=g.vespo_k_neg,
-                        vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
+    loss_options = grpo_loss.options(g)
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
     pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)

@@ -2,7 +2,7 @@
 
 One iteration takes one step of every lane, top to bottom like `train.grpo`: each lane picks its
 prompts (its own seed and step, as a process run would) -> one sampler call decodes every lane's
-completions through `LaneLlama` (each lane's rows through its own merged adapter) -> one reward
+completions through `LaneLlama` (each lane's rows through its own adapter) -> one reward
 call scores them all -> advantages per lane -> one reference pass (the base, adapters off) ->
 one policy forward with grad for all lanes, each lane's GRPO loss on its rows (its own beta, clip
 and loss type), their sum backpropagated (a lane's rows reach only its adapter, so each gradient
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from smollab.config import GRPOConfig
-from smollab.config_load import load_config
+from smollab.config_load import flatten, load_config, to_dict
 from smollab.data.prepare import ensure_prepared
 from smollab.device import peak_memory_mb, release_cache, setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
@@ -41,7 +41,14 @@ from smollab.train import lanes as ln
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.grpo import COLUMNS, REWARD_CHECK, run_dir_for
 from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss
-from smollab.train.lane_inbox import EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED, Inbox, LaneTrial
+from smollab.train.lane_inbox import (
+    EXIT_ENDED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    Inbox,
+    LaneTrial,
+    check_supported,
+)
 from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
@@ -103,12 +110,11 @@ class Shared:
         return r
 
     def evaluate(self, lanes: list[ln.Lane]) -> list[dict[str, Any]]:
-        """Each lane's mean reward and diversity on the held-out prompts, in one sampler call.
-        Every lane draws from the same seed, the first lane's evaluation stream (common random
-        numbers): lanes evaluated together differ by their weights only."""
+        """Each lane's mean reward and diversity on the held-out prompts, in one sampler call,
+        each lane drawing from its own evaluation stream, as its run alone would."""
         n = len(self.eval_prompts)
-        seed = stream_seed(lanes[0].cfg.run.seed, -1, 2)
-        r = self.generate(lanes, self.eval_prompts * len(lanes), [seed] * len(lanes))
+        seeds = [stream_seed(la.cfg.run.seed, -1, 2) for la in lanes]  # as `smollab grpo` draws
+        r = self.generate(lanes, self.eval_prompts * len(lanes), seeds)
         texts = r.completion_texts(self.tokenizer)
         total, _ = self.pool(r.prompt_texts(self.tokenizer), texts, r.completion_rows())
         return [{"reward_mean": float(total[i * n : (i + 1) * n].mean()),
@@ -123,22 +129,22 @@ def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
     summary, in the order they ended."""
     box = Inbox(inbox) if inbox else None
     queue = [(run_dir_for(c).name, c, run_dir_for(c)) for c in cfgs]
-    seen: set[str] = set()
-    if box:
-        queue += _posted(box, seen, threads)
-        while not queue:  # the first trial sets what the lanes share
-            if box.closed():
-                return []
-            time.sleep(IDLE_S)
-            queue += _posted(box, seen, threads)
+    for name, cfg, _ in queue:  # the lanes given: all refused before any work, in one line
+        check_supported(flatten(to_dict(cfg)), name)
+        ln.check_compatible(queue[0][1], cfg, name)
     dirs = [Path(d).resolve() for _, _, d in queue]
     if len(set(dirs)) < len(dirs):
         twice = next(d for d in dirs if dirs.count(d) > 1)
         raise UserError(f"two lanes would write {twice}: give each its own run.dir (or run.seed)")
+    seen: set[str] = set()
+    if box:  # a worker: the first acceptable trial posted sets what the lanes share
+        queue += _posted(box, seen, threads)
+        while not queue:
+            if box.closed():
+                return []
+            time.sleep(IDLE_S)
+            queue += _posted(box, seen, threads)
     first = queue[0][1]
-    for name, cfg, _ in queue:
-        ln.check_supported(cfg, name)
-        ln.check_compatible(first, cfg, name)
     if distributed.setup(torch.device("cpu"))[0].enabled:
         raise UserError("lanes run in one process: start `smollab lanes` without torchrun")
     rt = setup_runtime(first.perf)
@@ -159,8 +165,8 @@ def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
                 if lane is not None:
                     lanes.append(lane)
             for lane in [la for la in lanes if la.due_to_end]:
-                lanes.remove(lane)
                 summaries.append(_end(shared, lane, box))
+                lanes.remove(lane)  # after its run is wrapped up: a failure there is recorded
             if not lanes:
                 if not box or (box.closed() and not queue):
                     break
@@ -195,7 +201,9 @@ def _posted(box: Inbox, seen: set[str], threads: int | None) -> list[tuple[str, 
     for t in box.new_trials(seen):
         seen.add(t.name)
         try:
-            out.append((t.name, _config(t, threads), Path(t.run_dir)))
+            cfg = _config(t, threads)
+            check_supported(flatten(to_dict(cfg)), t.name)
+            out.append((t.name, cfg, Path(t.run_dir)))
         except UserError as e:
             print(f"trial {t.name}: {e}", flush=True)
             box.ended(t.name, EXIT_FAILED)
@@ -215,7 +223,6 @@ def _config(t: LaneTrial, threads: int | None) -> GRPOConfig:
 def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
     """A new lane, or None when its trial could not join (refused, or finished already)."""
     try:
-        ln.check_supported(cfg, name)
         ln.check_compatible(shared.cfg, cfg, name)
         lane = ln.open_lane(name, cfg, shared.base, shared.rt, run_dir)
     except UserError as e:
@@ -229,6 +236,8 @@ def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
         if box:
             box.ended(name, EXIT_ENDED)
         return None
+    if box and (why := box.stop_reason(name)) is not None:  # stopped while it waited
+        lane.ended = ("interrupted", why or "stopped before its first step")
     lane.run.open_metrics(shared.columns,
                           resume_step=lane.step if lane.run.resume_from else None)  # fmt: skip
     lane.run.log(f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
@@ -317,8 +326,7 @@ def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
                    lr=lane.optimizer.param_groups[0]["lr"], loss=losses[i],
                    reward_mean=float(t.mean()), reward_std=float(t.std()),
                    frac_reward_zero_std=frac_reward_zero_std(t, G), kl=stats[i].get("kl", 0.0),
-                   entropy=float(-(r.logprobs[s] * r.completion_mask[s]).sum()
-                                 / r.completion_mask[s].sum().clamp(min=1)),
+                   entropy=float(-(r.logprobs[s] * mask[s]).sum() / mask[s].sum().clamp(min=1)),
                    completion_len=float(r.completion_lengths[s].float().mean()),
                    truncated_frac=float(r.truncated[s].float().mean()),
                    clip_frac=stats[i]["clip_region"], grad_norm=norms[i],

@@ -281,3 +281,14 @@ def grpo_loss(
         if stats["num_tokens"] == 0:
             stats["ratio_min"] = stats["ratio_max"] = 1.0
     return loss, stats
+
+
+def options(g) -> dict:
+    """`grpo_loss`'s keyword arguments from a config's `grpo` section (all but `num_items`)."""
+    return dict(beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
+                loss_type=g.loss_type, max_completion_length=g.max_completion_length,
+                importance_sampling_level=g.importance_sampling_level, delta=g.delta,
+                sapo_temperature_pos=g.sapo_temperature_pos,
+                sapo_temperature_neg=g.sapo_temperature_neg, vespo_k_pos=g.vespo_k_pos,
+                vespo_lambda_pos=g.vespo_lambda_pos, vespo_k_neg=g.vespo_k_neg,
+                vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip

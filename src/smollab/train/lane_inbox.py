@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from smollab.atomic_files import atomic_write_text
+from smollab.errors import UserError
 
 TRIAL, STOP, EXIT, CLOSE, WORKER_LOG = ".trial.json", ".stop", ".exit", "close", "worker.log"
 EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -62,7 +63,7 @@ class Inbox:
     def new_trials(self, seen: set[str]) -> list[LaneTrial]:
         """Trials posted and not in `seen` (their names), oldest first."""
         out = []
-        paths = sorted(self.path.glob(f"*{TRIAL}"), key=lambda p: p.stat().st_mtime_ns)
+        paths = sorted(self.path.glob(f"*{TRIAL}"), key=lambda p: (p.stat().st_mtime_ns, p.name))
         for p in paths:
             name = p.name[: -len(TRIAL)]
             if name not in seen:
@@ -97,3 +98,24 @@ LANE_KEYS = frozenset({
 def may_differ(key: str) -> bool:
     """Whether the dotted config `key` may take a different value in each lane."""
     return key in LANE_KEYS or key.startswith(LANE_SECTIONS)
+
+
+# What lanes cannot do, each with the reason (a key set to any other value is refused). Here,
+# beside the protocol, so that the lab checks a sweep's base before any trial starts without
+# importing torch.
+UNSUPPORTED = {
+    "model.lora.enabled": (True, "lanes stack LoRA adapters on one frozen base"),
+    "model.lora.dropout": (0.0, "the lanes' LoRA path applies no dropout"),
+    "model.load_in": ("none", "the lanes' base runs in full precision"),
+    "grpo.routing.enabled": (False, "gradient routing trains two adapters per run"),
+    "train.grad_accum": (1, "lanes take each step in one pass over all lanes"),
+    "perf.precision": ("fp32", "the lanes' forward runs in float32"),
+    "perf.grad_checkpointing": (False, "the lanes' forward keeps its activations"),
+}
+
+
+def check_supported(flat: dict, name: str) -> None:
+    """Refuse, in one line, a config (flattened dotted keys) that lanes cannot train."""
+    for key, (want, why) in UNSUPPORTED.items():
+        if flat[key] != want:
+            raise UserError(f"lane {name}: {key}={flat[key]} is not supported in lanes ({why})")

@@ -26,20 +26,9 @@ from smollab.device import make_adamw
 from smollab.errors import UserError
 from smollab.models.loading import apply_lora
 from smollab.runs import RunDir
-from smollab.train import checkpoints, scaffold
+from smollab.train import checkpoints, crash_record, grpo_loss, scaffold
 from smollab.train.failure_rules import RLWatch
 from smollab.train.lane_inbox import may_differ
-
-# What lanes cannot do, each with the reason (a key set to any other value is refused).
-UNSUPPORTED = {
-    "model.lora.enabled": (True, "lanes stack LoRA adapters on one frozen base"),
-    "model.lora.dropout": (0.0, "lanes merge each adapter into its weights, which has no dropout"),
-    "model.load_in": ("none", "lanes merge adapters into full-precision weights"),
-    "grpo.routing.enabled": (False, "gradient routing trains two adapters per run"),
-    "train.grad_accum": (1, "lanes take each step in one pass over all lanes"),
-    "perf.precision": ("fp32", "the lanes' forward runs in float32"),
-    "perf.grad_checkpointing": (False, "the lanes' forward keeps its activations"),
-}
 
 
 @dataclass
@@ -68,13 +57,6 @@ class Lane:
                 or bool(tc.max_time) and self.train_seconds >= tc.max_time)  # fmt: skip
 
 
-def check_supported(cfg: GRPOConfig, name: str) -> None:
-    flat = flatten(to_dict(cfg))
-    for key, (want, why) in UNSUPPORTED.items():
-        if flat[key] != want:
-            raise UserError(f"lane {name}: {key}={flat[key]} is not supported in lanes ({why})")
-
-
 def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
     """Refuse a lane whose shared keys differ from the first lane's, naming the first such key."""
     a, b = flatten(to_dict(first)), flatten(to_dict(cfg))
@@ -84,22 +66,13 @@ def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
                             f"{a.get(key)}; lanes share it (one batch through one base model)")  # fmt: skip
 
 
-def loss_options(g) -> dict[str, Any]:
-    return dict(beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
-                loss_type=g.loss_type, max_completion_length=g.max_completion_length,
-                importance_sampling_level=g.importance_sampling_level, delta=g.delta,
-                sapo_temperature_pos=g.sapo_temperature_pos,
-                sapo_temperature_neg=g.sapo_temperature_neg, vespo_k_pos=g.vespo_k_pos,
-                vespo_lambda_pos=g.vespo_lambda_pos, vespo_k_neg=g.vespo_k_neg,
-                vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
-
-
 def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) -> Lane | dict:
     """The lane's policy (the base with its own adapter, seeded by its run.seed), optimizer and
     run directory, resumed from its newest checkpoint. A run that had already finished comes
     back as its summary instead."""
-    torch.manual_seed(cfg.run.seed)
-    policy = apply_lora(copy.deepcopy(base), cfg.model.lora)
+    torch.manual_seed(cfg.run.seed)  # as `smollab grpo` seeds before its adapter's init
+    frozen = {id(t): t for t in (*base.parameters(), *base.buffers())}  # shared, not copied
+    policy = apply_lora(copy.deepcopy(base, memo=frozen), cfg.model.lora)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     oc = cfg.optim
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
@@ -108,8 +81,13 @@ def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) ->
     if finished is not None:
         return finished
     lane = Lane(name, cfg, policy, trainable, optimizer, run, RLWatch(cfg.failure),
-                loss_options(cfg.grpo))  # fmt: skip
-    state = checkpoints.resume(run, policy, optimizer, None, True)
+                grpo_loss.options(cfg.grpo))  # fmt: skip
+    try:  # resume restores the process's RNG too: harmless, every lane draws from its own seeds
+        state = checkpoints.resume(run, policy, optimizer, None, True)
+    except Exception as e:  # recorded, never left running
+        run.update_summary(status="failed", evidence=crash_record.failure_line(e))
+        run.close()
+        raise
     lane.step, lane.history = int(state.get("step", 0)), list(state.get("reward_history", []))
     lane.train_seconds = float(state.get("train_seconds", 0.0))
     lane.watch = RLWatch(cfg.failure, state.get("flags"))

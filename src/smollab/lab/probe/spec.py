@@ -116,6 +116,14 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     if spec.lanes and not cfg.model.lora.enabled:
         raise UserError("probe key lanes: needs model.lora.enabled true in the workload (each lane "
                         "is a LoRA adapter over one shared base)")  # fmt: skip
+    if spec.lanes:
+        from smollab.config_load import to_dict
+        from smollab.train.lane_inbox import check_supported
+
+        try:
+            check_supported(flatten(to_dict(cfg)), "of this probe")
+        except UserError as e:
+            raise UserError(f"probe key lanes: {e}") from None
     if spec.dir is None:
         spec.dir = str(Path("probes") / Path(workload).stem)
     return spec, base_overrides

@@ -258,12 +258,20 @@ def check_spec(spec: SweepSpec) -> None:
 
 
 def check_lora(spec: SweepSpec) -> None:
-    """Every trial's base (and so every lane's) must be LoRA; run after the points validate."""
+    """Every trial's base (and so every lane's) must be a LoRA config lanes can train (the
+    worker's own rules, `lane_inbox.check_supported`); run after the points validate."""
+    from smollab.config_load import flatten, to_dict
     from smollab.lab.sweep.spec import resolve_config
+    from smollab.train.lane_inbox import check_supported
 
-    if not resolve_config(spec, {}, spec.seeds[0]).model.lora.enabled:
+    cfg = resolve_config(spec, {}, spec.seeds[0])
+    if not cfg.model.lora.enabled:
         raise UserError("sweep key executor: lanes needs model.lora.enabled true in the base "
                         "config or overrides (each lane is a LoRA adapter over one shared base)")  # fmt: skip
+    try:
+        check_supported(flatten(to_dict(cfg)), "of this sweep")
+    except UserError as e:
+        raise UserError(f"sweep key executor: lanes: {e}") from None
 
 
 def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
