@@ -79,7 +79,9 @@ def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
         raise UserError("lanes: a worker (--inbox) takes each trial's config from its inbox; give "
                         "CONFIG and overrides with --lane, or neither")  # fmt: skip
     if inbox is not None and not max_lanes:
-        raise UserError("lanes: --max-lanes N is required with --inbox (the lanes it trains at once)")
+        raise UserError(
+            "lanes: --max-lanes N is required with --inbox (the lanes it trains at once)"
+        )
     args = [*args, *([f"perf.threads={threads}"] if threads else [])]
     cfgs = []
     for extra in lanes:
