@@ -364,8 +364,9 @@ def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, o
     logp = logprobs(model, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], temperature,
                     share_prompts=False)  # fmt: skip
     parts = [grpo_loss(logp[s], None if old_logp is None else old_logp[s],
-                       None if ref_logp is None else ref_logp[s], advantages[s], mask[s],
-                       **la.loss_options)
+                       # a lane with beta 0 has no reference, as its run alone (no kl measured)
+                       None if ref_logp is None or not la.loss_options["beta"] else ref_logp[s],
+                       advantages[s], mask[s], **la.loss_options)
              for la, s in zip(lanes, rows, strict=True)]  # fmt: skip
     sum(p[0] for p in parts).backward()
     return [(p[0].item(), p[1]) for p in parts]
