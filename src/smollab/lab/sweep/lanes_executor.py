@@ -13,7 +13,8 @@ What differs from a process, and why:
 - interrupt() posts `<name>.stop`; the worker ends the lane at its next step boundary, as a
   SIGINT ends a child (status interrupted, exit 130).
 - kill() gives the lane up (poll returns -9) without killing the worker, whose other lanes are
-  live trials. A worker all of whose remaining lanes were given up is SIGKILLed: nothing the
+  live trials. The worker still ends that lane at its next step boundary and writes its run
+  directory then (status interrupted); the sweep has recorded its own verdict by then. A worker all of whose remaining lanes were given up is SIGKILLed: nothing the
   sweep follows runs in it, and a wedged worker would hold the CPU and the lanes' slots.
 - A worker that dies ends every lane it had not ended: each one's poll returns the worker's exit
   code (1 for a clean exit that left it open), and its child.log names the worker's last words.
