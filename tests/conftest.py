@@ -19,6 +19,19 @@ if "SMOLLAB_CACHE_DIR" not in os.environ:
 MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]
 
 
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """A test that trains in-process with perf.threads sets torch's thread count for the whole
+    process; later tests compare in-process runs with child processes, whose float reductions
+    depend on it. Each test starts with the count the session started with."""
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="session")
 def micro_data(tmp_path_factory):
     """A prepared data dir: 400 offline stories, a 256-entry WordPiece tokenizer."""

@@ -81,8 +81,9 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run():
     spans = [slice(i * 4, (i + 1) * 4) for i in range(3)]
     got = loss_backward(model, lanes, r, adv, mask, None, ref, spans, 0.9)
     for i, s in enumerate(spans):
+        lone_ref = ref[s] if opts[i]["beta"] else None  # beta 0: no reference, as in grpo
         loss, stats = grpo_accum.loss_backward(alone[i], grpo_accum.rollout_rows(r, s), adv[s],
-                                               mask[s], None, ref[s], [slice(None)],
+                                               mask[s], None, lone_ref, [slice(None)],
                                                temperature=0.9, loss_options=opts[i])  # fmt: skip
         assert got[i][0] == pytest.approx(loss, abs=1e-5)
         assert got[i][1].get("kl", 0.0) == pytest.approx(stats.get("kl", 0.0), abs=1e-6)
