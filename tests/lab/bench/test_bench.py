@@ -158,16 +158,28 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     out = tmp_path / "bench"
     lines = []
     result = bench.run_bench(str(PRETRAIN), [*micro_pretrain, "perf.threads=1"],
-                             knobs=["fused", "grad_accum", "tf32"], steps=4, out=out,
-                             recheck=False, min_speedup=100.0, echo=lines.append)  # fmt: skip
-    assert [r["variant"] for r in result["results"]] == ["baseline", "fused", "grad_accum"]
+                             knobs=["fused", "grad_accum", "tf32", "log_interval", "save_interval"],
+                             steps=6, out=out, recheck=False, min_speedup=100.0,
+                             echo=lines.append)  # fmt: skip
+    assert [r["variant"] for r in result["results"]] == [
+        "baseline", "fused", "grad_accum", "log_interval", "save_interval"]  # fmt: skip
     assert all(r["status"] == "ok" for r in result["results"]), result["results"]
     by = {r["variant"]: r for r in result["results"]}
     assert by["baseline"]["tokens_per_step"] == by["grad_accum"]["tokens_per_step"] == 4 * 32
     cfg = json.loads((out / "grad_accum" / "config.json").read_text())
     assert (cfg["train"]["batch_size"], cfg["train"]["grad_accum"]) == (2, 2)
     base_cfg = json.loads((out / "baseline" / "config.json").read_text())
-    assert base_cfg["perf"]["optimizer_impl"] == "plain" and base_cfg["train"]["max_steps"] == 4
+    assert base_cfg["perf"]["optimizer_impl"] == "plain" and base_cfg["train"]["max_steps"] == 6
+    # the interval knobs' values reach their variants over the workload's and the bench's own
+    train = {v: json.loads((out / v / "config.json").read_text())["train"]
+             for v in ("baseline", "log_interval", "save_interval")}  # fmt: skip
+    assert train["baseline"]["log_interval"] == 1 and train["baseline"]["save_interval"] == 0
+    assert train["log_interval"]["log_interval"] == 10
+    assert train["save_interval"]["save_interval"] == 5
+    assert by["save_interval"]["timing"] == by["log_interval"]["timing"] == "wall"
+    assert by["save_interval"]["wall_step_s"] > 0 and by["baseline"]["wall_step_s"] > 0
+    assert (out / "save_interval" / "checkpoints" / "step_5").is_dir()
+    assert not list(out.glob("baseline/checkpoints/step_*"))
     assert [s["knob"] for s in result["skipped"]] == ["tf32"]  # no CUDA in the test machine
     for name in ("bench.md", "bench.json", "bench.png"):
         assert (out / name).stat().st_size > 0
@@ -221,25 +233,6 @@ def test_wall_timed_knobs_count_what_falls_between_steps():
     assert by["fused"]["speedup"] == pytest.approx(0.5 / 0.4) and "timing" not in by["fused"]
     table = bench_report.table_markdown({"kind": "sft", "results": results})
     assert "| save_interval | - | 0.800 wall |" in table
-
-
-def test_a_real_bench_of_the_interval_knobs(micro_pretrain, tmp_path):
-    """The knobs' values reach the variants over the workload's own and the bench's forced ones."""
-    out = tmp_path / "bench"
-    result = bench.run_bench(str(PRETRAIN), [*micro_pretrain, "perf.threads=1"],
-                             knobs=["log_interval", "save_interval"], steps=6, out=out,
-                             recheck=False, min_speedup=100.0, echo=lambda _: None)  # fmt: skip
-    by = {r["variant"]: r for r in result["results"]}
-    assert all(r["status"] == "ok" for r in result["results"]), result["results"]
-    train = {v: json.loads((out / v / "config.json").read_text())["train"]
-             for v in ("baseline", "log_interval", "save_interval")}  # fmt: skip
-    assert train["baseline"]["log_interval"] == 1 and train["baseline"]["save_interval"] == 0
-    assert train["log_interval"]["log_interval"] == 10
-    assert train["save_interval"]["save_interval"] == 5
-    assert by["save_interval"]["timing"] == by["log_interval"]["timing"] == "wall"
-    assert by["save_interval"]["wall_step_s"] > 0 and by["baseline"]["wall_step_s"] > 0
-    assert (out / "save_interval" / "checkpoints" / "step_5").is_dir()
-    assert not list(out.glob("baseline/checkpoints/step_*"))
 
 
 @pytest.mark.parametrize(
