@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smollab.engine.kv_cache import KVCache
-from smollab.engine.lean_llama import LeanLlama, positions_from_mask
+from smollab.engine.lean_llama import LeanLlama
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["LaneLlama"]
@@ -198,32 +198,12 @@ class LaneLlama(LeanLlama):
         B, T = input_ids.shape
         N, b = self.num_lanes, self._rows(B)
         S = cache_pos + T
-        dev = input_ids.device
-        if position_ids is None:
-            if attention_mask is not None:
-                position_ids = positions_from_mask(attention_mask)[:, -T:]
-            else:
-                position_ids = torch.arange(cache_pos, S, device=dev).expand(B, T)
-        cos, sin = self.rope(position_ids)
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        use_causal = cache_pos == 0 and not padded
+        cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
+                                                  cache_pos)  # fmt: skip
         attn_mask = None
-        if not use_causal:
-            q_slot = torch.arange(cache_pos, S, device=dev)
-            k_slot = torch.arange(S, device=dev)
-            visible = (k_slot[None, :] <= q_slot[:, None]).expand(B, T, S)
-            if padded:
-                visible = visible & attention_mask.bool()[:, None, :]
-                visible = visible | (k_slot[None, :] == q_slot[:, None])
-            attn_mask = torch.zeros(B, 1, T, S, dtype=self.embed.dtype, device=dev)
-            attn_mask.masked_fill_(~visible.unsqueeze(1), float("-inf"))
-        if cache is not None:
-            if cache_pos == 0:
-                cache.mask.zero_()
-            if attention_mask is not None:
-                pad = attention_mask[:, cache_pos:S] == 0
-                cache.mask[:, :, 0, cache_pos:S].masked_fill_(pad[:, None, :], float("-inf"))
+        if visible is not None:
+            attn_mask = torch.zeros(visible.shape, dtype=self.embed.dtype, device=visible.device)
+            attn_mask.masked_fill_(~visible, float("-inf"))
         Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
                              self.hidden_size)  # fmt: skip
         nqk, half = Hq + Hkv, D // 2
@@ -241,7 +221,7 @@ class LaneLlama(LeanLlama):
             else:
                 k, v = qk[:, :, Hq:].transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
             a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=use_causal, enable_gqa=Hkv != Hq
+                q, k, v, attn_mask=attn_mask, is_causal=visible is None, enable_gqa=Hkv != Hq
             )
             x = self._linear(a.transpose(1, 2).reshape(N, b * T, Hq * D), i, 1, x)
             gu = self._linear(self.normalized(x), i, 2)

@@ -283,46 +283,11 @@ class LeanLlama(nn.Module):
         B, T = input_ids.shape
         S = cache_pos + T
         dev = input_ids.device
-        cols = S if cache is not None else T
-        if attention_mask is not None and attention_mask.shape[-1] != cols:
-            raise ValueError(f"attention_mask has {attention_mask.shape[-1]} columns, want {cols}")
-        if position_ids is None:
-            if attention_mask is not None:
-                position_ids = positions_from_mask(attention_mask)[:, -T:]
-            else:
-                position_ids = torch.arange(cache_pos, S, device=dev).expand(B, T)
-        cos, sin = self.rope(position_ids)  # [B, T, D]
-        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # broadcast over heads
-
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        use_causal = cache_pos == 0 and not padded
-        bool_mask = None
-        if not use_causal:
-            # key slot j visible to query i (slot cache_pos + i): j <= cache_pos + i and j is a
-            # token; plus the diagonal, so padding queries are never fully masked (NaN).
-            q_slot = torch.arange(cache_pos, S, device=dev)
-            k_slot = torch.arange(S, device=dev)
-            bool_mask = (k_slot[None, :] <= q_slot[:, None]).expand(B, T, S)
-            if padded:
-                bool_mask = bool_mask & attention_mask.bool()[:, None, :]
-                bool_mask = bool_mask | (k_slot[None, :] == q_slot[:, None])
-            bool_mask = bool_mask.unsqueeze(1)  # [B, 1, T, S]
-
-        Hq, Hkv, D, Im, H = (
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            self.mlp_width,
-            self.hidden_size,
-        )
-        nqk = Hq + Hkv
-        half = D // 2
-        if cache is not None:  # remember which new slots are padding, for decode
-            if cache_pos == 0:
-                cache.mask.zero_()
-            if attention_mask is not None:
-                pad = attention_mask[:, cache_pos:S] == 0
-                cache.mask[:, :, 0, cache_pos:S].masked_fill_(pad[:, None, :], float("-inf"))
+        cos, sin, bool_mask = self.attention_inputs(input_ids, attention_mask, position_ids,
+                                                    cache, cache_pos)  # fmt: skip
+        Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
+                             self.hidden_size)  # fmt: skip
+        nqk, half = Hq + Hkv, D // 2
         fused = not torch.is_autocast_enabled(dev.type)
         x = F.embedding(input_ids, self.embed)  # [B, T, H]
         attn_mask = None
@@ -345,7 +310,7 @@ class LeanLlama(nn.Module):
                 attn_mask = torch.zeros(bool_mask.shape, dtype=q.dtype, device=dev)
                 attn_mask.masked_fill_(~bool_mask, float("-inf"))
             a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=use_causal, enable_gqa=Hkv != Hq
+                q, k, v, attn_mask=attn_mask, is_causal=bool_mask is None, enable_gqa=Hkv != Hq
             )
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             x2 = x.view(B * T, H)
@@ -355,6 +320,46 @@ class LeanLlama(nn.Module):
             x = torch.addmm(x, a, wd_t) if fused else x + a @ wd_t
             x = x.view(B, T, H)
         return self.normalized(x)
+
+    def attention_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                         position_ids: torch.Tensor | None, cache: KVCache | None,
+                         cache_pos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        """What `hidden` needs besides the weights: the rope rows (cos, sin [B, T, 1, D]) and the
+        boolean attention mask [B, 1, T, S] (None: plainly causal); it also records in `cache`
+        which new slots are padding, for decode. Shared with the lanes' forward."""
+        B, T = input_ids.shape
+        S = cache_pos + T
+        dev = input_ids.device
+        cols = S if cache is not None else T
+        if attention_mask is not None and attention_mask.shape[-1] != cols:
+            raise ValueError(f"attention_mask has {attention_mask.shape[-1]} columns, want {cols}")
+        if position_ids is None:
+            if attention_mask is not None:
+                position_ids = positions_from_mask(attention_mask)[:, -T:]
+            else:
+                position_ids = torch.arange(cache_pos, S, device=dev).expand(B, T)
+        cos, sin = self.rope(position_ids)  # [B, T, D]
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)  # broadcast over heads
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        use_causal = cache_pos == 0 and not padded
+        bool_mask = None
+        if not use_causal:
+            # key slot j visible to query i (slot cache_pos + i): j <= cache_pos + i and j is a
+            # token; plus the diagonal, so padding queries are never fully masked (NaN).
+            q_slot = torch.arange(cache_pos, S, device=dev)
+            k_slot = torch.arange(S, device=dev)
+            bool_mask = (k_slot[None, :] <= q_slot[:, None]).expand(B, T, S)
+            if padded:
+                bool_mask = bool_mask & attention_mask.bool()[:, None, :]
+                bool_mask = bool_mask | (k_slot[None, :] == q_slot[:, None])
+            bool_mask = bool_mask.unsqueeze(1)  # [B, 1, T, S]
+        if cache is not None:  # remember which new slots are padding, for decode
+            if cache_pos == 0:
+                cache.mask.zero_()
+            if attention_mask is not None:
+                pad = attention_mask[:, cache_pos:S] == 0
+                cache.mask[:, :, 0, cache_pos:S].masked_fill_(pad[:, None, :], float("-inf"))
+        return cos, sin, bool_mask
 
     def decode(
         self,
