@@ -130,3 +130,37 @@ def test_a_lane_of_nan_logits_draws_in_range_and_leaves_the_others_alone():
         assert ((tok >= 0) & (tok < V)).all() and lp[2:].isnan().all()
         ok = TokenDraw(1.0, 0, 1.0, [torch.Generator().manual_seed(1)] * 2, 4, "cpu")
         assert torch.equal(ok(logits[:, :V])[0][:2], tok[:2])
+
+
+def test_the_lanes_replay_gives_the_computed_forwards_logprobs_and_gradients():
+    """Replayed from the decode record, each lane's log-probs and adapter gradients are those of
+    the computed forward through the lanes (and so of its policy alone)."""
+    from smollab.engine.replay import replay_lanes_logprobs
+
+    policies = lane_policies()
+    lanes = lanes_for(policies)
+    prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
+    N = len(policies)
+    r = Sampler(lanes, eos_token_id=2).generate(prompts * N, 7, temperature=0.8,
+                                                seed=[1, 2, 3], record=True)  # fmt: skip
+    assert r.record is not None
+    weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(4))
+    grads = []
+    for replay in (True, False):
+        for p in policies:
+            p.zero_grad(set_to_none=True)
+        lanes.load_lanes(policies)  # with grad
+        if replay:
+            lp = replay_lanes_logprobs(lanes, r, 0.8)
+        else:
+            lp = logprobs(lanes, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], 0.8,
+                          share_prompts=False)  # fmt: skip
+        real = r.completion_mask.bool()
+        torch.testing.assert_close(lp[real], r.logprobs[real], atol=TOL, rtol=0)
+        (lp * weights * r.completion_mask).sum().backward()
+        grads.append([p.grad.clone() for pol in policies for p in pol.parameters()
+                      if p.requires_grad])  # fmt: skip
+    assert len(grads[0]) == N * 2 * len(TARGETS) * 2
+    for got, want in zip(*grads, strict=True):
+        assert got.abs().sum() > 0
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

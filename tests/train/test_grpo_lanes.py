@@ -17,6 +17,7 @@ from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
+from smollab.runs import LOG
 from smollab.train import grpo_accum
 from smollab.train.grpo_lanes import loss_backward
 from smollab.train.grpo_loss import options as loss_options
@@ -60,6 +61,26 @@ def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
     # a finished lane is found finished when the same command runs again
     again = api.lanes(None, shared_args(micro_grpo), [[f"run.dir={a}", "optim.lr=1e-3"]])
     assert again[0]["status"] == "completed"
+
+
+def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo, tmp_path):
+    """The default replays each batch's first policy forward from the decode record; its first
+    step (same rollouts) has the loss, KL and gradient norm of the computed forward."""
+    lanes = [["optim.lr=1e-3", "grpo.beta=0.1"], ["optim.lr=3e-3", "model.lora.r=2", "run.seed=7"]]
+    first = {}
+    for replay in ("true", "false"):
+        dirs = [tmp_path / f"{replay}{i}" for i in range(len(lanes))]
+        api.lanes(None, [*shared_args(micro_grpo), f"grpo.replay={replay}", "train.max_steps=1",
+                         "train.save_interval=0"],
+                  [[f"run.dir={d}", *extra] for d, extra in zip(dirs, lanes, strict=True)])  # fmt: skip
+        first[replay] = [rows(d)[0] for d in dirs]
+        log = (dirs[0] / LOG).read_text()
+        assert ("policy forward replayed from the decode" in log) == (replay == "true")
+        assert ("policy forward computed (grpo.replay=false)" in log) == (replay == "false")
+    for replayed, computed in zip(first["true"], first["false"], strict=True):
+        assert replayed["reward_mean"] == computed["reward_mean"]
+        for key in ("loss", "kl", "grad_norm"):
+            assert float(replayed[key]) == pytest.approx(float(computed[key]), rel=1e-4, abs=1e-7)
 
 
 def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run():

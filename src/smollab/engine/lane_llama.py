@@ -33,8 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
 from smollab.engine.lean_llama import LeanLlama
+from smollab.engine.replay import RecordedResidual, RecordedRope, RecordedSwiGLU
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["LaneLlama"]
@@ -196,46 +198,88 @@ class LaneLlama(LeanLlama):
         """`LeanLlama.hidden` through the lanes (rows lane-major); differentiable in the lanes'
         weights (no in-place op on a tensor autograd needs)."""
         B, T = input_ids.shape
-        N, b = self.num_lanes, self._rows(B)
-        S = cache_pos + T
         cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
                                                   cache_pos)  # fmt: skip
-        attn_mask = None
-        if visible is not None:
-            attn_mask = torch.zeros(visible.shape, dtype=self.embed.dtype, device=visible.device)
-            attn_mask.masked_fill_(~visible, float("-inf"))
-        Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
-                             self.hidden_size)  # fmt: skip
-        nqk, half = Hq + Hkv, D // 2
-        x = F.embedding(input_ids, self.embed).view(N, b * T, H)
+        x = F.embedding(input_ids, self.embed).view(self.num_lanes, self._rows(B) * T, -1)
+        return self.layers(x, cos, sin, self.additive(visible), cache=cache,
+                           cache_pos=cache_pos)[0]  # fmt: skip
+
+    def additive(self, visible: torch.Tensor | None) -> torch.Tensor | None:
+        """A boolean attention mask as SDPA's additive one (0 or -inf)."""
+        if visible is None:
+            return None
+        mask = torch.zeros(visible.shape, dtype=self.embed.dtype, device=visible.device)
+        return mask.masked_fill_(~visible, float("-inf"))
+
+    def layers(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None,
+        *, cache: KVCache | None = None, cache_pos: int = 0, prefix: list | None = None,
+        record: list | None = None,
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:  # fmt: skip
+        """The decoder layers over lane-major rows x [N, b * T, H] (embedded).
+
+        cos, sin: [B, T, 1, D] rope rows; attn_mask: additive [B, 1, T, S], None for causal.
+        cache: k, v written to slots [cache_pos, S) and attention over [0, S) (no grad).
+        prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots (with grad).
+        record: per layer the decode's recorded (qkv, x_attn, gu, x_mlp) values [N, b * T, n]
+        of these rows: the linears return them and backpropagate as computed (`engine.replay`).
+        Returns (the normalized output [B, T, H], per layer the (k, v) of these T tokens).
+        """
+        B, T = cos.shape[:2]
+        N = x.shape[0]
+        Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width
+        nqk, half, S = Hq + Hkv, D // 2, cache_pos + T
+        if record is not None:  # the recorded RoPE's backward reads rows in the lanes' layout
+            cos_l, sin_l = cos.reshape(N, -1, 1, D), sin.reshape(N, -1, 1, D)
+        kv = []
         for i in range(self.num_layers):
-            qkv = self._linear(self.normalized(x), i, 0).view(B, T, Hq + 2 * Hkv, D)
-            qk = qkv[:, :, :nqk]
-            qk = qk * cos + qk.roll(half, -1) * sin
-            q = qk[:, :, :Hq].transpose(1, 2)
-            if cache is not None:
-                k, v = cache.layers[i]
-                k[:, :, cache_pos:S].copy_(qk[:, :, Hq:].transpose(1, 2))
-                v[:, :, cache_pos:S].copy_(qkv[:, :, nqk:].transpose(1, 2))
-                k, v = k[:, :, :S], v[:, :, :S]
+            got = None if record is None else record[i]
+            if got is None:
+                qkv = self._linear(self.normalized(x), i, 0).view(B, T, Hq + 2 * Hkv, D)
+                qk = qkv[:, :, :nqk]
+                qk = qk * cos + qk.roll(half, -1) * sin
             else:
-                k, v = qk[:, :, Hq:].transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
+                qkv = RecordedRope.apply(self.normalized(x), got[0], cos_l, sin_l, nqk * D,
+                                          *self._weights(i, 0)).view(B, T, Hq + 2 * Hkv, D)  # fmt: skip
+                qk = qkv[:, :, :nqk]
+            q = qk[:, :, :Hq].transpose(1, 2)
+            k, v = qk[:, :, Hq:].transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
+            kv.append((k, v))
+            if cache is not None:
+                ck, cv = cache.layers[i]
+                ck[:, :, cache_pos:S].copy_(k)
+                cv[:, :, cache_pos:S].copy_(v)
+                k, v = ck[:, :, :S], cv[:, :, :S]
+            elif prefix is not None:
+                k, v = torch.cat([prefix[i][0], k], 2), torch.cat([prefix[i][1], v], 2)
             a = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, is_causal=visible is None, enable_gqa=Hkv != Hq
+                q, k, v, attn_mask=attn_mask, is_causal=attn_mask is None, enable_gqa=Hkv != Hq
             )
-            x = self._linear(a.transpose(1, 2).reshape(N, b * T, Hq * D), i, 1, x)
-            gu = self._linear(self.normalized(x), i, 2)
-            x = self._linear(F.silu(gu[..., :Im]) * gu[..., Im:], i, 3, x)
-        return self.normalized(x).view(B, T, H)
+            a = a.transpose(1, 2).reshape(N, -1, Hq * D)
+            if got is None:
+                x = self._linear(a, i, 1, x)
+                gu = self._linear(self.normalized(x), i, 2)
+                x = self._linear(F.silu(gu[..., :Im]) * gu[..., Im:], i, 3, x)
+            else:
+                x = RecordedResidual.apply(a, got[1], x, *self._weights(i, 1))
+                act = RecordedSwiGLU.apply(self.normalized(x), got[2], Im, *self._weights(i, 2))
+                x = RecordedResidual.apply(act, got[3], x, *self._weights(i, 3))
+        return self.normalized(x).view(B, T, -1), kv
+
+    def _weights(self, i: int, k: int) -> tuple[torch.Tensor, ...]:
+        """Fused weight k of layer i as the recorded linears take it: (base [out, in],) plus
+        the lanes' (A.T, B.T) when they adapt it."""
+        base = (self.wqkv, self.wo, self.wgu, self.wd)[k][i]
+        lane = self._lane_layers[i][k]
+        return (base,) if lane is None else (base, *lane)
 
     @torch.no_grad()
     def decode(
         self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
-        slot: int, record=None, step: int = 0,
+        slot: int, record: DecodeRecord | None = None, step: int = 0,
     ) -> torch.Tensor:  # fmt: skip
-        """`LeanLlama.decode` through the lanes: one batched matmul per weight for all lanes."""
-        if record is not None:
-            raise ValueError("LaneLlama.decode: no decode record (lanes compute their forward)")
+        """`LeanLlama.decode` through the lanes: one batched matmul per weight for all lanes;
+        with a `record`, its matmul outputs written to the record's column `step`."""
         B = tokens.shape[0]
         N, b = self.num_lanes, self._rows(B)
         Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
@@ -243,9 +287,11 @@ class LaneLlama(LeanLlama):
         nqk, G, half, cur = Hq + Hkv, Hq // Hkv, D // 2, slot + 1
         scale = D**-0.5
         mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
+        outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = F.embedding(tokens, self.embed).view(N, b, H)
-        for i, (k, v) in enumerate(cache.layers):
-            qkv = self._linear(self.normalized(x), i, 0).view(B, Hq + 2 * Hkv, D)
+        for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(zip(cache.layers, outs,
+                                                                       strict=True)):  # fmt: skip
+            qkv = self._linear_into(self.normalized(x), i, 0, o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos).addcmul_(rot, sin)
@@ -256,7 +302,20 @@ class LaneLlama(LeanLlama):
             vc = v[:, :, :cur].view(B * Hkv, cur, D)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(N, b, Hq * D)
-            x = self._linear(a, i, 1, x)
-            gu = self._linear(self.normalized(x), i, 2)
-            x = self._linear(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, x)
+            x = self._linear_into(a, i, 1, o_attn, x)
+            gu = self._linear_into(self.normalized(x), i, 2, o_gu)
+            x = self._linear_into(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, o_mlp, x)
         return F.linear(self.normalized(x).view(B, H), self.lm_head)
+
+    def _linear_into(self, x, i: int, k: int, out: torch.Tensor | None, residual=None):
+        """`_linear` for the decode (no grad): the lanes' update added in place, the result in
+        `out` ([rows, width], a decode record's slice) when given."""
+        w_t = self._layers[i][k]
+        x2 = x.reshape(-1, x.shape[-1])
+        if residual is None:
+            y = torch.mm(x2, w_t, out=out)
+        else:
+            y = torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t, out=out)
+        y = y.view(x.shape[0], x.shape[1], -1)
+        lane = self._lane_layers[i][k]
+        return y if lane is None else y.baddbmm_(torch.bmm(x, lane[0]), lane[1])

@@ -25,7 +25,7 @@ from smollab.engine.rollout import Rollout, distinct_prompts
 from smollab.engine.token_logprobs import checkpointing, selected_logprobs
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
-__all__ = ["RECORD_BUDGET_ELEMS", "replay_logprobs", "replay_unsupported"]
+__all__ = ["RECORD_BUDGET_ELEMS", "replay_lanes_logprobs", "replay_logprobs", "replay_unsupported"]
 
 RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32: beyond it the forward is computed, not replayed
 
@@ -47,46 +47,66 @@ def replay_unsupported(model: nn.Module) -> str | None:
     return None
 
 
-def _linear_grads(ctx, g, x, weight):
-    """The gradients of x @ weight.T for the upstream gradient g, as far as they are needed."""
+def _linear_grads(ctx, g, x, ws, first: int):
+    """The gradients, as far as they are needed, of the linear `ws` applied to x, for the
+    upstream gradient g: dx, then one per weight.
+
+    ws: (weight [out, in],), a dense x @ weight.T; or (weight, a_t [N, in, R], b_t [N, R, out]),
+    lanes (`LaneLlama`): N lanes' rows x [N, rows, in] through a shared weight plus each lane's
+    low-rank update (x @ a_t @ b_t), whose factors get their gradients without a [out, in] one.
+    first: the position of ws[0] among the Function's inputs (for `needs_input_grad`).
+    """
+    need = ctx.needs_input_grad
+    weight = ws[0]
     g2 = g.reshape(-1, g.shape[-1])
-    dx = (g2 @ weight).view(x.shape) if ctx.needs_input_grad[0] else None
-    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if ctx.needs_input_grad[1] else None
-    return dx, dw
+    dx = (g2 @ weight).view(x.shape) if need[0] else None
+    dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need[first] else None
+    if len(ws) == 1:
+        return dx, dw
+    a_t, b_t = ws[1], ws[2]
+    gb = torch.bmm(g, b_t.transpose(1, 2))  # [N, rows, R]
+    if dx is not None:
+        dx.baddbmm_(gb, a_t.transpose(1, 2))
+    da = torch.bmm(x.transpose(1, 2), gb) if need[first + 1] else None
+    db = torch.bmm(torch.bmm(x, a_t).transpose(1, 2), g) if need[first + 2] else None
+    return dx, dw, da, db
 
 
-class _RecordedResidual(torch.autograd.Function):
-    """residual + x @ weight.T, whose value the decode recorded (the residual stream after a
-    block): the forward returns the record, the backward is the linear's and the sum's."""
+class RecordedResidual(torch.autograd.Function):
+    """residual + linear(x), whose value the decode recorded (the residual stream after a
+    block): the forward returns the record, the backward is the linear's and the sum's.
+    ws: the linear's weights (see `_linear_grads`)."""
 
     @staticmethod
-    def forward(ctx, x, weight, value, residual):
-        ctx.save_for_backward(x, weight)
+    def forward(ctx, x, value, residual, *ws):
+        ctx.save_for_backward(x, *ws)
         return value  # autograd hands out a view: the record's memory, no copy
 
     @staticmethod
     def backward(ctx, g):
-        x, weight = ctx.saved_tensors
-        return *_linear_grads(ctx, g, x, weight), None, g
+        x, *ws = ctx.saved_tensors
+        dx, *dws = _linear_grads(ctx, g, x, ws, 3)
+        return dx, None, g, *dws
 
 
-class _RecordedRope(torch.autograd.Function):
-    """RoPE(x @ weight.T) on the first `n_rot` columns (q, k), whose value the decode recorded."""
+class RecordedRope(torch.autograd.Function):
+    """RoPE(linear(x)) on the first `n_rot` columns (q, k), whose value the decode recorded."""
 
     @staticmethod
-    def forward(ctx, x, weight, value, cos, sin, n_rot: int):
-        ctx.save_for_backward(x, weight, cos, sin)
+    def forward(ctx, x, value, cos, sin, n_rot: int, *ws):
+        ctx.save_for_backward(x, cos, sin, *ws)
         ctx.n_rot = n_rot
         return value
 
     @staticmethod
     def backward(ctx, g):
-        x, weight, cos, sin = ctx.saved_tensors
+        x, cos, sin, *ws = ctx.saved_tensors
         g = g.clone()
         B, T, D = g.shape[0], g.shape[1], cos.shape[-1]
         gr = g[..., : ctx.n_rot].view(B, T, -1, D)  # y = x cos + roll(x, D/2) sin, so
         gr.copy_(gr * cos + (gr * sin).roll(D // 2, -1))  # dx = g cos + roll(g sin, D/2)
-        return *_linear_grads(ctx, g, x, weight), None, None, None, None
+        dx, *dws = _linear_grads(ctx, g, x, ws, 5)
+        return dx, None, None, None, None, *dws
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -109,33 +129,37 @@ class _RMSNorm(torch.autograd.Function):
         return dx, dw, None
 
 
-class _RecordedSwiGLU(torch.autograd.Function):
-    """silu(g) * u for [g | u] = x @ weight.T (`width` columns each), whose value the decode
-    recorded. The backward keeps dg and du apart (two matmul pairs, the same work as one):
+class RecordedSwiGLU(torch.autograd.Function):
+    """silu(g) * u for [g | u] = linear(x) (`width` columns each), whose value the decode
+    recorded. The dense backward keeps dg and du apart (two matmul pairs, the same work as one):
     autograd's split of the product would concatenate them into a new [tokens, 2 width]."""
 
     @staticmethod
-    def forward(ctx, x, weight, value, width: int):
+    def forward(ctx, x, value, width: int, *ws):
         g, u = value[..., :width], value[..., width:]
         sg = F.silu(g)
-        ctx.save_for_backward(x, weight, g, u, sg)
+        ctx.save_for_backward(x, g, u, sg, *ws)
         return sg * u
 
     @staticmethod
     def backward(ctx, da):
-        x, weight, g, u, sg = ctx.saved_tensors
-        width = g.shape[-1]
-        dg = torch.ops.aten.silu_backward(da * u, g).reshape(-1, width)
-        du = (da * sg).reshape(-1, width)
+        x, g, u, sg, *ws = ctx.saved_tensors
+        dg = torch.ops.aten.silu_backward(da * u, g)
+        du = da * sg
+        if len(ws) > 1:  # lanes: their low-rank factors take the fused gradient
+            dx, *dws = _linear_grads(ctx, torch.cat([dg, du], -1), x, ws, 3)
+            return dx, None, None, *dws
+        width, weight = g.shape[-1], ws[0]
+        dg, du = dg.reshape(-1, width), du.reshape(-1, width)
         wg, wu = weight[:width], weight[width:]
         dx = torch.addmm(dg @ wg, du, wu).view(x.shape) if ctx.needs_input_grad[0] else None
         dw = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[3]:
             x2 = x.reshape(-1, x.shape[-1])
             dw = torch.empty_like(weight)
             torch.mm(dg.t(), x2, out=dw[:width])
             torch.mm(du.t(), x2, out=dw[width:])
-        return dx, dw, None, None
+        return dx, None, None, dw
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -193,7 +217,7 @@ def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
             qkv = F.linear(n1, wqkv).view(B, T, Hq + 2 * Hkv, D)
             qkv = torch.cat([_rope(qkv[:, :, : Hq + Hkv], cos, sin), qkv[:, :, Hq + Hkv :]], 2)
         else:
-            qkv = _RecordedRope.apply(n1, wqkv, got[0], cos, sin, (Hq + Hkv) * D)
+            qkv = RecordedRope.apply(n1, got[0], cos, sin, (Hq + Hkv) * D, wqkv)
             qkv = qkv.view(B, T, Hq + 2 * Hkv, D)
         q, k, v = (t.transpose(1, 2) for t in qkv.split([Hq, Hkv, Hkv], 2))
         kv_out.append((k, v))
@@ -201,14 +225,14 @@ def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
             k, v = torch.cat([prefix[i][0], k], 2), torch.cat([prefix[i][1], v], 2)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_slots, enable_gqa=Hkv != Hq)
         a = a.transpose(1, 2).reshape(B, T, Hq * D)
-        x = x + F.linear(a, wo) if rec is None else _RecordedResidual.apply(a, wo, got[1], x)
+        x = x + F.linear(a, wo) if rec is None else RecordedResidual.apply(a, got[1], x, wo)
         n2 = _RMSNorm.apply(x, ln2, eps)
         if rec is None:
             g, u = F.linear(n2, wgu).split(width, -1)
             act = F.silu(g) * u  # zero in the padded columns
         else:
-            act = _RecordedSwiGLU.apply(n2, wgu, got[2], width)
-        x = x + F.linear(act, wd) if rec is None else _RecordedResidual.apply(act, wd, got[3], x)
+            act = RecordedSwiGLU.apply(n2, got[2], width, wgu)
+        x = x + F.linear(act, wd) if rec is None else RecordedResidual.apply(act, got[3], x, wd)
     return _RMSNorm.apply(x, effective_weight(hf.model.norm), eps), kv_out
 
 
@@ -252,4 +276,47 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
     # step-major, as the draws were recorded: the probabilities are read in place
     out = selected_logprobs(h.transpose(0, 1), head, rollout.completion_ids.t(), temperature,
                             probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip
+    return out.t()
+
+
+def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
+    """`replay_logprobs` for a `LaneLlama`: per-token log-probs [B, L] of the lanes' rollout
+    (rows lane-major), with grad into each lane's factors (`load_lanes` under grad).
+
+    The rollout was sampled with `record=True` by these lanes with their present weights. Each
+    row's prompt runs computed through its own lane (lanes see a prompt differently), then the
+    completions are replayed: every linear returns the decode's value and backpropagates as the
+    shared base plus the lane's low-rank update.
+    """
+    rec = rollout.record
+    if rec is None:
+        raise ValueError("replay_lanes_logprobs needs a rollout sampled with record=True")
+    P, L = rollout.prompt_ids.shape[1], rollout.completion_ids.shape[1]
+    Tc = L - 1
+    if Tc > rec.steps:
+        raise ValueError(f"the record holds {rec.steps} decode steps, the rollout needs {Tc}")
+    N = lanes.num_lanes
+    dev = rollout.prompt_ids.device
+    mask = rollout.attention_mask
+
+    # 1. the prompts, computed, their keys and values kept for the completions
+    ids, p_mask = rollout.prompt_ids, rollout.prompt_mask
+    cos, sin, visible = lanes.attention_inputs(ids, p_mask, None, None, 0)
+    x = F.embedding(ids, lanes.embed).view(N, -1, lanes.hidden_size)
+    h, kv = lanes.layers(x, cos, sin, lanes.additive(visible))
+    h = h[:, -1:]
+
+    # 2. the completions, replayed: the records read lane-major, [T, B, n] -> [N, b * T, n]
+    if Tc > 0:
+        pos = positions_from_mask(mask)[:, P : P + Tc]
+        cos, sin = (t.unsqueeze(2) for t in lanes.rope(pos))
+        vis = _visible(torch.arange(P, P + Tc, device=dev), torch.arange(P + Tc, device=dev),
+                       mask[:, : P + Tc])  # fmt: skip
+        record = [[t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1]) for t in
+                   (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)]  # fmt: skip
+        x = F.embedding(rollout.completion_ids[:, :Tc], lanes.embed).view(N, -1, lanes.hidden_size)
+        h_comp, _ = lanes.layers(x, cos, sin, lanes.additive(vis), prefix=kv, record=record)
+        h = torch.cat([h, h_comp], 1)
+    out = selected_logprobs(h.transpose(0, 1), lanes.lm_head, rollout.completion_ids.t(),
+                            temperature, probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip
     return out.t()

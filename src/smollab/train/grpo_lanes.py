@@ -10,8 +10,9 @@ is its own) -> per lane: clip, AdamW step with its own LR schedule, metrics row,
 failure rules, checkpoint. A lane that ends (its budget, a failure rule, a stop request) leaves
 the batch; the others go on, and in worker mode (`inbox`) the next posted trial takes its place.
 
-Each lane writes its own run directory, as `smollab grpo` does (train/lanes.py). The decode record
-replay of `smollab grpo` is not used: lanes compute the policy forward.
+Each lane writes its own run directory, as `smollab grpo` does (train/lanes.py). As there, the
+first policy forward of a batch replays the sampler's decode (`replay_lanes_logprobs`) instead of
+recomputing it, unless `grpo.replay=false` or the record would not fit the budget.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from smollab.config_load import flatten, load_config, to_dict
 from smollab.data.prepare import ensure_prepared
 from smollab.device import peak_memory_mb, release_cache, setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
+from smollab.engine.policy import replay_blocker
 from smollab.engine.reference import build_reference
+from smollab.engine.replay import replay_lanes_logprobs
 from smollab.engine.sampler import Sampler
 from smollab.engine.token_logprobs import logprobs
 from smollab.errors import RunFailed, UserError
@@ -85,6 +88,10 @@ class Shared:
         eos = self.tokenizer.eos_token_id
         self.sampler = Sampler(self.lanes, eos_token_id=eos, pad_token_id=eos)
         self.reference = build_reference(self.base, True, g.ref_on_cpu)
+        # each lane's share of the decode record within the budget its run alone would have
+        self.no_replay = replay_blocker(self.base, self.sampler, enabled=g.replay, autocast=False,
+                                        batch_size=cfg.train.batch_size,
+                                        max_new_tokens=g.max_completion_length)  # fmt: skip
         self.pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
         try:  # the rewards, tried on a few base-model completions before anything is written
             r = Sampler(self.base, eos_token_id=eos, pad_token_id=eos).generate(
@@ -98,14 +105,15 @@ class Shared:
         cols = [f"reward/{r.key}" for r in self.rewards] if len(self.rewards) > 1 else []
         self.columns = COLUMNS + cols
 
-    def generate(self, lanes: list[ln.Lane], prompts: list[list[int]], seeds: list[int]):
+    def generate(self, lanes: list[ln.Lane], prompts: list[list[int]], seeds: list[int],
+                 record: bool = False):  # fmt: skip
         """Completions of `prompts` (lane-major) through the lanes' adapters, each lane's rows
-        drawn from a generator of its own seed."""
+        drawn from a generator of its own seed (`record`: keep the decode for the replay)."""
         g = self.cfg.grpo
         with torch.no_grad():
             self.lanes.load_lanes([lane.policy for lane in lanes])
         r = self.sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                                  top_p=g.top_p, top_k=g.top_k, seed=seeds)  # fmt: skip
+                                  top_p=g.top_p, top_k=g.top_k, seed=seeds, record=record)  # fmt: skip
         release_cache(self.rt.device)
         return r
 
@@ -240,9 +248,9 @@ def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
         lane.ended = ("interrupted", why or "stopped before its first step")
     lane.run.open_metrics(shared.columns,
                           resume_step=lane.step if lane.run.resume_from else None)  # fmt: skip
+    forward = f"computed ({shared.no_replay})" if shared.no_replay else "replayed from the decode"
     lane.run.log(f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
-                 f"LoRA r{cfg.model.lora.r}; policy forward computed (lanes do not replay the "
-                 f"decode); sampler lanes", echo=True)  # fmt: skip
+                 f"LoRA r{cfg.model.lora.r}; policy forward {forward}; sampler lanes", echo=True)  # fmt: skip
     lane.run.update_summary(status="running", device=str(shared.rt.device), sampler="lanes",
                             world_size=1, params_trainable=sum(p.numel() for p in lane.trainable))  # fmt: skip
     return lane
@@ -278,7 +286,7 @@ def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
         pick = torch.randint(len(shared.train_prompts), (B // G,), generator=picker)
         prompts += [shared.train_prompts[i] for i in pick.tolist() for _ in range(G)]
     seeds = [stream_seed(la.cfg.run.seed, la.step, 1) for la in lanes]  # as `smollab grpo` draws
-    r = shared.generate(lanes, prompts, seeds)
+    r = shared.generate(lanes, prompts, seeds, record=shared.no_replay is None)
     t_gen = time.perf_counter()
 
     # 2. rewards in one call, advantages per lane
@@ -361,8 +369,12 @@ def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, o
     lanes; their sum backpropagated, so each adapter's `.grad` is its own loss's gradient.
     Returns (loss, stats) per lane."""
     model.load_lanes([la.policy for la in lanes])
-    logp = logprobs(model, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], temperature,
-                    share_prompts=False)  # fmt: skip
+    if r.record is not None:  # sampled by these very weights: the forward is the decode's
+        logp = replay_lanes_logprobs(model, r, temperature)
+        r.record = None  # the graph keeps what the backward needs
+    else:
+        logp = logprobs(model, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], temperature,
+                        share_prompts=False)  # fmt: skip
     parts = [grpo_loss(logp[s], None if old_logp is None else old_logp[s],
                        # a lane with beta 0 has no reference, as its run alone (no kl measured)
                        None if ref_logp is None or not la.loss_options["beta"] else ref_logp[s],
