@@ -139,10 +139,11 @@ def test_the_lanes_replay_gives_the_computed_forwards_logprobs_and_gradients():
 
     policies = lane_policies()
     lanes = lanes_for(policies)
-    prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
+    a, b, c = [5, 6, 7], [9, 10], [11, 12, 13, 14]
+    prompts = [a, a, b, a, b, c, c, c, c]  # lanes repeat prompts differently (shared per lane)
     N = len(policies)
-    r = Sampler(lanes, eos_token_id=2).generate(prompts * N, 7, temperature=0.8,
-                                                seed=[1, 2, 3], record=True)  # fmt: skip
+    r = Sampler(lanes, eos_token_id=2).generate(prompts, 7, temperature=0.8, seed=[1, 2, 3],
+                                                record=True)  # fmt: skip
     assert r.record is not None
     weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(4))
     grads = []

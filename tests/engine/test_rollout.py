@@ -29,3 +29,17 @@ def test_texts_decode_the_trimmed_rows():
     r = _rollout()
     assert r.prompt_texts(_Tok()) == ["1 5", "1 6 7 8"]
     assert r.completion_texts(_Tok()) == ["9 2", "10 11 12"]
+
+
+def test_distinct_prompts_per_lane_split_into_the_lanes():
+    """With lanes, a prompt repeated across lanes is kept once per lane, every lane gets as many
+    rows (the short ones repeat their last), and each row maps into its own lane's block."""
+    from smollab.engine.rollout import distinct_prompts
+
+    a, b, c = [1, 2, 3], [0, 4, 5], [6, 7, 8]
+    ids = torch.tensor([a, a, b, c, c, c])  # lane 0: a a b, lane 1: c c c
+    mask = (ids != 0).long()
+    u_ids, u_mask, rows = distinct_prompts(ids, mask, lanes=2)
+    assert u_ids.shape[0] == 4 and u_mask.shape == u_ids.shape  # 2 per lane
+    assert torch.equal(u_ids[rows], ids) and torch.equal(u_mask[rows], mask)
+    assert rows[:3].lt(2).all() and rows[3:].ge(2).all()

@@ -37,6 +37,7 @@ from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
 from smollab.engine.lean_llama import LeanLlama
 from smollab.engine.replay import RecordedResidual, RecordedRope, RecordedSwiGLU
+from smollab.engine.rollout import distinct_prompts
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["LaneLlama"]
@@ -178,13 +179,17 @@ class LaneLlama(LeanLlama):
         return B // self.num_lanes
 
     def prefill_distinct(self, *args, **kwargs):
-        """Refused: sharing a prompt across rows would run it through one lane's adapter only."""
+        """Refused: a prompt shared across lanes would run through one lane's adapter only (the
+        lanes share prompts within each lane: `prefill_logits`)."""
         raise NotImplementedError("LaneLlama: lanes see a prompt each through their own adapter; "
                                   "pass share_prompts=False")  # fmt: skip
 
     def prefill_logits(self, ids: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Every row's prompt through its own lane (no sharing: lanes see a prompt differently)."""
-        return self(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
+        """`LeanLlama.prefill_logits` with each distinct prompt run once per lane (its rows see
+        it through their lane's adapter)."""
+        u_ids, u_mask, rows = distinct_prompts(ids, mask, lanes=self.num_lanes)
+        h = LeanLlama.prefill_distinct(self, u_ids, u_mask, rows, cache)[:, -1]
+        return F.linear(h, self.lm_head)[rows]
 
     # ------------------------------------------------------------------ forward
     def hidden(

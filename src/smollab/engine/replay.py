@@ -284,9 +284,9 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
     (rows lane-major), with grad into each lane's factors (`load_lanes` under grad).
 
     The rollout was sampled with `record=True` by these lanes with their present weights. Each
-    row's prompt runs computed through its own lane (lanes see a prompt differently), then the
-    completions are replayed: every linear returns the decode's value and backpropagates as the
-    shared base plus the lane's low-rank update.
+    lane's distinct prompts run computed through its adapter (lanes see a prompt differently),
+    then the completions are replayed: every linear returns the decode's value and backpropagates
+    as the shared base plus the lane's low-rank update.
     """
     rec = rollout.record
     if rec is None:
@@ -299,12 +299,12 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
     dev = rollout.prompt_ids.device
     mask = rollout.attention_mask
 
-    # 1. the prompts, computed, their keys and values kept for the completions
-    ids, p_mask = rollout.prompt_ids, rollout.prompt_mask
+    # 1. each lane's distinct prompts once, computed, their keys and values kept for the rows
+    ids, p_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask, lanes=N)
     cos, sin, visible = lanes.attention_inputs(ids, p_mask, None, None, 0)
     x = F.embedding(ids, lanes.embed).view(N, -1, lanes.hidden_size)
     h, kv = lanes.layers(x, cos, sin, lanes.additive(visible))
-    h = h[:, -1:]
+    h = h[rows, -1:]
 
     # 2. the completions, replayed: the records read lane-major, [T, B, n] -> [N, b * T, n]
     if Tc > 0:
@@ -315,7 +315,8 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
         record = [[t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1]) for t in
                    (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)]  # fmt: skip
         x = F.embedding(rollout.completion_ids[:, :Tc], lanes.embed).view(N, -1, lanes.hidden_size)
-        h_comp, _ = lanes.layers(x, cos, sin, lanes.additive(vis), prefix=kv, record=record)
+        prefix = [(k[rows], v[rows]) for k, v in kv]
+        h_comp, _ = lanes.layers(x, cos, sin, lanes.additive(vis), prefix=prefix, record=record)
         h = torch.cat([h, h_comp], 1)
     out = selected_logprobs(h.transpose(0, 1), lanes.lm_head, rollout.completion_ids.t(),
                             temperature, probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip

@@ -76,13 +76,28 @@ def left_pad(
 
 
 def distinct_prompts(
-    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, lanes: int = 1
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(distinct prompt rows [U, P], their masks [U, P], row -> distinct index [B]).
 
     A GRPO batch holds `num_generations` completions of each prompt: the sampler's prefill and
     the log-prob forwards run each distinct prompt once and share its keys and values.
+    lanes: rows are `lanes` equal blocks (`LaneLlama`'s lanes), each sees a prompt its own way:
+    the prompts are distinct within each block, as many per block (a block with fewer repeats
+    its last), so the distinct rows split into the same lanes.
     """
+    if lanes > 1:
+        b = prompt_ids.shape[0] // lanes
+        blocks = [distinct_prompts(prompt_ids[s : s + b], prompt_mask[s : s + b])
+                  for s in range(0, lanes * b, b)]  # fmt: skip
+        U = max(u.shape[0] for u, _, _ in blocks)
+
+        def padded(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t, t[-1:].expand(U - t.shape[0], -1)])
+
+        return (torch.cat([padded(u) for u, _, _ in blocks]),
+                torch.cat([padded(m) for _, m, _ in blocks]),
+                torch.cat([rows + i * U for i, (_, _, rows) in enumerate(blocks)]))  # fmt: skip
     key = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
     P = prompt_ids.shape[1]
