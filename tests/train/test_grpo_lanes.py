@@ -125,13 +125,18 @@ def test_a_diverging_lane_ends_alone_and_the_others_are_unaffected(micro_grpo, t
     args = shared_args(micro_grpo)
     api.lanes(None, args, [[f"run.dir={tmp_path / 'solo'}", "optim.lr=1e-3"]])
     summaries = api.lanes(None, args, [[f"run.dir={tmp_path / 'calm'}", "optim.lr=1e-3"],
-                                       [f"run.dir={tmp_path / 'wild'}", "optim.lr=30"]])  # fmt: skip
+                                       [f"run.dir={tmp_path / 'wild'}", "optim.lr=30",
+                                        "grpo.beta=0"]])  # fmt: skip
     wild = json.loads((tmp_path / "wild/summary.json").read_text())
     calm = json.loads((tmp_path / "calm/summary.json").read_text())
     assert wild["status"] == "diverged" and wild["steps"] < 6 and wild["evidence"]
     assert calm["status"] == "completed" and calm["steps"] == 6
     solo = rows(tmp_path / "solo")  # the calm lane trains as it would alone
-    assert [x["reward_mean"] for x in rows(tmp_path / "calm")] == [x["reward_mean"] for x in solo]
+    calm_rows = rows(tmp_path / "calm")
+    assert [x["reward_mean"] for x in calm_rows] == [x["reward_mean"] for x in solo]
+    # the reference ran on the calm lane's rows alone while the wild one (beta 0) was there
+    assert [float(x["kl"]) for x in calm_rows] == pytest.approx([float(x["kl"]) for x in solo],
+                                                                rel=1e-4)  # fmt: skip
     assert sorted(s["status"] for s in summaries) == ["completed", "diverged"]
 
 

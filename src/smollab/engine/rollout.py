@@ -7,7 +7,7 @@ loops that score it; its helpers are the one place that trims padding and decode
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -38,6 +38,10 @@ class Rollout:
     @property
     def completion_lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(1)
+
+    def select(self, rows: torch.Tensor) -> Rollout:
+        """The rollout of these rows (without the decode record, which holds the whole batch)."""
+        return Rollout(*(getattr(self, f.name)[rows] for f in fields(self) if f.name != "record"))
 
     def completion_rows(self) -> list[list[int]]:
         """Each completion's tokens up to and including its EOS (what rewards and texts read)."""

@@ -2,13 +2,14 @@
 
 One iteration takes one step of every lane, top to bottom like `train.grpo`: each lane picks its
 prompts (its own seed and step, as a process run would) -> one sampler call decodes every lane's
-completions through `LaneLlama` (each lane's rows through its own adapter) -> one reward
-call scores them all -> advantages per lane -> one reference pass (the base, adapters off) ->
-one policy forward with grad for all lanes, each lane's GRPO loss on its rows (its own beta, clip
-and loss type), their sum backpropagated (a lane's rows reach only its adapter, so each gradient
-is its own) -> per lane: clip, AdamW step with its own LR schedule, metrics row, evaluation,
-failure rules, checkpoint. A lane that ends (its budget, a failure rule, a stop request) leaves
-the batch; the others go on, and in worker mode (`inbox`) the next posted trial takes its place.
+completions through `LaneLlama` (each lane's rows through its own adapter) -> one reward call
+scores them all -> advantages per lane -> one reference pass (the base, adapters off) over the
+rows of the lanes with a KL term -> one policy forward with grad for all lanes, each lane's GRPO
+loss on its rows (its own beta, clip and loss type), their sum backpropagated (a lane's rows
+reach only its adapter, so each gradient is its own) -> per lane: clip, AdamW step with its own
+LR schedule, metrics row, evaluation, failure rules, checkpoint. A lane that ends (its budget, a
+failure rule, a stop request) leaves the batch; the others go on, and in worker mode (`inbox`)
+the next posted trial takes its place.
 
 Each lane writes its own run directory, as `smollab grpo` does (train/lanes.py). As there, the
 first policy forward of a batch replays the sampler's decode (`replay_lanes_logprobs`) instead of
@@ -303,9 +304,16 @@ def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
                             for la, s in zip(lanes, rows, strict=True)]).to(shared.rt.device)  # fmt: skip
     t_rew = time.perf_counter()
 
-    # 3. reference log-probs: the base, once for all lanes
-    need_ref = any(la.cfg.grpo.beta > 0 for la in lanes)
-    ref_logp = shared.reference(r, g.temperature) if need_ref else None
+    # 3. reference log-probs: the base, in one pass over the rows of the lanes with a KL term
+    need_ref = [la.cfg.grpo.beta > 0 for la in lanes]
+    ref_logp = None
+    if all(need_ref):
+        ref_logp = shared.reference(r, g.temperature)
+    elif any(need_ref):  # the other lanes' rows are never read (`loss_backward`)
+        idx = torch.cat([torch.arange(s.start, s.stop) for s, need in zip(rows, need_ref,
+                                                                      strict=True) if need])  # fmt: skip
+        ref_logp = torch.zeros_like(r.logprobs)
+        ref_logp[idx] = shared.reference(r.select(idx), g.temperature)
     t_ref = time.perf_counter()
 
     # 4. one forward and backward for all lanes; each lane's loss on its own rows
