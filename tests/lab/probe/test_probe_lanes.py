@@ -37,14 +37,17 @@ def processes(step_s):
 
 
 def lanes(step_s, fail_at=None, calls=None):
-    """One process of n lanes, step_s(n) per iteration; `fail_at` n fails (out of memory)."""
+    """w processes of n lanes, step_s(n) per iteration (step_s(n, w) if it takes two arguments);
+    `fail_at` n fails (out of memory)."""
 
-    def measure(n, threads):
+    def measure(n, threads, workers=1):
         if calls is not None:
-            calls.append((n, threads))
+            calls.append((n, threads) if workers == 1 else (n, threads, workers))
         if fail_at is not None and n >= fail_at:
-            return LaneLevel(lanes=n, threads=threads, error="out of memory")
-        return LaneLevel(lanes=n, threads=threads, step_s=step_s(n), steps=10, peak_mem_mb=50.0 * n)
+            return LaneLevel(lanes=n, threads=threads, workers=workers, error="out of memory")
+        s = step_s(n, workers) if step_s.__code__.co_argcount == 2 else step_s(n)
+        return LaneLevel(lanes=n, threads=threads, workers=workers, step_s=s, steps=10,
+                         peak_mem_mb=50.0 * n)  # fmt: skip
 
     return measure
 
@@ -74,7 +77,7 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
     assert result["recommended"]["executor"] == "lanes" and result["recommended"]["lanes"] == 8
     assert result["lanes_stop_reason"] == "tried every lane count in [1, 2, 4, 8]"
     assert any(ln.startswith("recommended: 8 lanes in one process") and "k=1" in ln for ln in said)
-    assert any(ln.split()[:1] == ["8"] and "best lanes" in ln for ln in said)
+    assert any(ln.split()[:2] == ["1", "8"] and "best lanes" in ln for ln in said)
     assert any("cached for `lanes: auto`" in ln for ln in said)
     device = device_info("cpu", 2)
     assert cache_lookup(device, lanes_signature(result["workload"]))["best_lanes"]["lanes"] == 8
@@ -86,7 +89,7 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
         "space": {"optim.lr": [1e-3, 2e-3]}, "metric": "reward_mean"}))  # fmt: skip
     said.clear()
     assert resolve_lanes(load_spec(sweep), "cpu", said.append) == 8
-    assert said[0].startswith("lanes auto: 8 (best lane count of the probe of")
+    assert said[0].startswith("lanes auto: 8 lanes in one worker (the best of the probe of")
 
 
 def test_processes_recommended_when_lanes_do_not_pay(workload, tmp_path):
