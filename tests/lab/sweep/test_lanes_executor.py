@@ -337,3 +337,27 @@ def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_dat
         assert (run / "checkpoints").is_dir()
     assert workers_started(d) == 1
     assert not pid_alive(worker_pid(lines))
+
+
+def test_micro_sweep_with_two_real_workers(tmp_path, micro_model, micro_data):
+    """lane_workers: 2 x lanes: 1 on 2 threads: two real `smollab lanes grpo` workers at once,
+    one thread each, each trial's run dir complete; both workers gone at the end."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "command": "grpo", "executor": "lanes", "lanes": 1, "lane_workers": 2, "threads": 2,
+        "overrides": {"model.path": str(micro_model), "model.lora.enabled": True,
+                      "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
+                      "perf.device": "cpu", "train.max_steps": 2, "train.batch_size": 8,
+                      "grpo.num_generations": 4, "grpo.max_completion_length": 12,
+                      "train.eval_interval": 0},
+        "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
+        "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
+    lines: list[str] = []
+    assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2}
+    d = tmp_path / "sweep"
+    for run_dir in results(d):
+        config = json.loads((d / run_dir / "config.json").read_text())
+        assert config["perf"]["threads"] == 1
+        assert json.loads((d / run_dir / "summary.json").read_text())["status"] == "completed"
+    assert workers_started(d, "lanes/w0") == 1 and workers_started(d, "lanes/w1") == 1
+    assert not pid_alive(worker_pid(lines, 0)) and not pid_alive(worker_pid(lines, 1))
