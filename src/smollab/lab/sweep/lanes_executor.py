@@ -2,9 +2,12 @@
 
 One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo_lanes`) trains
 up to N trials at once as lanes of one model (one base, N adapters); a lane that ends is
-refilled with the next trial posted. The executor talks to it only through the inbox's files
-(`smollab.train.lane_inbox`, under `<sweep_dir>/lanes/`), so either side can die without the
-other waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
+refilled with the next trial posted. With `lane_workers: W`, W such workers run at once, each
+on the sweep's threads / W (a CPU's cores may do more as W single-thread processes than as one
+process on all of them), and a trial goes to the worker with the most free lanes. The executor
+talks to a worker only through its inbox's files (`smollab.train.lane_inbox`, under
+`<sweep_dir>/lanes/`, or `lanes/w<i>/` for W > 1), so either side can die without the other
+waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
 of `children.Child`, so pruning, timeouts, retries, resume and results.csv work as they do for
 processes: each trial still has its own run directory, written by the worker as `smollab grpo`
 writes it.
@@ -16,12 +19,13 @@ What differs from a process, and why:
   live trials. The worker still ends that lane at its next step boundary and writes its run
   directory then (status interrupted); the sweep has recorded its own verdict by then. A worker all of whose remaining lanes were given up is SIGKILLed: nothing the
   sweep follows runs in it, and a wedged worker would hold the CPU and the lanes' slots.
-- A worker that dies ends every lane it had not ended: each one's poll returns the worker's exit
-  code (1 for a clean exit that left it open), and its child.log names the worker's last words.
-  The next launch starts a fresh worker on a cleared inbox.
-- The worker is started at the first launch (process group, PDEATHSIG, the reaper, as
+- A worker that dies ends every lane it had not ended (its own; other workers go on): each one's
+  poll returns the worker's exit code (1 for a clean exit that left it open), and its child.log
+  names the worker's last words. A launch that needs that slot starts a fresh worker on a
+  cleared inbox.
+- A worker is started at the first launch that needs it (process group, PDEATHSIG, the reaper, as
   `children.launch`), and ended by close(): `close` posted, then SIGINT and SIGKILL if it lingers.
-  A worker a previous sweep process left is stopped before this one's starts.
+  A worker a previous sweep process left (with any W) is stopped before this one's start.
 """
 
 from __future__ import annotations
