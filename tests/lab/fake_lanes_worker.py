@@ -10,7 +10,8 @@ Per lane, optim.lr picks the behaviour as in the fake child: >= 100 fails at onc
 (NaN at step 3), else the loss falls as 5 * exp(-lr * step). A lane checkpoints every 5 steps,
 resumes from its checkpoint, and ends on its `.stop` (status interrupted, exit 130) unless
 FAKE_IGNORE_STOP is set. FAKE_DIE_AT=n: the worker dies (exit 3) when a lane reaches step n (with FAKE_DIE_ONCE=path,
-only while that file does not exist; dying creates it).
+only while that file does not exist; dying creates it; with FAKE_DIE_IN=text, only a worker whose
+--inbox path ends with that text).
 FAKE_UNTIL_DONE=n: a lane with train.max_steps >= 1000 completes once n sibling run dirs have.
 The worker prints `lanes: a b c` whenever its set of lanes changes.
 """
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 COLS = ["step", "wall_s", "lr", "loss", "reward_mean", "step_s", "peak_mem_mb"]
+INBOX = None  # the worker's --inbox path (FAKE_DIE_IN)
 FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")
 
 
@@ -104,6 +106,7 @@ class Lane:
             os.environ.get("FAKE_DIE_AT")
             and self.step >= int(os.environ["FAKE_DIE_AT"])
             and not (once and os.path.exists(once))
+            and str(INBOX).endswith(os.environ.get("FAKE_DIE_IN", ""))
         ):
             if once:
                 Path(once).write_text("died")
@@ -127,6 +130,7 @@ class Lane:
 
 
 def main():
+    global INBOX
     argv = sys.argv[1:]
     assert argv[0] == "grpo", argv
     rest, inbox, max_lanes, lane_args, shared = argv[1:], None, 10**6, [], []
@@ -137,7 +141,7 @@ def main():
             v = rest[i + 1]
             i += 2
             if a == "--inbox":
-                inbox = Path(v)
+                inbox = INBOX = Path(v)
             elif a == "--max-lanes":
                 max_lanes = int(v)
             elif a == "--lane":

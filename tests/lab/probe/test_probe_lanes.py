@@ -37,14 +37,19 @@ def processes(step_s):
 
 
 def lanes(step_s, fail_at=None, calls=None):
-    """One process of n lanes, step_s(n) per iteration; `fail_at` n fails (out of memory)."""
+    """w processes of n lanes, step_s(n) per iteration (step_s(n, w) if it takes two arguments);
+    `fail_at` n fails (out of memory)."""
 
-    def measure(n, threads):
+    def measure(n, threads, workers=1):
         if calls is not None:
-            calls.append((n, threads))
+            calls.append((n, threads) if workers == 1 else (n, threads, workers))
         if fail_at is not None and n >= fail_at:
-            return LaneLevel(lanes=n, threads=threads, error="out of memory")
-        return LaneLevel(lanes=n, threads=threads, step_s=step_s(n), steps=10, peak_mem_mb=50.0 * n)
+            return LaneLevel(lanes=n, threads=threads, workers=workers, error="out of memory")
+        s = step_s(n, workers) if step_s.__code__.co_argcount == 2 else step_s(n)
+        if s is None:
+            return LaneLevel(lanes=n, threads=threads, workers=workers, error="out of memory")
+        return LaneLevel(lanes=n, threads=threads, workers=workers, step_s=s, steps=10,
+                         peak_mem_mb=50.0 * n)  # fmt: skip
 
     return measure
 
@@ -74,7 +79,7 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
     assert result["recommended"]["executor"] == "lanes" and result["recommended"]["lanes"] == 8
     assert result["lanes_stop_reason"] == "tried every lane count in [1, 2, 4, 8]"
     assert any(ln.startswith("recommended: 8 lanes in one process") and "k=1" in ln for ln in said)
-    assert any(ln.split()[:1] == ["8"] and "best lanes" in ln for ln in said)
+    assert any(ln.split()[:2] == ["1", "8"] and "best lanes" in ln for ln in said)
     assert any("cached for `lanes: auto`" in ln for ln in said)
     device = device_info("cpu", 2)
     assert cache_lookup(device, lanes_signature(result["workload"]))["best_lanes"]["lanes"] == 8
@@ -86,7 +91,7 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
         "space": {"optim.lr": [1e-3, 2e-3]}, "metric": "reward_mean"}))  # fmt: skip
     said.clear()
     assert resolve_lanes(load_spec(sweep), "cpu", said.append) == 8
-    assert said[0].startswith("lanes auto: 8 (best lane count of the probe of")
+    assert said[0].startswith("lanes auto: 8 lanes in one worker (the best of the probe of")
 
 
 def test_processes_recommended_when_lanes_do_not_pay(workload, tmp_path):
@@ -112,6 +117,57 @@ def test_lanes_stop_at_a_failure_or_a_drop(workload, tmp_path):
     assert len(result["lanes"]) == 3
 
 
+def test_workers_x_lanes_measured_recommended_and_cached(workload, tmp_path):
+    """lane_workers: [1, 2] on 2 threads: each lane count as one process on 2 threads and as 2
+    processes on 1 thread each, whose iteration is 20% slower: 2 x 8 lanes win (aggregate summed
+    over the processes); `lanes: auto` takes that pair, and each key fixed picks within it."""
+    calls: list = []
+
+    def step_s(n, w):
+        return 0.1 * (1 + 0.1 * (n - 1)) * (1.2 if w == 2 else 1.0)
+
+    result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
+                         lanes(step_s, calls=calls), lanes=[1, 2, 4, 8], lane_workers=[1, 2])  # fmt: skip
+    assert calls == [(1, 2), (2, 2), (4, 2), (8, 2), (1, 1, 2), (2, 1, 2), (4, 1, 2), (8, 1, 2)]
+    best = result["best_lanes"]
+    assert (best["workers"], best["lanes"], best["threads"]) == (2, 8, 1)
+    assert best["steps_per_s"] == pytest.approx(2 * 8 / (0.17 * 1.2))
+    assert best["vs_best_processes"] == pytest.approx(2 * 8 / (0.17 * 1.2) / 10)
+    rec = result["recommended"]
+    assert rec["executor"] == "lanes" and (rec["lanes"], rec["lane_workers"]) == (8, 2)
+    assert rec["sweep"] == "executor: lanes, lanes: 8, lane_workers: 2"
+    assert any(ln.startswith("recommended: 2 workers x 8 lanes (2 processes, 1 thread(s) each)")
+               and "the best process packing (k=1)" in ln for ln in said)  # fmt: skip
+    assert any(ln.split()[:3] == ["2", "8", "1"] and "best lanes" in ln for ln in said)
+    assert result["lanes_stop_reason"] == ("1 worker(s): tried every lane count in [1, 2, 4, 8]; "
+                                           "2 worker(s): tried every lane count in [1, 2, 4, 8]")  # fmt: skip
+    overrides = dict(item.split("=", 1) for item in workload)
+    for keys, total in (({"lanes": "auto"}, 16), ({"lanes": "auto", "lane_workers": 1}, 8),
+                        ({"lanes": 4, "lane_workers": "auto"}, 8)):  # fmt: skip
+        sweep = tmp_path / "sweep.yaml"
+        sweep.write_text(yaml.safe_dump({
+            "command": "grpo", "executor": "lanes", "threads": 2, **keys,
+            "overrides": {k: yaml.safe_load(v) for k, v in overrides.items()},
+            "space": {"optim.lr": [1e-3, 2e-3]}, "metric": "reward_mean"}))  # fmt: skip
+        spec, said = load_spec(sweep), []
+        assert resolve_lanes(spec, "cpu", said.append) == total, keys
+        assert spec.lanes * spec.lane_workers == total and isinstance(spec.lane_workers, int)
+    assert said[0].startswith("lane_workers auto: 2 workers x 4 lanes (the best of the probe of")
+
+
+def test_each_worker_count_climbs_and_stops_on_its_own(workload, tmp_path):
+    """2 processes run out of memory at 4 lanes each; one process goes on to 8."""
+    calls: list = []
+    result, _ = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
+                      lanes(lambda n, w: None if w == 2 and n >= 4 else 0.1, calls=calls),
+                      lanes=[1, 2, 4, 8], lane_workers=[1, 2])  # fmt: skip
+    assert calls == [(1, 2), (2, 2), (4, 2), (8, 2), (1, 1, 2), (2, 1, 2), (4, 1, 2)]
+    assert result["lanes_stop_reason"].endswith(
+        "2 worker(s): 2 workers x lanes=4 failed: out of memory"
+    )
+    assert (result["best_lanes"]["workers"], result["best_lanes"]["lanes"]) == (1, 8)
+
+
 def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     """One `smollab lanes grpo ... --lane ... --lane ...` process per lane count; the iteration
     time is the lanes' steady-state step_s (the fake's is exact: 0.02 x (1 + 0.5 (n - 1)))."""
@@ -121,8 +177,8 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LANE_COST", "0.5")
     monkeypatch.setenv("FAKE_MEM_MB", "123")
     result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * k), None, lanes=[1, 2],
-                         warmup=2, steps=5)  # fmt: skip
-    one, two = result["lanes"]
+                         lane_workers=[1, 2], warmup=2, steps=5)  # fmt: skip
+    one, two, _, two_x2 = result["lanes"]
     assert one["step_s"] == pytest.approx(0.02) and two["step_s"] == pytest.approx(0.03)
     assert two["steps_per_s"] == pytest.approx(2 / 0.03) and two["steps"] == 5
     assert two["peak_mem_mb"] == 123 and two["error"] is None
@@ -130,12 +186,24 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     assert (level / "l0" / "metrics.csv").exists() and (level / "l1" / "metrics.csv").exists()
     cmd = next(ln for ln in (level / "child.log").read_text().splitlines() if ln.startswith("$ "))
     assert f"--lane run.seed=1 run.dir={level / 'l1'}" in cmd and "--threads 2" in cmd
+    # 2 processes of 2 lanes, 1 thread each, at once: each iterates in 0.03 s, the aggregate sums
+    assert two_x2["workers"] == 2 and two_x2["threads"] == 1 and two_x2["steps"] == 5
+    assert two_x2["worker_step_s"] == [pytest.approx(0.03)] * 2
+    assert two_x2["steps_per_s"] == pytest.approx(2 * 2 / 0.03)
+    level = tmp_path / "probe" / "lanes2x2"
+    for j in (0, 1):
+        cmd = next(ln for ln in (level / f"p{j}" / "child.log").read_text().splitlines()
+                   if ln.startswith("$ "))  # fmt: skip
+        assert f"--lane run.seed={2 * j + 1} run.dir={level / f'p{j}' / 'l1'}" in cmd
+        assert "--threads 1" in cmd
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
     (["lanes=[]"], "probe key lanes: give at least one lane count"),
     (["lanes=[2, 2]"], "probe key lanes: repeated lane count in [2, 2]"),
     (["lanes=[1, 2]", "model.lora.enabled=false"], "probe key lanes: needs model.lora.enabled"),
+    (["lane_workers=[1, 2]"], "probe key lane_workers: set it with lanes: [...]"),
+    (["lanes=[1, 2]", "lane_workers=[0, 2]"], "probe key lane_workers: every worker count must be"),
 ])  # fmt: skip
 def test_bad_lane_settings_fail_with_one_line(tmp_path, micro_data, overrides, message):
     recipe = tmp_path / "w.yaml"

@@ -63,14 +63,14 @@ def results(sweep_dir: Path) -> dict[str, dict[str, str]]:
         return {r["run_dir"]: r for r in csv.DictReader(f)}
 
 
-def lane_sets(sweep_dir: Path) -> list[list[str]]:
+def lane_sets(sweep_dir: Path, inbox: str = "lanes") -> list[list[str]]:
     """The fake worker's `lanes: ...` lines: the lanes it trained at once, in order."""
-    text = (sweep_dir / "lanes" / "worker.log").read_text()
+    text = (sweep_dir / inbox / "worker.log").read_text()
     return [ln.split()[1:] for ln in text.splitlines() if ln.startswith("lanes:")]
 
 
-def workers_started(sweep_dir: Path) -> int:
-    text = (sweep_dir / "lanes" / "worker.log").read_text()
+def workers_started(sweep_dir: Path, inbox: str = "lanes") -> int:
+    text = (sweep_dir / inbox / "worker.log").read_text()
     return sum(1 for ln in text.splitlines() if ln.startswith("$ "))
 
 
@@ -90,6 +90,10 @@ def workers_started(sweep_dir: Path) -> int:
     ({"concurrency": 4}, "sweep key concurrency: not with executor: lanes"),
     ({"overrides": {"perf.threads": 2}}, "sweep key overrides.perf.threads: not with executor: lanes"),
     ({"routing_baseline": True}, "sweep key routing_baseline: not with executor: lanes"),
+    ({"lane_workers": 0}, "sweep key lane_workers: at least 1 (lanes worker processes"),
+    ({"lane_workers": "two"}, "sweep key lane_workers: at least 1"),
+    ({"executor": "local", "lanes": None, "lane_workers": 2},
+     "sweep key lane_workers: set only with executor: lanes (the executor is local)"),
 ])  # fmt: skip
 def test_spec_refusals(tmp_path, spec_file, fields, message):
     if fields.get("command") == "pretrain":
@@ -105,6 +109,17 @@ def test_spec_lanes_is_the_concurrency_and_lane_keys_may_differ(tmp_path, spec_f
                                                           "model.lora.r": [4, 8]}))  # fmt: skip
     assert spec.concurrency == 3 and spec.lanes == 3
     assert any("lanes: 3; executor: lanes" in ln for ln in spec.describe())
+    spec = load_spec(spec_file(tmp_path, lanes=3, lane_workers=2))
+    assert spec.concurrency == 6
+    assert any("lanes: 3; lane_workers: 2; executor: lanes" in ln for ln in spec.describe())
+    assert load_spec(spec_file(tmp_path, lanes=3, lane_workers="auto")).concurrency == "auto"
+
+
+def test_more_workers_than_threads_is_refused_in_one_line(tmp_path, spec_file, fake_lanes):
+    with pytest.raises(UserError) as e:
+        run_sweep(load_spec(spec_file(tmp_path, lane_workers=3, threads=2)), out=lambda m: None)
+    assert str(e.value) == ("sweep key lane_workers: 3 workers need at least 3 CPU threads (one "
+                            "each), the sweep has 2")  # fmt: skip
 
 
 def test_lanes_auto_without_a_probe_is_refused_in_one_line(
@@ -147,6 +162,50 @@ def test_lanes_sweep_refills_a_freed_lane_in_one_worker(
     assert refilled, sets
     assert any("2 lanes in one worker" in ln for ln in lines)
     assert not pid_alive(worker_pid(lines))
+
+
+def test_two_workers_share_the_trials_and_the_threads(tmp_path, spec_file, fake_lanes):
+    """lane_workers: 2 x lanes: 2 on 2 threads: two workers of 1 thread each, each with its own
+    inbox, never more than 2 lanes each; 5 trials spread over both, every one completed."""
+    spec = load_spec(spec_file(tmp_path, lane_workers=2, threads=2,
+                               space={"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3]}))  # fmt: skip
+    lines: list[str] = []
+    assert run_sweep(spec, out=lines.append) == {"completed": 5}
+    d = tmp_path / "sweep"
+    assert any("2 workers x 2 lanes on 2 CPU threads (1 each)" in ln for ln in lines)
+    per_worker = []
+    for w in ("lanes/w0", "lanes/w1"):
+        log = (d / w / "worker.log").read_text()
+        assert f"--inbox {d / w} --max-lanes 2 --threads 1" in log
+        sets = lane_sets(d, w)
+        assert max(len(s) for s in sets) <= 2
+        per_worker.append({name for s in sets for name in s})
+    assert per_worker[0] and per_worker[1] and not per_worker[0] & per_worker[1]
+    assert len(per_worker[0] | per_worker[1]) == 5
+    assert all(r["status"] == "completed" for r in results(d).values())
+    for which in (0, 1):
+        assert not pid_alive(worker_pid(lines, which))
+
+
+def test_a_dying_worker_ends_only_its_own_lanes(tmp_path, spec_file, fake_lanes, monkeypatch):
+    """Two workers of one lane: the first dies at step 3 (its trial fails); the second's trial
+    runs on to its end, and the third trial starts a fresh first worker."""
+    monkeypatch.setenv("FAKE_DIE_AT", "3")
+    monkeypatch.setenv("FAKE_DIE_ONCE", str(tmp_path / "died"))
+    monkeypatch.setenv("FAKE_DIE_IN", "w0")
+    spec = load_spec(spec_file(tmp_path, lanes=1, lane_workers=2, threads=2,
+                               overrides={"train.max_steps": 30},
+                               space={"optim.lr": [1e-3, 2e-3, 3e-3]}))  # fmt: skip
+    lines: list[str] = []
+    assert run_sweep(spec, out=lines.append) == {"completed": 2, "failed": 1}
+    d = tmp_path / "sweep"
+    rows = results(d)
+    failed = next(r for r in rows.values() if r["status"] == "failed")
+    assert "exited with code 3" in failed["reason"] and "fake worker died" in failed["reason"]
+    survivor = lane_sets(d, "lanes/w1")[0][0]
+    assert rows[f"trials/{survivor}"]["status"] == "completed"
+    assert int(rows[f"trials/{survivor}"]["steps"]) == 30
+    assert workers_started(d, "lanes/w0") == 2 and workers_started(d, "lanes/w1") == 1
 
 
 def worker_pid(lines: list[str], which: int = 0) -> int:
@@ -278,3 +337,27 @@ def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_dat
         assert (run / "checkpoints").is_dir()
     assert workers_started(d) == 1
     assert not pid_alive(worker_pid(lines))
+
+
+def test_micro_sweep_with_two_real_workers(tmp_path, micro_model, micro_data):
+    """lane_workers: 2 x lanes: 1 on 2 threads: two real `smollab lanes grpo` workers at once,
+    one thread each, each trial's run dir complete; both workers gone at the end."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "command": "grpo", "executor": "lanes", "lanes": 1, "lane_workers": 2, "threads": 2,
+        "overrides": {"model.path": str(micro_model), "model.lora.enabled": True,
+                      "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
+                      "perf.device": "cpu", "train.max_steps": 2, "train.batch_size": 8,
+                      "grpo.num_generations": 4, "grpo.max_completion_length": 12,
+                      "train.eval_interval": 0},
+        "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
+        "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
+    lines: list[str] = []
+    assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2}
+    d = tmp_path / "sweep"
+    for run_dir in results(d):
+        config = json.loads((d / run_dir / "config.json").read_text())
+        assert config["perf"]["threads"] == 1
+        assert json.loads((d / run_dir / "summary.json").read_text())["status"] == "completed"
+    assert workers_started(d, "lanes/w0") == 1 and workers_started(d, "lanes/w1") == 1
+    assert not pid_alive(worker_pid(lines, 0)) and not pid_alive(worker_pid(lines, 1))

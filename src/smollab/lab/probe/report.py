@@ -64,25 +64,30 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     a2.plot(ks, [lv["steps_per_s"] for lv in levels], "-o", color="C1", label="k processes")
     lanes = [lv for lv in result.get("lanes") or [] if lv.get("steps_per_s")]
     ticks = ks
-    if lanes:  # lane steps/s of N lanes in one process: the same aggregate as k processes'
-        ns = [lv["lanes"] for lv in lanes]
-        a1.plot(ns, [lv["step_s"] * 1000 for lv in lanes], "-s", color="C2",
-                label="N lanes: one iteration")  # fmt: skip
+    series: dict[int, list[dict]] = {}  # per workers W; x: the trials at once, W x N
+    for lv in lanes:
+        series.setdefault(lv.get("workers", 1), []).append(lv)
+    for i, (w, lvs) in enumerate(sorted(series.items())):
+        xs = [w * lv["lanes"] for lv in lvs]
+        name = "N lanes, one process" if w == 1 else f"{w} processes x N lanes"
+        a1.plot(xs, [lv["step_s"] * 1000 for lv in lvs], "-s", color=f"C{2 + i}",
+                label=f"{name}: one iteration")  # fmt: skip
+        a2.plot(xs, [lv["steps_per_s"] for lv in lvs], "-s", color=f"C{2 + i}", label=name)
+        ticks = sorted({*ticks, *xs})
+    if lanes:
         a1.legend(fontsize=8)
-        a2.plot(ns, [lv["steps_per_s"] for lv in lanes], "-s", color="C2",
-                label="N lanes, one process")  # fmt: skip
-        ticks = sorted({*ks, *ns})
     a2.set_ylabel("aggregate steps/s")
     if result.get("unit") and all(lv.get("units_per_s") for lv in levels):
         a3 = a2.twinx()
         a3.plot(ks, [lv["units_per_s"] for lv in levels], alpha=0)
         if lanes:  # the same ratio of units to steps: the two axes stay in step
-            a3.plot(ns, [lv["units_per_s"] for lv in lanes], alpha=0)
+            a3.plot([lv.get("workers", 1) * lv["lanes"] for lv in lanes],
+                    [lv["units_per_s"] for lv in lanes], alpha=0)  # fmt: skip
         a3.set_ylabel(f"aggregate {result['unit']}")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, [str(k) for k in ticks])
-        ax.set_xlabel("concurrent runs k" + (" (or lanes N)" if lanes else ""))
+        ax.set_xlabel("concurrent runs k" + (" (or lanes: W x N)" if lanes else ""))
         ax.grid(alpha=0.3)
     for key, color, label in (("best_latency", "green", "best latency"),
                               ("best_throughput", "red", "best throughput")):  # fmt: skip

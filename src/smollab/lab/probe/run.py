@@ -36,6 +36,7 @@ from smollab.lab.probe.lanes import (
     LanesMeasureFn,
     LanesProcess,
     best_lanes,
+    label,
     lanes_table,
     next_lanes,
     recommend,
@@ -159,25 +160,34 @@ class Probe:
 
     def _measure_lanes(self, probe_dir: Path, batch_size: int,
                        unit_name: str) -> tuple[list[LaneLevel], str]:  # fmt: skip
-        """Each lane count of `lanes` as one process on all the threads, until `next_lanes` stops."""
-        t = self.threads_total
-        measure = self._lanes_measure or LanesProcess(self.spec, self._child_overrides(),
+        """For each W of `lane_workers`, each lane count of `lanes` as W processes of N lanes, the
+        threads split among them as the process levels split them, until `next_lanes` stops."""
+        spec = self.spec
+        measure = self._lanes_measure or LanesProcess(spec, self._child_overrides(),
                                                       probe_dir, self.out)  # fmt: skip
         levels: list[LaneLevel] = []
-        n: int | None = self.spec.lanes[0]
-        reason = ""
-        while n is not None:
-            self.out(f"lanes={n}: one process, {n} lane(s), {t} thread(s)")
-            lv = summarize(measure(n, t), batch_size)
-            levels.append(lv)
-            if lv.error:
-                self.out(f"lanes={n}: failed: {lv.error}")
-            else:
-                self.out(f"lanes={n}: iteration {lv.step_s * 1000:.1f} ms, {lv.steps_per_s:.2f} "
-                         f"lane steps/s, {lv.units_per_s:,.0f} {unit_name}"
-                         + (f", {lv.peak_mem_mb:,.0f} MB" if lv.peak_mem_mb else ""))  # fmt: skip
-            n, reason = next_lanes(levels, self.spec)
-        return levels, reason
+        reasons = []
+        for w in spec.lane_workers:
+            t = self._threads(w)
+            series: list[LaneLevel] = []
+            n: int | None = spec.lanes[0]
+            while n is not None:
+                what = (f"one process, {n} lane(s), {t} thread(s)" if w == 1 else
+                        f"{w} processes of {n} lane(s), {t} thread(s) each"
+                        + (" (oversubscribed)" if w > self.threads_total else ""))  # fmt: skip
+                self.out(f"{label(LaneLevel(n, t, workers=w))}: {what}")
+                lv = summarize(measure(n, t, w), batch_size)
+                series.append(lv)
+                if lv.error:
+                    self.out(f"{label(lv)}: failed: {lv.error}")
+                else:
+                    self.out(f"{label(lv)}: iteration {lv.step_s * 1000:.1f} ms, "
+                             f"{lv.steps_per_s:.2f} lane steps/s, {lv.units_per_s:,.0f} {unit_name}"
+                             + (f", {lv.peak_mem_mb:,.0f} MB" if lv.peak_mem_mb else ""))  # fmt: skip
+                n, reason = next_lanes(series, spec)
+            levels += series
+            reasons.append(reason if len(spec.lane_workers) == 1 else f"{w} worker(s): {reason}")
+        return levels, "; ".join(reasons)
 
     def _prepare_data(self, cfg) -> None:
         """Prepare the data dir once, not in k children at the same time."""

@@ -21,6 +21,10 @@ class ProbeSpec(SpecSection):
         None, description="grpo LoRA: lane counts to measure beside the process counts, each as "
         "one `smollab lanes grpo` process (e.g. [1, 2, 4, 8])",
     )  # fmt: skip
+    lane_workers: list[int] = Field(
+        [1], description="with lanes: each lane count N also as W concurrent `smollab lanes grpo` "
+        "processes of N lanes each, the probe's threads split among them (e.g. [1, 2])",
+    )  # fmt: skip
     warmup: int = Field(5, ge=0, description="logged steps each run takes before measuring")
     steps: int = Field(20, ge=3, description="steps measured per run while all k run")
     drop: float = Field(0.1, gt=0, lt=1, description="stop when aggregate throughput falls this "
@@ -38,10 +42,10 @@ class ProbeSpec(SpecSection):
     dir: str | None = None
     cache: bool = True
 
-    @field_validator("ks", "lanes")
+    @field_validator("ks", "lanes", "lane_workers")
     @classmethod
     def _check_ks(cls, ks: list[int] | None, info: ValidationInfo) -> list[int] | None:
-        what = "k" if info.field_name == "ks" else "lane count"
+        what = {"ks": "k", "lanes": "lane count"}.get(info.field_name, "worker count")
         if ks is None:
             return None
         if not ks:
@@ -111,6 +115,9 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
                         "an optimizer step; probe a round's SFT with command sft")  # fmt: skip
     base_overrides = [f"{k}={override_value(v)}" for k, v in spec.overrides.items()] + work
     cfg = load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
+    if spec.lane_workers != [1] and not spec.lanes:
+        raise UserError("probe key lane_workers: set it with lanes: [...] (the lane counts each "
+                        "of the W processes runs)")  # fmt: skip
     if spec.lanes and spec.command != "grpo":
         raise UserError(f"probe key lanes: lanes train grpo LoRA runs only, not {spec.command}")
     if spec.lanes and not cfg.model.lora.enabled:

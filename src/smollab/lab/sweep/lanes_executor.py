@@ -2,9 +2,12 @@
 
 One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo_lanes`) trains
 up to N trials at once as lanes of one model (one base, N adapters); a lane that ends is
-refilled with the next trial posted. The executor talks to it only through the inbox's files
-(`smollab.train.lane_inbox`, under `<sweep_dir>/lanes/`), so either side can die without the
-other waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
+refilled with the next trial posted. With `lane_workers: W`, W such workers run at once, each
+on the sweep's threads / W (a CPU's cores may do more as W single-thread processes than as one
+process on all of them), and a trial goes to the worker with the most free lanes. The executor
+talks to a worker only through its inbox's files (`smollab.train.lane_inbox`, under
+`<sweep_dir>/lanes/`, or `lanes/w<i>/` for W > 1), so either side can die without the other
+waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
 of `children.Child`, so pruning, timeouts, retries, resume and results.csv work as they do for
 processes: each trial still has its own run directory, written by the worker as `smollab grpo`
 writes it.
@@ -16,12 +19,13 @@ What differs from a process, and why:
   live trials. The worker still ends that lane at its next step boundary and writes its run
   directory then (status interrupted); the sweep has recorded its own verdict by then. A worker all of whose remaining lanes were given up is SIGKILLed: nothing the
   sweep follows runs in it, and a wedged worker would hold the CPU and the lanes' slots.
-- A worker that dies ends every lane it had not ended: each one's poll returns the worker's exit
-  code (1 for a clean exit that left it open), and its child.log names the worker's last words.
-  The next launch starts a fresh worker on a cleared inbox.
-- The worker is started at the first launch (process group, PDEATHSIG, the reaper, as
+- A worker that dies ends every lane it had not ended (its own; other workers go on): each one's
+  poll returns the worker's exit code (1 for a clean exit that left it open), and its child.log
+  names the worker's last words. A launch that needs that slot starts a fresh worker on a
+  cleared inbox.
+- A worker is started at the first launch that needs it (process group, PDEATHSIG, the reaper, as
   `children.launch`), and ended by close(): `close` posted, then SIGINT and SIGKILL if it lingers.
-  A worker a previous sweep process left is stopped before this one's starts.
+  A worker a previous sweep process left (with any W) is stopped before this one's start.
 """
 
 from __future__ import annotations
@@ -150,83 +154,118 @@ class LaneChild:
                 f.write(line + "\n")
 
 
+@dataclass(eq=False)
+class Slot:
+    """A place for one worker: its inbox and its share of the sweep's threads."""
+
+    inbox: Inbox
+    threads: int
+    worker: Worker | None = None
+
+    def live(self) -> Worker | None:
+        w = self.worker
+        return w if w is not None and w.exit_code() is None else None
+
+
 class LanesExecutor:
-    """Posts the sweep's trials to one lanes worker; starts (and restarts) it as needed."""
+    """Posts the sweep's trials to `lane_workers` lanes workers of up to `lanes` lanes each (one
+    inbox and a share of the threads each), a trial to the worker with the most free lanes;
+    starts each worker, and restarts one that died, as a trial needs it."""
 
     trial_threads = None  # the scheduler adds no perf.threads: a lane's threads are the worker's
 
-    def __init__(self, spec: SweepSpec, lanes: int, sweep_dir: Path, say: Any = print):
-        self.max_lanes = lanes
+    def __init__(self, spec: SweepSpec, concurrency: int, sweep_dir: Path, say: Any = print):
+        n = int(spec.lane_workers or 1)  # a number by now (resolve_lanes)
+        self.max_lanes = concurrency // n
         self.threads = spec.threads or ch.cpu_count()
         self.grace = spec.stop_timeout_s
-        self.inbox = Inbox(Path(sweep_dir).absolute() / INBOX)
+        root = Path(sweep_dir).absolute() / INBOX
+        paths = [root] if n == 1 else [root / f"w{i}" for i in range(n)]
+        self.slots = [Slot(Inbox(p), t)
+                      for p, t in zip(paths, ch.split_threads(self.threads, n), strict=True)]  # fmt: skip
         self.say = say
-        self.worker: Worker | None = None
-        if ch.reap_stale(self.inbox.path, self.grace):
-            say(f"lanes: stopped a worker left by the previous sweep process ({self.inbox.path})")
-        self._clear()
+        for p in [root, *sorted(root.glob("w*"))]:  # whatever worker count the last process had
+            if ch.reap_stale(p, self.grace):
+                say(f"lanes: stopped a worker left by the previous sweep process ({p})")
+        for slot in self.slots:
+            self._clear(slot.inbox)
 
     def cpu_threads(self, concurrency: int) -> int:
-        """CPU threads the worker uses (the sweep's log and sweep.json)."""
+        """CPU threads the workers use together (the sweep's log and sweep.json)."""
         return self.threads
 
-    def can_launch(self, running: int) -> bool:
-        """Whether a lane is free: a lane given up but not yet ended by the worker holds its
+    def at_once(self) -> str:
+        """The sweep's start line: how many trials run at once, and where."""
+        if len(self.slots) == 1:
+            return f"{self.max_lanes} lanes in one worker on {self.threads} CPU threads"
+        per = "/".join(str(t) for t in sorted({s.threads for s in self.slots}, reverse=True))
+        return (f"{len(self.slots)} workers x {self.max_lanes} lanes on {self.threads} CPU "
+                f"threads ({per} each)")  # fmt: skip
+
+    def _free(self, slot: Slot) -> int:
+        """Lanes free in the slot: a lane given up but not yet ended by the worker holds its
         place, so a trial posted now would wait in the inbox with its clocks running."""
-        w = self.worker
-        if w is None or w.exit_code() is not None:
-            return True
-        return len(w.open_lanes()) < self.max_lanes
+        w = slot.live()
+        return self.max_lanes - (len(w.open_lanes()) if w else 0)
+
+    def can_launch(self, running: int) -> bool:
+        return any(self._free(slot) > 0 for slot in self.slots)
 
     def launch(self, name: str, argv: list[str], run_dir: Path, threads: int | None = None,
                env: dict[str, str] | None = None, grace: float = 60.0) -> LaneChild:  # fmt: skip
-        """Post the trial whose child argv is `[python, -m, smollab, grpo, ...]` as a lane."""
+        """Post the trial whose child argv is `[python, -m, smollab, grpo, ...]` as a lane of the
+        worker with the most free lanes (the first such, so one worker fills evenly with the next)."""
         run_dir = Path(run_dir).absolute()
-        if self.worker is None or self.worker.exit_code() is not None:
-            self._start_worker(env, grace)
+        slot = max(self.slots, key=self._free)
+        if slot.live() is None:
+            self._start_worker(slot, env, grace)
+        worker = slot.worker
         run_dir.mkdir(parents=True, exist_ok=True)
         posted = list(argv[3:])  # ["grpo", BASE?, key=value, ...]
-        lane = LaneChild(name=name, run_dir=run_dir, argv=list(argv), worker=self.worker)
-        lane._note(f"\n$ lane of worker pid {self.worker.pid}: {' '.join(posted)}")
-        self.inbox.post(LaneTrial(name, posted, str(run_dir)))
-        self.worker.lanes.append(lane)
+        lane = LaneChild(name=name, run_dir=run_dir, argv=list(argv), worker=worker)
+        lane._note(f"\n$ lane of worker pid {worker.pid}: {' '.join(posted)}")
+        worker.inbox.post(LaneTrial(name, posted, str(run_dir)))
+        worker.lanes.append(lane)
         return lane
 
-    def _start_worker(self, env: dict[str, str] | None, grace: float) -> None:
-        old = self.worker
+    def _start_worker(self, slot: Slot, env: dict[str, str] | None, grace: float) -> None:
+        old = slot.worker
         if old is not None:
             for lane in old.lanes:  # their codes read before the inbox is cleared
                 lane.poll()
             self.say(f"lanes: worker pid {old.pid} exited with code {old.exit_code()} "
                      f"({old.last_words()}); a fresh worker takes the next trials")  # fmt: skip
-        self._clear()
-        args = ["grpo", "--inbox", str(self.inbox.path), "--max-lanes", str(self.max_lanes),
-                "--threads", str(self.threads)]  # fmt: skip
-        child = ch.launch("lanes", ch.lanes_argv(args), self.inbox.path, threads=self.threads,
+        inbox = slot.inbox
+        self._clear(inbox)
+        args = ["grpo", "--inbox", str(inbox.path), "--max-lanes", str(self.max_lanes),
+                "--threads", str(slot.threads)]  # fmt: skip
+        child = ch.launch("lanes", ch.lanes_argv(args), inbox.path, threads=slot.threads,
                           env=env, grace=grace, log_name=WORKER_LOG)  # fmt: skip
-        self.worker = Worker(child, self.inbox, self.say)
+        slot.worker = Worker(child, inbox, self.say)
         self.say(f"lanes: worker pid {child.pid} started, up to {self.max_lanes} lanes on "
-                 f"{self.threads} CPU threads; inbox {self.inbox.path}")  # fmt: skip
+                 f"{slot.threads} CPU threads; inbox {inbox.path}")  # fmt: skip
 
-    def _clear(self) -> None:
+    @staticmethod
+    def _clear(inbox: Inbox) -> None:
         """An inbox with no trial, stop, exit or close file of an earlier worker (its log stays)."""
-        self.inbox.path.mkdir(parents=True, exist_ok=True)
-        for p in self.inbox.path.iterdir():
+        inbox.path.mkdir(parents=True, exist_ok=True)
+        for p in inbox.path.iterdir():
             if p.name == CLOSE or p.name.endswith((TRIAL, STOP, EXIT)):
                 with contextlib.suppress(OSError):
                     p.unlink()
 
     def close(self) -> None:
-        """No more trials: the worker exits once its lanes have ended (SIGINT, then SIGKILL, if it
-        lingers past the sweep's stop_timeout_s)."""
-        w = self.worker
-        if w is None or w.exit_code() is not None:
-            return
-        self.inbox.close()
-        if w.child.wait(self.grace) is None:
-            self.say(f"lanes: worker pid {w.pid} still running {self.grace:g} s after close; "
-                     f"stopping it")  # fmt: skip
-            ch.stop_all([w.child], timeout=10.0)
+        """No more trials: each worker exits once its lanes have ended (SIGINT, then SIGKILL, if
+        it lingers past the sweep's stop_timeout_s)."""
+        live = [w for slot in self.slots if (w := slot.live())]
+        for w in live:
+            w.inbox.close()
+        deadline = time.time() + self.grace
+        for w in live:
+            if w.child.wait(max(0.0, deadline - time.time())) is None:
+                self.say(f"lanes: worker pid {w.pid} still running {self.grace:g} s after "
+                         f"close; stopping it")  # fmt: skip
+                ch.stop_all([w.child], timeout=10.0)
 
 
 def check_spec(spec: SweepSpec) -> None:
@@ -242,7 +281,7 @@ def check_spec(spec: SweepSpec) -> None:
                         "of one worker) or auto (from a probe of lane counts)")  # fmt: skip
     if "concurrency" in spec.model_fields_set:
         raise UserError("sweep key concurrency: not with executor: lanes (the trials at once are "
-                        "its lanes: N)")  # fmt: skip
+                        "its lanes: N, times lane_workers: W)")  # fmt: skip
     if spec.mps:
         raise UserError("sweep key mps: not with executor: lanes (the lanes are one process)")
     if spec.routing_baseline:
@@ -255,7 +294,9 @@ def check_spec(spec: SweepSpec) -> None:
     if "perf.threads" in spec.overrides:
         raise UserError("sweep key overrides.perf.threads: not with executor: lanes (the lanes "
                         "share the worker's threads: the sweep key threads)")  # fmt: skip
-    spec.concurrency = spec.lanes
+    w = spec.lane_workers or 1
+    fixed = isinstance(spec.lanes, int) and isinstance(w, int)
+    spec.concurrency = spec.lanes * w if fixed else "auto"  # resolve_lanes makes it a number
 
 
 def check_lora(spec: SweepSpec) -> None:
@@ -276,11 +317,27 @@ def check_lora(spec: SweepSpec) -> None:
 
 
 def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
-    """`lanes: N`, or `auto`: the best lane count of the last probe of lane counts of this
-    workload on this device; a UserError when there is none (a probe of lanes takes minutes,
-    too long to run unasked before a sweep)."""
-    if spec.lanes != "auto":
-        return int(spec.lanes)
+    """The trials at once, `lanes` x `lane_workers`, both set on the spec as numbers. `auto`
+    reads the last probe of lane counts of this workload on this device (a UserError when it has
+    none: a probe of lanes takes minutes, too long to run unasked before a sweep): the best of
+    its levels with the other key's value. `lane_workers` left out is 1, or with `lanes: auto`
+    the probe's (so `lanes: auto` alone takes its best workers x lanes)."""
+    workers = spec.lane_workers
+    if workers is None:
+        workers = "auto" if spec.lanes == "auto" else 1
+    lanes = spec.lanes
+    if "auto" in (lanes, workers):
+        lanes, workers = _from_probe(spec, device_kind, lanes, workers, say)
+    threads = spec.threads or ch.cpu_count()
+    if device_kind == "cpu" and workers > threads:
+        raise UserError(f"sweep key lane_workers: {workers} workers need at least {workers} CPU "
+                        f"threads (one each), the sweep has {threads}")  # fmt: skip
+    spec.lanes, spec.lane_workers = int(lanes), int(workers)
+    return spec.lanes * spec.lane_workers
+
+
+def _from_probe(spec: SweepSpec, device_kind: str, lanes: int | str, workers: int | str,
+                say: Any) -> tuple[int, int]:  # fmt: skip
     from smollab.lab.probe.cache import (
         cache_lookup,
         cache_path,
@@ -289,19 +346,33 @@ def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
         lanes_signature,
         workload_signature,
     )
+    from smollab.lab.probe.lanes import pick_best
     from smollab.lab.sweep.spec import resolve_config
 
     point = spec.grid_points()[0] if spec.sampler == "grid" else {}
     cfg = resolve_config(spec, point, spec.seeds[0])
     device = device_info(device_kind, spec.threads or ch.cpu_count())
     signature = lanes_signature(workload_signature(spec.command, cfg))
-    hit = cache_lookup(device, signature)
-    best = (hit or {}).get("best_lanes")
+    hit = cache_lookup(device, signature) or {}
+    levels = [lv for lv in hit.get("lanes") or []
+              if lanes in ("auto", lv["lanes"]) and workers in ("auto", lv.get("workers", 1))]  # fmt: skip
+    best = pick_best(levels)
+    auto = [
+        k for k, v in (("lanes", spec.lanes), ("lane_workers", spec.lane_workers)) if v == "auto"
+    ]
     if not best:
-        raise UserError(f"sweep key lanes: auto needs a probe of lane counts of this workload on "
-                        f"{device_key(device)}, and none is cached; run `smollab probe "
-                        f"{spec.base or 'BASE'} lanes=[1,2,4,8]` first, or give lanes: N")  # fmt: skip
-    n = int(best["lanes"])
-    say(f"lanes auto: {n} (best lane count of the probe of {hit.get('created')} on "
-        f"{device_key(device)}; {cache_path(device, signature)})")  # fmt: skip
-    return n
+        with_ = [
+            f"lanes={lanes}" if lanes != "auto" else "",
+            f"{workers} worker(s)" if workers != "auto" else "",
+        ]
+        cond = " and ".join(x for x in with_ if x)
+        hint = "lanes=[1,2,4,8]" + (" lane_workers=[1,2]" if workers == "auto" else "")
+        raise UserError(f"sweep key {auto[0]}: auto needs a probe of lane counts of this workload "
+                        f"on {device_key(device)}" + (f" that measured {cond}" if cond else "")
+                        + f", and none is cached; run `smollab probe {spec.base or 'BASE'} {hint}` "
+                        f"first, or give {auto[0]}: N")  # fmt: skip
+    n, w = int(best["lanes"]), int(best.get("workers", 1))
+    what = f"{n} lanes in one worker" if w == 1 else f"{w} workers x {n} lanes"
+    say(f"{' and '.join(f'{k} auto' for k in auto)}: {what} (the best of the probe of "
+        f"{hit.get('created')} on {device_key(device)}; {cache_path(device, signature)})")  # fmt: skip
+    return n, w

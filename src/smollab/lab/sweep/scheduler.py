@@ -328,7 +328,7 @@ class Sweep:
 
             self.executor = RayExecutor(spec, self.concurrency, self.device, self._say)
             self.total_threads = spec.threads or self.executor.cpu_threads(self.concurrency)
-        elif spec.executor == "lanes":  # one worker process on the sweep's threads
+        elif spec.executor == "lanes":  # lanes workers sharing the sweep's threads
             from smollab.lab.sweep.lanes_executor import LanesExecutor
 
             self.executor = LanesExecutor(spec, self.concurrency, self.dir, self._say)
@@ -356,7 +356,7 @@ class Sweep:
                     for point in spec.enqueue:  # bracketing points first
                         self.study.enqueue_trial(point, user_attrs={"seed": spec.seeds[0]})
             over = " (oversubscribed)" if self.concurrency > self.total_threads else ""
-            at_once = (f"{self.concurrency} lanes in one worker on {self.total_threads} CPU threads"
+            at_once = (self.executor.at_once()
                        if spec.executor == "lanes" else f"concurrency {self.concurrency}{over}, "
                        f"{self.total_threads} CPU threads divided among trials")  # fmt: skip
             self._say(f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "

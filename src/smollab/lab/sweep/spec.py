@@ -111,6 +111,10 @@ class SweepSpec(SpecSection):
         None, description="executor lanes: trials trained at once as lanes of one worker (N, or "
         "auto: the best of the last probe of lane counts)",
     )  # fmt: skip
+    lane_workers: int | Literal["auto"] | None = Field(
+        None, description="executor lanes: worker processes of `lanes` lanes each, the threads "
+        "split among them (default 1; with lanes: auto, the probe's best)",
+    )  # fmt: skip
     ray: RayOptions | None = Field(None, description="executor ray: cluster and trial resources")
     retry_failed: bool = Field(True, description="a rerun retries trials that failed (crashed)")
     stop_timeout_s: float = Field(60.0, gt=0, description="grace for a child to stop on SIGINT")
@@ -176,6 +180,7 @@ class SweepSpec(SpecSection):
             out.append(self._describe_baselines())
         at_once = (
             f"lanes: {self.lanes}"
+            + (f"; lane_workers: {self.lane_workers}" if self.lane_workers is not None else "")
             if self.executor == "lanes"
             else f"concurrency: {self.concurrency}"
         )

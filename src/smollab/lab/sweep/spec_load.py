@@ -145,11 +145,12 @@ def _check_types(tree: dict[str, Any]) -> None:
     if conc != "auto" and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
         raise UserError(f"sweep key concurrency: at least 1 (trials at once, a whole number) "
                         f"or auto, got {conc!r}")  # fmt: skip
-    lanes = tree.get("lanes")
-    if lanes not in (None, "auto") and (isinstance(lanes, bool) or not isinstance(lanes, int)
-                                        or lanes < 1):  # fmt: skip
-        raise UserError(f"sweep key lanes: at least 1 (trials at once, as lanes of one worker, a "
-                        f"whole number) or auto, got {lanes!r}")  # fmt: skip
+    for key, what in (("lanes", "trials at once, as lanes of one worker"),
+                      ("lane_workers", "lanes worker processes")):  # fmt: skip
+        v = tree.get(key)
+        if v not in (None, "auto") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise UserError(f"sweep key {key}: at least 1 ({what}, a whole number) or auto, "
+                            f"got {v!r}")  # fmt: skip
     metric = tree.get("metric")
     if isinstance(metric, dict) and isinstance(metric.get("at_step"), bool):
         raise UserError(
@@ -371,9 +372,10 @@ def _check_executor(spec: SweepSpec) -> None:
     """`ray:` only under `executor: ray`, which needs the package (found, not imported)."""
     import importlib.util
 
-    if spec.executor != "lanes" and spec.lanes is not None:
-        raise UserError(f"sweep key lanes: set only with executor: lanes (the executor is "
-                        f"{spec.executor})")  # fmt: skip
+    for key in ("lanes", "lane_workers"):
+        if spec.executor != "lanes" and getattr(spec, key) is not None:
+            raise UserError(f"sweep key {key}: set only with executor: lanes (the executor is "
+                            f"{spec.executor})")  # fmt: skip
     if spec.executor != "ray":
         if spec.ray is not None:
             raise UserError(f"sweep key ray: set only with executor: ray (the executor is "
