@@ -21,6 +21,9 @@ cache layout.
 Gradients: `load_lanes(policies)` under grad builds the factors from each policy's PEFT
 `lora_A` / `lora_B` parameters, so a loss on the lanes' log-probs backpropagates into each
 policy's own adapter: lane l's rows touch only lane l's factors, so its gradient is its own.
+As in `smollab grpo`, the decode can record its matmul outputs (`DecodeRecord`) and the first
+training forward of a batch replays them (`layers(..., record=)`, `replay.replay_lanes_logprobs`):
+each linear returns its recorded value and backpropagates as base plus low-rank update.
 The reference (the base with adapters off) is the inherited `LeanLlama` forward: this module is
 a `LeanLlama` holding the base weights, plus the lanes.
 """
