@@ -81,7 +81,7 @@ class LanesProcess:
             ch.stop_all([child], timeout=30)
         per_lane, counts, mems = [], [], []
         for t in tails:
-            t._sig = None  # read the file whole once more
+            t.invalidate()  # read the file whole once more
             rows = t.read()
             times = [dt for s, dt in step_times(rows, "grpo") if s > spec.warmup][: spec.steps]
             counts.append(len(times))
