@@ -332,7 +332,7 @@ def train(cfg: GRPOConfig) -> dict:
     base, final = (history[0] if history else None), (sum(tail) / len(tail) if tail else None)
     summary = run and scaffold.finish(
         run, status, policy, tokenizer, f"{status}: {step} steps; reward {base} -> {final}",
-        merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
+        plots=cfg.run.plots, merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
         base_reward=base, final_reward=final,
         base_eval_reward=base_eval["reward_mean"] if base_eval else run.read_summary().get("base_eval_reward"),
         final_eval_reward=eval_reward, train_seconds=train_seconds, wall_seconds=time.time() - t_start,

@@ -211,11 +211,12 @@ def train(cfg: RFTConfig) -> dict:
         run.log(f"round {n}: accuracy {acc:.3f}, eval reward {mean:.3f}", echo=True)
 
     # ---- wrap up ------------------------------------------------------------------------
-    return _finish(run, status, evidence, t_start)
+    return _finish(run, status, evidence, t_start, cfg.run.plots)
 
 
-def _finish(run, status: str, evidence: str | None, t_start: float) -> dict:
-    """Summary (accuracy per round, base, final, best), report.md with its table and plots."""
+def _finish(run, status: str, evidence: str | None, t_start: float, plots: bool) -> dict:
+    """Summary (accuracy per round, base, final, best), report.md with its table and plots
+    (`run.plots`; `smollab report` writes it later)."""
     from smollab.report.run_report import write_run_report
 
     rows = RunView(run.path).metrics()
@@ -229,7 +230,8 @@ def _finish(run, status: str, evidence: str | None, t_start: float) -> dict:
     run.log(f"{status}: accuracy per round {', '.join(f'{a:.3f}' for a in acc)}", echo=True)
     run.close()
     crash_record.closed(run)
-    with contextlib.suppress(Exception):  # the report is a view; the run's result stands without
-        write_run_report(run.path)
+    if plots:
+        with contextlib.suppress(Exception):  # a view: the run's result stands without it
+            write_run_report(run.path)
     print(f"run directory: {run.path}", flush=True)
     return summary
