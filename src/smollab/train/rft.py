@@ -56,7 +56,7 @@ def run_dir_for(cfg: RFTConfig) -> Path:
 def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
     """The `smollab sft` config of a round: RFT's model (LoRA), optim, train, perf and sft
     sections, the round's records (also named as the held-out file, so nothing is carved out;
-    held-out loss is off), its own run directory, resumed when it exists."""
+    held-out loss is off), its own run directory, resumed when it exists, plots as RFT's."""
     train = config_load.to_dict(cfg.train)
     if train["epochs"] is None:
         train.pop("epochs")
@@ -66,7 +66,8 @@ def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
                   data={"train_file": str(data), "eval_file": str(data)},
                   optim=config_load.to_dict(cfg.optim), train={**train, "eval_interval": 0},
                   perf=config_load.to_dict(cfg.perf), sft=config_load.to_dict(cfg.sft),
-                  run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed})  # fmt: skip
+                  run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed,
+                       "plots": cfg.run.plots})  # fmt: skip
     return config_load.load_config("sft", None, (), config_load.flatten(values))
 
 
