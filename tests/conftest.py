@@ -45,12 +45,13 @@ def micro_data(tmp_path_factory):
 
 @pytest.fixture
 def micro_pretrain(micro_data, tmp_path):
-    """Overrides for a micro pretraining run that takes a second or two."""
+    """Overrides for a micro pretraining run that takes a second or two. No plots/: matplotlib
+    costs about as much as the run (a test that looks at plots sets run.plots=true)."""
     return [
         "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA,
         "train.max_steps=20", "train.batch_size=4", "train.seq_len=32", "train.log_interval=5",
         "train.eval_interval=10", "train.eval_tokens=512", "train.save_interval=10",
-        "optim.warmup_steps=2", "optim.lr=1e-2", f"run.dir={tmp_path / 'run'}",
+        "optim.warmup_steps=2", "optim.lr=1e-2", "run.plots=false", f"run.dir={tmp_path / 'run'}",
     ]  # fmt: skip
 
 
@@ -64,19 +65,20 @@ def micro_model(micro_data, tmp_path_factory):
     train(load_config("pretrain", None, [
         "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA, "train.max_steps=30",
         "train.batch_size=8", "train.seq_len=64", "optim.lr=1e-2", "optim.warmup_steps=2",
-        f"run.dir={run}",
+        "run.plots=false", f"run.dir={run}",
     ]))  # fmt: skip
     return run
 
 
 @pytest.fixture
 def micro_grpo(micro_model, micro_data, tmp_path):
-    """Overrides for a micro GRPO run: 8 completions (2 prompts x 4) of 12 tokens per step."""
+    """Overrides for a micro GRPO run: 8 completions (2 prompts x 4) of 12 tokens per step; no
+    plots/ (as micro_pretrain)."""
     return [
         f"model.path={micro_model}", f"data.dir={micro_data}", "train.max_steps=6",
         "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
         "train.eval_interval=3", "grpo.eval_prompts=4", "train.save_interval=2",
-        "optim.lr=1e-3", f"run.dir={tmp_path / 'grpo'}",
+        "optim.lr=1e-3", "run.plots=false", f"run.dir={tmp_path / 'grpo'}",
     ]  # fmt: skip
 
 

@@ -60,7 +60,8 @@ def test_pretrain_step_eval_and_resume(micro_data, tmp_path, monkeypatch):
     over = ["model.preset=micro", f"data.dir={micro_data}", "data.num_stories=400",
             "data.vocab_size=256", "train.batch_size=2", "train.seq_len=16", "train.max_steps=2",
             "train.eval_interval=2", "train.eval_tokens=32", "train.save_interval=1",
-            "perf.device=cpu", "optim.warmup_steps=0", f"run.dir={tmp_path / 'run'}"]  # fmt: skip
+            "perf.device=cpu", "optim.warmup_steps=0", "run.plots=false",
+            f"run.dir={tmp_path / 'run'}"]  # fmt: skip
     _interrupt_at_second_step(monkeypatch, pretrain)
     # The CPU's MFU peak is measured once per machine (seconds), by train/mfu.py alone.
     monkeypatch.setattr(pretrain, "peak_flops", lambda *args, **kwargs: None)
@@ -81,7 +82,7 @@ def test_grpo_step(micro_model, micro_data, tmp_path, monkeypatch, lora, replay)
             "train.batch_size=4", "grpo.num_generations=2", "grpo.max_completion_length=6",
             "train.eval_interval=2", "grpo.eval_prompts=2", "train.save_interval=1",
             f"grpo.replay={str(replay).lower()}", "perf.device=cpu", "optim.warmup_steps=0",
-            f"run.dir={tmp_path / 'grpo'}"]  # fmt: skip
+            "run.plots=false", f"run.dir={tmp_path / 'grpo'}"]  # fmt: skip
     if lora:
         over += ["model.lora.enabled=true", "model.lora.r=2"]
     _interrupt_at_second_step(monkeypatch, grpo)

@@ -158,6 +158,11 @@ class RunConfig(Section):
     group: str | None = Field(
         None, description="groups runs in trackers (the W&B and Trackio group); a sweep sets it"
     )
+    plots: bool = Field(
+        True,
+        description="draw plots/ (rft: and report.md) at the end of the run; false saves "
+        "matplotlib's second or so per run, e.g. for many sweep trials (`smollab report` later)",
+    )
 
     @field_validator("report_to", mode="before")
     @classmethod

@@ -78,6 +78,7 @@ RERUN_FREE = {
     "perf.threads": "speed only; the lab gives a resumed trial the CPU share free at the time",
     "run.report_to": "where rows are also sent, not what the run computes",
     "run.group": "how trackers group the run, not what it computes",
+    "run.plots": "whether the end of the run draws plots/, not what it computes",
 }
 
 STATUSES = (

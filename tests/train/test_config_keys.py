@@ -169,7 +169,7 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
 
 MICRO = ["data.vocab_size=256", "train.max_steps=3",
          "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
-         "train.log_interval=1"]  # fmt: skip
+         "train.log_interval=1", "run.plots=false"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,7 @@ def ddp_reference(micro_data, tmp_path_factory):
     micro = [
         "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA, "train.batch_size=4",
         "train.seq_len=32", "train.eval_interval=10", "train.eval_tokens=512",
-        "optim.warmup_steps=2", "optim.lr=1e-2",
+        "optim.warmup_steps=2", "optim.lr=1e-2", "run.plots=false",
     ]  # fmt: skip
     _run([*_torchrun("-m", "smollab"), *_ddp_args(micro, base / "ref")])
     return base / "ref", micro

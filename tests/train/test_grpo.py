@@ -16,7 +16,7 @@ def _run(overrides):
 
 
 def test_full_finetune_end_to_end(micro_grpo, tmp_path):
-    summary = _run(micro_grpo)
+    summary = _run([*micro_grpo, "run.plots=true"])
     run = tmp_path / "grpo"
     assert summary["status"] == "completed" and summary["steps"] == 6
     rows = read_metrics(run / "metrics.csv")

@@ -16,7 +16,7 @@ def _run(overrides):
 
 
 def test_end_to_end_writes_the_run_directory(micro_pretrain, tmp_path):
-    summary = _run(micro_pretrain)
+    summary = _run([*micro_pretrain, "run.plots=true"])
     run = tmp_path / "run"
     assert summary["status"] == "completed" and summary["steps"] == 20
     rows = read_metrics(run / "metrics.csv")
@@ -79,10 +79,11 @@ def test_divergence_is_a_result(micro_pretrain, tmp_path):
     assert summary["steps"] < 20
 
 
-def test_stops_on_max_tokens(micro_pretrain):
+def test_stops_on_max_tokens(micro_pretrain, tmp_path):
     summary = _run([*micro_pretrain, "train.max_tokens=1000"])
     assert summary["steps"] == 8  # 8 x 128 tokens >= 1000
     assert summary["status"] == "completed"
+    assert not (tmp_path / "run" / "plots").exists()  # run.plots=false (micro_pretrain's)
 
 
 def test_bad_values_stop_before_writing(micro_pretrain, tmp_path, capsys):

@@ -50,7 +50,7 @@ def micro_rft(micro_model, prompt_files, tmp_path, monkeypatch) -> list[str]:
             "rft.max_new_tokens=8", "rft.gen_batch_size=3", "reward=[{name: rft_test_rewards:has_e}]",
             "train.epochs=null", "train.max_steps=4", "train.batch_size=4", "train.seq_len=32",
             "train.log_interval=1", "train.save_interval=2", "optim.lr=3e-3",
-            "optim.warmup_steps=1", f"run.dir={tmp_path / 'rft'}"]  # fmt: skip
+            "optim.warmup_steps=1", "run.plots=false", f"run.dir={tmp_path / 'rft'}"]  # fmt: skip
 
 
 def _run(args: list[str]) -> dict:
@@ -75,7 +75,7 @@ def test_keep_threshold_top_k_and_dedup():
 
 
 def test_two_rounds_write_data_stats_and_an_accuracy_row_each(micro_rft, tmp_path):
-    summary = _run(micro_rft)
+    summary = _run([*micro_rft, "run.plots=true"])
     assert summary["status"] == "completed" and summary["rounds_done"] == 2
     run = tmp_path / "rft"
     rows = read_metrics(run / "metrics.csv")
@@ -92,6 +92,7 @@ def test_two_rounds_write_data_stats_and_an_accuracy_row_each(micro_rft, tmp_pat
         assert json.loads((d / "sft" / "summary.json").read_text())["steps"] == 4
     assert "| round |" in (run / "report.md").read_text()
     assert (run / "plots" / "accuracy.png").exists()
+    assert (run / "rounds" / "1" / "sft" / "plots" / "loss_curves.png").exists()
     assert _run(micro_rft)["status"] == "completed"  # a finished run is reported, not rerun
 
 
@@ -153,6 +154,8 @@ def test_lora_rounds_merge_their_adapters(micro_rft, tmp_path):
         assert (tmp_path / "rft" / "rounds" / n / "model" / "model.safetensors").exists()
         records = (tmp_path / "rft" / "rounds" / n / "data.jsonl").read_text().splitlines()
         assert len(records) <= 8  # at most one per prompt
+        assert not (tmp_path / "rft" / "rounds" / n / "sft" / "plots").exists()  # run.plots=false
+    assert not (tmp_path / "rft" / "report.md").exists()
 
 
 @pytest.mark.parametrize("args, expected", [

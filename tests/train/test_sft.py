@@ -39,7 +39,7 @@ def micro_sft(micro_model, records_file, tmp_path) -> list[str]:
             "data.eval_fraction=0.1", "train.max_steps=8", "train.batch_size=4",
             "train.seq_len=64", "train.log_interval=1", "train.eval_interval=4",
             "train.save_interval=2", "optim.lr=3e-3", "optim.warmup_steps=2",
-            f"run.dir={tmp_path / 'sft'}"]  # fmt: skip
+            "run.plots=false", f"run.dir={tmp_path / 'sft'}"]  # fmt: skip
 
 
 def _run(args: list[str]) -> dict:

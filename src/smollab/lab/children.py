@@ -350,6 +350,12 @@ class MetricsTail:
         self.rows = rows
         return rows
 
+    def invalidate(self) -> None:
+        """Make the next read() take the file whole even if its size and mtime look unchanged: a
+        final read once the writer has stopped (a rewrite within the clock's resolution can keep
+        both), e.g. the probe's count of logged steps."""
+        self._sig = None
+
 
 # ---- Ctrl-C as a flag ------------------------------------------------------------------------
 

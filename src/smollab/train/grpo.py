@@ -63,6 +63,33 @@ COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "frac_re
 REWARD_CHECK = 4
 
 
+def metrics_row(step: int, started: float, lr: float, loss: float, total: torch.Tensor,
+                num_generations: int, stats: dict, entropy: float, lengths: torch.Tensor,
+                truncated: torch.Tensor, grad_norm, completions: list[str],
+                per_fn: dict[str, torch.Tensor], marks: tuple[float, ...],
+                device: torch.device) -> dict:  # fmt: skip
+    """One step's metrics row (COLUMNS, then `reward/<fn>` with several reward functions), built
+    here for `smollab grpo` and its lanes alike so a lane's metrics.jsonl reads as a run's does.
+    `stats`: the first pass's loss stats; `marks`: the step's perf-counter times (start,
+    generated, rewarded, referenced, trained); `entropy` comes from the caller (its own parts)."""
+    t0, t_gen, t_rew, t_ref, t_end = marks
+    row = dict(step=step, wall_s=time.time() - started, lr=lr, loss=loss,
+               reward_mean=float(total.mean()), reward_std=float(total.std()),
+               frac_reward_zero_std=frac_reward_zero_std(total, num_generations),
+               kl=stats.get("kl", 0.0), entropy=entropy,
+               completion_len=float(lengths.float().mean()),
+               truncated_frac=float(truncated.float().mean()),
+               clip_frac=stats["clip_region"], grad_norm=float(grad_norm),
+               unique_fraction=unique_fraction(completions),
+               jaccard=mean_pairwise_jaccard(completions), repetition=repetition(completions),
+               gen_s=t_gen - t0, reward_s=t_rew - t_gen, ref_s=t_ref - t_rew,
+               train_s=t_end - t_ref, step_s=t_end - t0,
+               peak_mem_mb=peak_memory_mb(device))  # fmt: skip
+    if len(per_fn) > 1:
+        row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
+    return row
+
+
 def run_dir_for(cfg: GRPOConfig) -> Path:
     if cfg.run.dir:
         return Path(cfg.run.dir)
@@ -258,22 +285,11 @@ def train(cfg: GRPOConfig) -> dict:
             total, completions = batch.total, batch.completions
             reward_mean = float(total.mean())
             history.append(reward_mean)
-            row = dict(step=step, wall_s=time.time() - t_start, lr=lr, loss=loss,
-                       reward_mean=reward_mean, reward_std=float(total.std()),
-                       frac_reward_zero_std=frac_reward_zero_std(total, g.num_generations),
-                       kl=first_stats.get("kl", 0.0),
-                       entropy=-batch.logp_sum / batch.tokens if batch.tokens else 0.0,  # sampled -log p: unbiased
-                       completion_len=float(batch.lengths.float().mean()),
-                       truncated_frac=float(batch.truncated.float().mean()),
-                       clip_frac=first_stats["clip_region"], grad_norm=float(grad_norm),
-                       unique_fraction=unique_fraction(completions),
-                       jaccard=mean_pairwise_jaccard(completions),
-                       repetition=repetition(completions),
-                       gen_s=t_gen - t0, reward_s=t_rew - t_gen, ref_s=t_ref - t_rew,
-                       train_s=t_end - t_ref, step_s=t_end - t0,
-                       peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
-            if len(batch.per_fn) > 1:
-                row.update({f"reward/{k}": float(v.mean()) for k, v in batch.per_fn.items()})
+            # sampled -log p: unbiased
+            entropy = -batch.logp_sum / batch.tokens if batch.tokens else 0.0
+            row = metrics_row(step, t_start, lr, loss, total, g.num_generations, first_stats,
+                              entropy, batch.lengths, batch.truncated, grad_norm, completions,
+                              batch.per_fn, (t0, t_gen, t_rew, t_ref, t_end), rt.device)  # fmt: skip
             if router:
                 row.update(router.row)
             due = tc.eval_interval and (step % tc.eval_interval == 0 or step == tc.max_steps)
@@ -316,7 +332,7 @@ def train(cfg: GRPOConfig) -> dict:
     base, final = (history[0] if history else None), (sum(tail) / len(tail) if tail else None)
     summary = run and scaffold.finish(
         run, status, policy, tokenizer, f"{status}: {step} steps; reward {base} -> {final}",
-        merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
+        plots=cfg.run.plots, merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
         base_reward=base, final_reward=final,
         base_eval_reward=base_eval["reward_mean"] if base_eval else run.read_summary().get("base_eval_reward"),
         final_eval_reward=eval_reward, train_seconds=train_seconds, wall_seconds=time.time() - t_start,

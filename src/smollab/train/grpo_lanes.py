@@ -28,7 +28,7 @@ import torch
 from smollab.config import GRPOConfig
 from smollab.config_load import flatten, load_config, to_dict
 from smollab.data.prepare import ensure_prepared
-from smollab.device import peak_memory_mb, release_cache, setup_runtime, synchronize
+from smollab.device import release_cache, setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.policy import replay_blocker
 from smollab.engine.reference import build_reference
@@ -42,9 +42,9 @@ from smollab.rewards.registry import validate_specs
 from smollab.runs import LOG
 from smollab.train import crash_record, distributed, scaffold
 from smollab.train import lanes as ln
-from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
-from smollab.train.grpo import COLUMNS, REWARD_CHECK, run_dir_for
-from smollab.train.grpo_loss import frac_reward_zero_std, group_advantages, grpo_loss
+from smollab.train.diversity import unique_fraction
+from smollab.train.grpo import COLUMNS, REWARD_CHECK, metrics_row, run_dir_for
+from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.lane_inbox import (
     EXIT_ENDED,
     EXIT_FAILED,
@@ -338,21 +338,11 @@ def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
         lane.train_seconds += t_end - t0
         t, texts = total[s], completions[s]
         lane.history.append(float(t.mean()))
-        row = dict(step=lane.step, wall_s=time.time() - lane.started,
-                   lr=lane.optimizer.param_groups[0]["lr"], loss=losses[i],
-                   reward_mean=float(t.mean()), reward_std=float(t.std()),
-                   frac_reward_zero_std=frac_reward_zero_std(t, G), kl=stats[i].get("kl", 0.0),
-                   entropy=float(-(r.logprobs[s] * mask[s]).sum() / mask[s].sum().clamp(min=1)),
-                   completion_len=float(r.completion_lengths[s].float().mean()),
-                   truncated_frac=float(r.truncated[s].float().mean()),
-                   clip_frac=stats[i]["clip_region"], grad_norm=norms[i],
-                   unique_fraction=unique_fraction(texts), jaccard=mean_pairwise_jaccard(texts),
-                   repetition=repetition(texts), gen_s=t_gen - t0, reward_s=t_rew - t_gen,
-                   ref_s=t_ref - t_rew, train_s=t_end - t_ref, step_s=t_end - t0,
-                   peak_mem_mb=peak_memory_mb(shared.rt.device))  # fmt: skip
-        if len(per_fn) > 1:
-            row.update({f"reward/{k}": float(v[s].mean()) for k, v in per_fn.items()})
-        lane.row = row
+        entropy = float(-(r.logprobs[s] * mask[s]).sum() / mask[s].sum().clamp(min=1))
+        lane.row = metrics_row(lane.step, lane.started, lane.optimizer.param_groups[0]["lr"],
+                               losses[i], t, G, stats[i], entropy, r.completion_lengths[s],
+                               r.truncated[s], norms[i], texts, {k: v[s] for k, v in per_fn.items()},
+                               (t0, t_gen, t_rew, t_ref, t_end), shared.rt.device)  # fmt: skip
         tc = lane.cfg.train
         if tc.eval_interval and (lane.step % tc.eval_interval == 0 or lane.step == tc.max_steps):
             due_eval.append(lane)

@@ -118,7 +118,8 @@ def finish(lane: Lane, tokenizer) -> dict[str, Any]:
     return scaffold.finish(
         lane.run, status, lane.policy, tokenizer,
         f"{status}: {lane.step} steps; reward {base} -> {final}",
-        merged=lane.cfg.grpo.export_merged, evidence=evidence, flags=lane.watch.flags,
+        plots=lane.cfg.run.plots, merged=lane.cfg.grpo.export_merged, evidence=evidence,
+        flags=lane.watch.flags,
         steps=lane.step, base_reward=base, final_reward=final, base_eval_reward=lane.base_eval,
         final_eval_reward=lane.eval_reward, train_seconds=lane.train_seconds,
         wall_seconds=time.time() - lane.started,

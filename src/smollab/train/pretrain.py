@@ -229,7 +229,7 @@ def train(cfg: PretrainConfig) -> dict:
         summary = scaffold.finish(
             run, status, unwrapped, tokenizer,
             f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; val loss {val_loss}",
-            evidence=evidence, steps=step, tokens=tokens,
+            plots=cfg.run.plots, evidence=evidence, steps=step, tokens=tokens,
             final_train_loss=RunView(run.path).last("train_loss"),
             final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
             train_seconds=train_s, wall_seconds=time.time() - t_start,

@@ -56,7 +56,7 @@ def run_dir_for(cfg: RFTConfig) -> Path:
 def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
     """The `smollab sft` config of a round: RFT's model (LoRA), optim, train, perf and sft
     sections, the round's records (also named as the held-out file, so nothing is carved out;
-    held-out loss is off), its own run directory, resumed when it exists."""
+    held-out loss is off), its own run directory, resumed when it exists, plots as RFT's."""
     train = config_load.to_dict(cfg.train)
     if train["epochs"] is None:
         train.pop("epochs")
@@ -66,7 +66,8 @@ def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
                   data={"train_file": str(data), "eval_file": str(data)},
                   optim=config_load.to_dict(cfg.optim), train={**train, "eval_interval": 0},
                   perf=config_load.to_dict(cfg.perf), sft=config_load.to_dict(cfg.sft),
-                  run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed})  # fmt: skip
+                  run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed,
+                       "plots": cfg.run.plots})  # fmt: skip
     return config_load.load_config("sft", None, (), config_load.flatten(values))
 
 
@@ -211,11 +212,12 @@ def train(cfg: RFTConfig) -> dict:
         run.log(f"round {n}: accuracy {acc:.3f}, eval reward {mean:.3f}", echo=True)
 
     # ---- wrap up ------------------------------------------------------------------------
-    return _finish(run, status, evidence, t_start)
+    return _finish(run, status, evidence, t_start, cfg.run.plots)
 
 
-def _finish(run, status: str, evidence: str | None, t_start: float) -> dict:
-    """Summary (accuracy per round, base, final, best), report.md with its table and plots."""
+def _finish(run, status: str, evidence: str | None, t_start: float, plots: bool) -> dict:
+    """Summary (accuracy per round, base, final, best), report.md with its table and plots
+    (`run.plots`; `smollab report` writes it later)."""
     from smollab.report.run_report import write_run_report
 
     rows = RunView(run.path).metrics()
@@ -229,7 +231,8 @@ def _finish(run, status: str, evidence: str | None, t_start: float) -> dict:
     run.log(f"{status}: accuracy per round {', '.join(f'{a:.3f}' for a in acc)}", echo=True)
     run.close()
     crash_record.closed(run)
-    with contextlib.suppress(Exception):  # the report is a view; the run's result stands without
-        write_run_report(run.path)
+    if plots:
+        with contextlib.suppress(Exception):  # a view: the run's result stands without it
+            write_run_report(run.path)
     print(f"run directory: {run.path}", flush=True)
     return summary

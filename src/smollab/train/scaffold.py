@@ -112,19 +112,21 @@ def check_replicas(run: RunDir | None, dist: Dist, model, optimizer, scaler) -> 
                 echo=True)  # fmt: skip
 
 
-def finish(run: RunDir, status: str, model, tokenizer, log_line: str, *, merged: bool = False,
-           **summary: Any) -> dict[str, Any]:  # fmt: skip
+def finish(run: RunDir, status: str, model, tokenizer, log_line: str, *, plots: bool,
+           merged: bool = False, **summary: Any) -> dict[str, Any]:  # fmt: skip
     """Final checkpoint (also `final_merged/` for LoRA with `merged`) unless interrupted, the
-    summary, plots, closing lines. The loop re-raises an interrupt after this returns."""
+    summary, plots (`run.plots`), closing lines. The loop re-raises an interrupt after this
+    returns."""
     if status != "interrupted":
         run.save_checkpoint("final", model, tokenizer)
         if merged:
             run.save_checkpoint("final_merged", model.merge_and_unload(), tokenizer)
     out = run.update_summary(status=status, **summary)
     run.log(log_line, echo=True)
-    from smollab.report.plots import plot_run
+    if plots:
+        from smollab.report.plots import plot_run
 
-    plot_run(run.path)
+        plot_run(run.path)
     run.close()
     crash_record.closed(run)
     print(f"run directory: {run.path}", flush=True)

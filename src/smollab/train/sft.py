@@ -246,7 +246,8 @@ def train(cfg: SFTConfig) -> dict:
         run, status, model, tokenizer,
         f"{status}: {step} steps ({step * tc.grad_accum / per_epoch:.2f} epochs), {tokens:,} "
         f"tokens in {train_s:.1f}s train time; val loss {val_loss}",
-        evidence=evidence, steps=step, epochs=step * tc.grad_accum / per_epoch, tokens=tokens,
+        plots=cfg.run.plots, evidence=evidence, steps=step,
+        epochs=step * tc.grad_accum / per_epoch, tokens=tokens,
         final_train_loss=RunView(run.path).last("train_loss"),
         final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
         train_seconds=train_s, wall_seconds=time.time() - t_start,

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
 
 from smollab.errors import UserError
+from smollab.lab.children import MetricsTail
 from smollab.lab.probe.cache import cache_lookup
 from smollab.lab.probe.levels import RunMeasure
 from smollab.lab.probe.measure import step_times
@@ -216,6 +218,22 @@ def test_step_times_from_metrics():
             {"step": 5.0, "train_s": 1.2}]  # fmt: skip
     assert step_times(rows, "pretrain") == [(2, pytest.approx(0.1)), (3, pytest.approx(0.2))]
     assert step_times([{"step": 1.0, "step_s": 0.3}], "grpo") == [(1, 0.3)]
+
+
+def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
+    """The probe's final count: a rewrite that keeps inode, size and mtime looks unchanged to
+    read(); invalidate() makes the next read take the file whole."""
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,step_s\n1,0.5\n")
+    stamp = path.stat().st_mtime_ns
+    tail = MetricsTail(path)
+    assert tail.read() == [{"step": 1.0, "step_s": 0.5}]
+    with path.open("r+") as f:  # same inode, same size
+        f.write("step,step_s\n2,0.7\n")
+    os.utime(path, ns=(stamp, stamp))
+    assert tail.read() == [{"step": 1.0, "step_s": 0.5}]
+    tail.invalidate()
+    assert tail.read() == [{"step": 2.0, "step_s": 0.7}]
 
 
 def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_path, monkeypatch):

@@ -318,7 +318,7 @@ def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_dat
                       "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
                       "perf.device": "cpu", "train.max_steps": 3, "train.batch_size": 8,
                       "grpo.num_generations": 4, "grpo.max_completion_length": 12,
-                      "train.eval_interval": 0, "train.save_interval": 2},
+                      "train.eval_interval": 0, "train.save_interval": 2, "run.plots": False},
         "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
         "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
     lines: list[str] = []
@@ -349,7 +349,7 @@ def test_micro_sweep_with_two_real_workers(tmp_path, micro_model, micro_data):
                       "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
                       "perf.device": "cpu", "train.max_steps": 2, "train.batch_size": 8,
                       "grpo.num_generations": 4, "grpo.max_completion_length": 12,
-                      "train.eval_interval": 0},
+                      "train.eval_interval": 0, "run.plots": False},
         "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
         "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
     lines: list[str] = []

@@ -115,7 +115,7 @@ class LanesProcess:
             window = set(sorted(s for s, t in seen[j].items() if w0 and t > w0)[: spec.steps])
             medians = []
             for t in lane_tails:
-                t._sig = None  # read the file whole once more
+                t.invalidate()  # read the file whole once more
                 rows = t.read()
                 times = [dt for s, dt in step_times(rows, "grpo") if s in window]
                 counts.append(len(times))

@@ -103,7 +103,7 @@ class ProcessLevel:
         measures = []
         total = 0
         for i, (c, t) in enumerate(zip(kids, tails, strict=True)):
-            t._sig = None
+            t.invalidate()
             rows = t.read()
             times = [(s, dt) for s, dt in step_times(rows, spec.command)
                      if w0 is not None and seen[i].get(s, math.inf) > w0 and (w1 is None or seen[i].get(s, math.inf) <= w1)]  # fmt: skip
