@@ -1,5 +1,5 @@
-"""Where a lanes step goes: decode, reference and training of N lanes against N lone runs, on
-one thread each (never run by CI).
+"""Where a lanes step goes: decode, reference and training per lane step, as one of N lanes and
+as a run alone, on one thread each (never run by CI).
 
 Runs `smollab grpo RECIPE` alone and `smollab lanes grpo RECIPE` with N lanes (seeds 0..N-1),
 each for `--steps` steps on `--threads` threads, one after the other, and reads the phase times

@@ -63,14 +63,18 @@ def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
     assert again[0]["status"] == "completed"
 
 
-def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo, tmp_path):
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo, tmp_path,
+                                                                     iterations):  # fmt: skip
     """The default replays each batch's first policy forward from the decode record; its first
-    step (same rollouts) has the loss, KL and gradient norm of the computed forward."""
+    step (same rollouts) has the loss, KL and gradient norm of the computed forward (with two
+    passes over the batch, the second computed in both)."""
     lanes = [["optim.lr=1e-3", "grpo.beta=0.1"], ["optim.lr=3e-3", "model.lora.r=2", "run.seed=7"]]
     first = {}
     for replay in ("true", "false"):
         dirs = [tmp_path / f"{replay}{i}" for i in range(len(lanes))]
         api.lanes(None, [*shared_args(micro_grpo), f"grpo.replay={replay}", "train.max_steps=1",
+                         f"grpo.num_iterations={iterations}",
                          "train.save_interval=0"],
                   [[f"run.dir={d}", *extra] for d, extra in zip(dirs, lanes, strict=True)])  # fmt: skip
         first[replay] = [rows(d)[0] for d in dirs]

@@ -76,6 +76,9 @@ class DecodeRecord:
         })  # fmt: skip
 
     @classmethod
-    def elements(cls, lean, B: int, T: int) -> int:
-        """Numbers held by `empty(lean, B, T)`: callers keep records within a memory budget."""
-        return sum(math.prod(shape) for shape in cls._shapes(lean, B, T).values())
+    def elements(cls, lean, B: int, T: int, layer_copies: int = 1) -> int:
+        """Numbers held by `empty(lean, B, T)`: callers keep records within a memory budget.
+        layer_copies: the layers' buffers counted that many times (the lanes' replay reads a
+        lane-major copy of them)."""
+        return sum(math.prod(shape) * (1 if name == "probs" else layer_copies)
+                   for name, shape in cls._shapes(lean, B, T).items())  # fmt: skip

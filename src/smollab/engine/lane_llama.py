@@ -38,7 +38,7 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
-from smollab.engine.lean_llama import LeanLlama
+from smollab.engine.lean_llama import LeanLlama, additive_mask
 from smollab.engine.replay import RecordedResidual, RecordedRope, RecordedSwiGLU
 from smollab.engine.rollout import distinct_prompts
 from smollab.models.hf_weights import effective_weight, unwrap_hf
@@ -157,22 +157,20 @@ class LaneLlama(LeanLlama):
             for i in range(L)
         ]  # fmt: skip
 
-    def _linear(self, x: torch.Tensor, i: int, k: int, residual: torch.Tensor | None = None):
+    def _linear(self, x: torch.Tensor, i: int, k: int, residual: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Lane-major rows x [N, rows, in] through fused weight k (qkv, o, gu, d) of layer i,
-        plus `residual` [N, rows, out] when given: each lane's rows through its own adapter."""
-        lane = self._lane_layers[i][k]
+        plus `residual` [N, rows, out] when given: each lane's rows through its own adapter.
+        out: [N * rows, out] to write the result into (the decode's record; no grad)."""
         w_t = self._layers[i][k]  # the shared base: one matmul over every lane's rows
         x2 = x.reshape(-1, x.shape[-1])
-        y = (
-            x2 @ w_t
-            if residual is None
-            else torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t)
-        )
+        if residual is None:
+            y = torch.mm(x2, w_t, out=out)
+        else:
+            y = torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t, out=out)
         y = y.view(x.shape[0], x.shape[1], -1)
-        if lane is None:
-            return y
-        a_t, b_t = lane
-        return torch.baddbmm(y, torch.bmm(x, a_t), b_t)
+        lane = self._lane_layers[i][k]  # mm and addmm keep no output for autograd: add in place
+        return y if lane is None else y.baddbmm_(torch.bmm(x, lane[0]), lane[1])
 
     def _rows(self, B: int) -> int:
         if not self.num_lanes:
@@ -209,24 +207,18 @@ class LaneLlama(LeanLlama):
         cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
                                                   cache_pos)  # fmt: skip
         x = F.embedding(input_ids, self.embed).view(self.num_lanes, self._rows(B) * T, -1)
-        return self.layers(x, cos, sin, self.additive(visible), cache=cache,
+        return self.layers(x, cos, sin, visible, cache=cache,
                            cache_pos=cache_pos)[0]  # fmt: skip
 
-    def additive(self, visible: torch.Tensor | None) -> torch.Tensor | None:
-        """A boolean attention mask as SDPA's additive one (0 or -inf)."""
-        if visible is None:
-            return None
-        mask = torch.zeros(visible.shape, dtype=self.embed.dtype, device=visible.device)
-        return mask.masked_fill_(~visible, float("-inf"))
-
     def layers(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attn_mask: torch.Tensor | None,
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, visible: torch.Tensor | None,
         *, cache: KVCache | None = None, cache_pos: int = 0, prefix: list | None = None,
         record: list | None = None,
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:  # fmt: skip
         """The decoder layers over lane-major rows x [N, b * T, H] (embedded).
 
-        cos, sin: [B, T, 1, D] rope rows; attn_mask: additive [B, 1, T, S], None for causal.
+        cos, sin: [B, T, 1, D] rope rows; visible: bool attention mask [B, 1, T, S], None for
+        causal.
         cache: k, v written to slots [cache_pos, S) and attention over [0, S) (no grad).
         prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots (with grad).
         record: per layer the decode's recorded (qkv, x_attn, gu, x_mlp) values [N, b * T, n]
@@ -237,6 +229,7 @@ class LaneLlama(LeanLlama):
         N = x.shape[0]
         Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width
         nqk, half, S = Hq + Hkv, D // 2, cache_pos + T
+        attn_mask = None if visible is None else additive_mask(visible, x.dtype)
         if record is not None:  # the recorded RoPE's backward reads rows in the lanes' layout
             cos_l, sin_l = cos.reshape(N, -1, 1, D), sin.reshape(N, -1, 1, D)
         kv = []
@@ -299,7 +292,7 @@ class LaneLlama(LeanLlama):
         x = F.embedding(tokens, self.embed).view(N, b, H)
         for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(zip(cache.layers, outs,
                                                                        strict=True)):  # fmt: skip
-            qkv = self._linear_into(self.normalized(x), i, 0, o_qkv).view(B, Hq + 2 * Hkv, D)
+            qkv = self._linear(self.normalized(x), i, 0, out=o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             rot = qk.roll(half, -1)
             qk.mul_(cos).addcmul_(rot, sin)
@@ -310,20 +303,7 @@ class LaneLlama(LeanLlama):
             vc = v[:, :, :cur].view(B * Hkv, cur, D)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(N, b, Hq * D)
-            x = self._linear_into(a, i, 1, o_attn, x)
-            gu = self._linear_into(self.normalized(x), i, 2, o_gu)
-            x = self._linear_into(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, o_mlp, x)
+            x = self._linear(a, i, 1, x, o_attn)
+            gu = self._linear(self.normalized(x), i, 2, out=o_gu)
+            x = self._linear(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, x, o_mlp)
         return F.linear(self.normalized(x).view(B, H), self.lm_head)
-
-    def _linear_into(self, x, i: int, k: int, out: torch.Tensor | None, residual=None):
-        """`_linear` for the decode (no grad): the lanes' update added in place, the result in
-        `out` ([rows, width], a decode record's slice) when given."""
-        w_t = self._layers[i][k]
-        x2 = x.reshape(-1, x.shape[-1])
-        if residual is None:
-            y = torch.mm(x2, w_t, out=out)
-        else:
-            y = torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t, out=out)
-        y = y.view(x.shape[0], x.shape[1], -1)
-        lane = self._lane_layers[i][k]
-        return y if lane is None else y.baddbmm_(torch.bmm(x, lane[0]), lane[1])

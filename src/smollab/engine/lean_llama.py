@@ -71,6 +71,12 @@ def _rope_params(config) -> tuple[str, float]:
     return rope_type, float(theta)
 
 
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True: visible) as SDPA's additive one (0 or -inf)."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, float("-inf"))
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids for a left-padded batch: cumsum(mask) - 1, padding clamped to 0."""
     return (attention_mask.long().cumsum(-1) - 1).clamp_(min=0)
@@ -307,8 +313,7 @@ class LeanLlama(nn.Module):
                 k = qkv[:, :, Hq:nqk].transpose(1, 2)
                 v = qkv[:, :, nqk:].transpose(1, 2)
             if bool_mask is not None and attn_mask is None:
-                attn_mask = torch.zeros(bool_mask.shape, dtype=q.dtype, device=dev)
-                attn_mask.masked_fill_(~bool_mask, float("-inf"))
+                attn_mask = additive_mask(bool_mask, q.dtype)
             a = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=attn_mask, is_causal=bool_mask is None, enable_gqa=Hkv != Hq
             )

@@ -20,16 +20,17 @@ from smollab.engine.token_logprobs import rollout_logprobs
 
 def replay_blocker(
     policy: nn.Module, sampler: Sampler, *, enabled: bool, autocast: bool, batch_size: int,
-    max_new_tokens: int,
+    max_new_tokens: int, layer_copies: int = 1,
 ) -> str | None:  # fmt: skip
-    """Why each batch's first policy forward must be computed rather than replayed (None: replay)."""
+    """Why each batch's first policy forward must be computed rather than replayed (None: replay).
+    layer_copies: see `DecodeRecord.elements`."""
     if not enabled:
         return "grpo.replay=false"
     if sampler.lean is None:
         return "HF sampler"
     if autocast:
         return "autocast"
-    n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens)
+    n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens, layer_copies)
     if n > RECORD_BUDGET_ELEMS:
         return f"a decode record of {n:,} numbers is over the budget"
     return replay_unsupported(policy)

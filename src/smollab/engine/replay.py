@@ -12,6 +12,8 @@ The elementwise parts (norms, RoPE, SwiGLU, attention) are recomputed: they carr
 The prompt tokens are not in the record: each distinct prompt runs once for real (a few tokens
 per group) and its keys and values join the completions' attention, as in `token_logprobs`.
 Values agree with the plain forward to float rounding; tests compare log-probs and gradients.
+`replay_lanes_logprobs` does the same for a `LaneLlama`'s lanes: the recorded linears take
+either a dense weight or the lanes' (shared base, each lane's low-rank factors).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["RECORD_BUDGET_ELEMS", "replay_lanes_logprobs", "replay_logprobs", "replay_unsupported"]
 
-RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32: beyond it the forward is computed, not replayed
+RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32 a run (a lane): beyond it the forward is computed
 
 
 def replay_unsupported(model: nn.Module) -> str | None:
@@ -303,7 +305,7 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
     ids, p_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask, lanes=N)
     cos, sin, visible = lanes.attention_inputs(ids, p_mask, None, None, 0)
     x = F.embedding(ids, lanes.embed).view(N, -1, lanes.hidden_size)
-    h, kv = lanes.layers(x, cos, sin, lanes.additive(visible))
+    h, kv = lanes.layers(x, cos, sin, visible)
     h = h[rows, -1:]
 
     # 2. the completions, replayed: the records read lane-major, [T, B, n] -> [N, b * T, n]
@@ -316,7 +318,7 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
                    (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)]  # fmt: skip
         x = F.embedding(rollout.completion_ids[:, :Tc], lanes.embed).view(N, -1, lanes.hidden_size)
         prefix = [(k[rows], v[rows]) for k, v in kv]
-        h_comp, _ = lanes.layers(x, cos, sin, lanes.additive(vis), prefix=prefix, record=record)
+        h_comp, _ = lanes.layers(x, cos, sin, vis, prefix=prefix, record=record)
         h = torch.cat([h, h_comp], 1)
     out = selected_logprobs(h.transpose(0, 1), lanes.lm_head, rollout.completion_ids.t(),
                             temperature, probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip

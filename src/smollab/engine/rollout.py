@@ -7,7 +7,7 @@ loops that score it; its helpers are the one place that trims padding and decode
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
@@ -41,7 +41,8 @@ class Rollout:
 
     def select(self, rows: torch.Tensor) -> Rollout:
         """The rollout of these rows (without the decode record, which holds the whole batch)."""
-        return Rollout(*(getattr(self, f.name)[rows] for f in fields(self) if f.name != "record"))
+        return replace(self, record=None, **{f.name: getattr(self, f.name)[rows]
+                                             for f in fields(self) if f.name != "record"})  # fmt: skip
 
     def completion_rows(self) -> list[list[int]]:
         """Each completion's tokens up to and including its EOS (what rewards and texts read)."""
@@ -91,7 +92,9 @@ def distinct_prompts(
     its last), so the distinct rows split into the same lanes.
     """
     if lanes > 1:
-        b = prompt_ids.shape[0] // lanes
+        b, rest = divmod(prompt_ids.shape[0], lanes)
+        if rest:
+            raise ValueError(f"{prompt_ids.shape[0]} rows do not split into {lanes} lanes")
         blocks = [distinct_prompts(prompt_ids[s : s + b], prompt_mask[s : s + b])
                   for s in range(0, lanes * b, b)]  # fmt: skip
         U = max(u.shape[0] for u, _, _ in blocks)

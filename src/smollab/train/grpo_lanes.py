@@ -27,23 +27,15 @@ import torch
 
 from smollab.config import GRPOConfig
 from smollab.config_load import flatten, load_config, to_dict
-from smollab.data.prepare import ensure_prepared
-from smollab.device import release_cache, setup_runtime, synchronize
+from smollab.device import setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
-from smollab.engine.policy import replay_blocker
-from smollab.engine.reference import build_reference
 from smollab.engine.replay import replay_lanes_logprobs
-from smollab.engine.sampler import Sampler
 from smollab.engine.token_logprobs import logprobs
 from smollab.errors import RunFailed, UserError
-from smollab.models.loading import align_special_tokens, build_model, check_model_source
-from smollab.rewards.pool import RewardPool
-from smollab.rewards.registry import validate_specs
 from smollab.runs import LOG
 from smollab.train import crash_record, distributed, scaffold
 from smollab.train import lanes as ln
-from smollab.train.diversity import unique_fraction
-from smollab.train.grpo import COLUMNS, REWARD_CHECK, metrics_row, run_dir_for
+from smollab.train.grpo import metrics_row, run_dir_for
 from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.lane_inbox import (
     EXIT_ENDED,
@@ -53,82 +45,10 @@ from smollab.train.lane_inbox import (
     LaneTrial,
     check_supported,
 )
-from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
 
 IDLE_S = 0.2  # worker mode: how often an empty worker looks at its inbox
-
-
-class Shared:
-    """What every lane uses: the base model, tokenizer, prompts, sampler, reference and rewards,
-    set up from the first lane's config (the others must agree with it on every shared key)."""
-
-    def __init__(self, cfg: GRPOConfig, rt):
-        g = cfg.grpo
-        self.cfg, self.rt = cfg, rt
-        self.rewards = validate_specs(cfg.reward)
-        check_model_source(cfg.model)
-        if not g.prompts_file:
-            ensure_prepared(cfg.data, exact=False)
-        self.tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
-        self.train_prompts, self.eval_prompts = grpo_prompts(g, cfg.data.dir, self.tokenizer)
-        torch.manual_seed(cfg.run.seed)
-        base = build_model(cfg.model, vocab_size=len(self.tokenizer),
-                           attn_implementation=cfg.perf.attn_implementation, device=rt.device)  # fmt: skip
-        if len(self.tokenizer) > base.config.vocab_size:
-            raise UserError(f"tokenizer has {len(self.tokenizer)} entries, the model only "
-                            f"{base.config.vocab_size}")  # fmt: skip
-        align_special_tokens(base, self.tokenizer)
-        self.base = base.to(rt.device).requires_grad_(False)
-        try:
-            self.lanes = LaneLlama.from_hf(self.base, adapters=False)
-        except (TypeError, NotImplementedError) as e:
-            raise UserError(f"model {cfg.model.path or cfg.model.preset}: lanes need a "
-                            f"Llama-shaped model the lean engine reads ({e})") from None  # fmt: skip
-        eos = self.tokenizer.eos_token_id
-        self.sampler = Sampler(self.lanes, eos_token_id=eos, pad_token_id=eos)
-        self.reference = build_reference(self.base, True, g.ref_on_cpu)
-        # each lane's share of the decode record within the budget its run alone would have
-        self.no_replay = replay_blocker(self.base, self.sampler, enabled=g.replay, autocast=False,
-                                        batch_size=cfg.train.batch_size,
-                                        max_new_tokens=g.max_completion_length)  # fmt: skip
-        self.pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
-        try:  # the rewards, tried on a few base-model completions before anything is written
-            r = Sampler(self.base, eos_token_id=eos, pad_token_id=eos).generate(
-                self.eval_prompts[:REWARD_CHECK], g.max_completion_length, seed=cfg.run.seed
-            )
-            self.pool(r.prompt_texts(self.tokenizer), r.completion_texts(self.tokenizer),
-                      r.completion_rows())  # fmt: skip
-        except BaseException:
-            self.pool.close()
-            raise
-        cols = [f"reward/{r.key}" for r in self.rewards] if len(self.rewards) > 1 else []
-        self.columns = COLUMNS + cols
-
-    def generate(self, lanes: list[ln.Lane], prompts: list[list[int]], seeds: list[int],
-                 record: bool = False):  # fmt: skip
-        """Completions of `prompts` (lane-major) through the lanes' adapters, each lane's rows
-        drawn from a generator of its own seed (`record`: keep the decode for the replay)."""
-        g = self.cfg.grpo
-        with torch.no_grad():
-            self.lanes.load_lanes([lane.policy for lane in lanes])
-        r = self.sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                                  top_p=g.top_p, top_k=g.top_k, seed=seeds, record=record)  # fmt: skip
-        release_cache(self.rt.device)
-        return r
-
-    def evaluate(self, lanes: list[ln.Lane]) -> list[dict[str, Any]]:
-        """Each lane's mean reward and diversity on the held-out prompts, in one sampler call,
-        each lane drawing from its own evaluation stream, as its run alone would."""
-        n = len(self.eval_prompts)
-        seeds = [stream_seed(la.cfg.run.seed, -1, 2) for la in lanes]  # as `smollab grpo` draws
-        r = self.generate(lanes, self.eval_prompts * len(lanes), seeds)
-        texts = r.completion_texts(self.tokenizer)
-        total, _ = self.pool(r.prompt_texts(self.tokenizer), texts, r.completion_rows())
-        return [{"reward_mean": float(total[i * n : (i + 1) * n].mean()),
-                 "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n])}
-                for i in range(len(lanes))]  # fmt: skip
 
 
 def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
@@ -157,7 +77,7 @@ def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
     if distributed.setup(torch.device("cpu"))[0].enabled:
         raise UserError("lanes run in one process: start `smollab lanes` without torchrun")
     rt = setup_runtime(first.perf)
-    shared = Shared(first, rt)
+    shared = ln.Shared(first, rt)
     max_lanes = max_lanes or len(queue)
     print(rt.describe(), flush=True)
     lanes: list[ln.Lane] = []
@@ -229,7 +149,7 @@ def _config(t: LaneTrial, threads: int | None) -> GRPOConfig:
     return load_config("grpo", base, [*overrides, *extra])
 
 
-def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
+def _open(shared: ln.Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
     """A new lane, or None when its trial could not join (refused, or finished already)."""
     try:
         ln.check_compatible(shared.cfg, cfg, name)
@@ -257,7 +177,7 @@ def _open(shared: Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | None:
     return lane
 
 
-def _end(shared: Shared, lane: ln.Lane, box: Inbox | None) -> dict[str, Any]:
+def _end(shared: ln.Shared, lane: ln.Lane, box: Inbox | None) -> dict[str, Any]:
     summary = ln.finish(lane, shared.tokenizer)
     if box:
         code = EXIT_INTERRUPTED if summary.get("status") == "interrupted" else EXIT_ENDED
@@ -265,7 +185,7 @@ def _end(shared: Shared, lane: ln.Lane, box: Inbox | None) -> dict[str, Any]:
     return summary
 
 
-def _step(shared: Shared, lanes: list[ln.Lane]) -> None:
+def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
     """One GRPO step of every lane (see the module docstring)."""
     cfg, g = shared.cfg, shared.cfg.grpo
     G, B = g.num_generations, cfg.train.batch_size
@@ -382,7 +302,7 @@ def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, o
     return [(p[0].item(), p[1]) for p in parts]
 
 
-def _after_step(shared: Shared, lane: ln.Lane, row: dict, prompts, completions, total) -> None:
+def _after_step(shared: ln.Shared, lane: ln.Lane, row: dict, prompts, completions, total) -> None:
     tc, run = lane.cfg.train, lane.run
     if lane.step % tc.log_interval == 0 or lane.step == tc.max_steps or lane.step == 1:
         run.metrics.append(row)

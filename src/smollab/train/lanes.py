@@ -1,4 +1,5 @@
-"""One lane of `smollab lanes grpo`: a GRPO LoRA run that shares its batch with others.
+"""One lane of `smollab lanes grpo` (a GRPO LoRA run that shares its batch with others), and
+`Shared`, what all lanes of a worker use.
 
 A lane is everything a `smollab grpo` run owns (config, PEFT policy, AdamW, run directory, failure
 rules, step counter and reward history) except the model's forward, which `LaneLlama` runs for
@@ -22,13 +23,24 @@ import torch
 
 from smollab.config import GRPOConfig
 from smollab.config_load import flatten, to_dict
-from smollab.device import make_adamw
+from smollab.data.prepare import ensure_prepared
+from smollab.device import make_adamw, release_cache
+from smollab.engine.lane_llama import LaneLlama
+from smollab.engine.policy import replay_blocker
+from smollab.engine.reference import build_reference
+from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
-from smollab.models.loading import apply_lora
+from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
+from smollab.rewards.pool import RewardPool
+from smollab.rewards.registry import validate_specs
 from smollab.runs import RunDir
 from smollab.train import checkpoints, crash_record, grpo_loss, scaffold
+from smollab.train.diversity import unique_fraction
 from smollab.train.failure_rules import RLWatch
+from smollab.train.grpo import COLUMNS, REWARD_CHECK
 from smollab.train.lane_inbox import may_differ
+from smollab.train.prompts import grpo_prompts
+from smollab.train.seeds import stream_seed
 
 
 @dataclass
@@ -125,3 +137,75 @@ def finish(lane: Lane, tokenizer) -> dict[str, Any]:
         wall_seconds=time.time() - lane.started,
         seconds_per_step=lane.train_seconds / max(lane.step, 1),
     )  # fmt: skip
+
+
+class Shared:
+    """What every lane uses: the base model, tokenizer, prompts, sampler, reference and rewards,
+    set up from the first lane's config (the others must agree with it on every shared key)."""
+
+    def __init__(self, cfg: GRPOConfig, rt):
+        g = cfg.grpo
+        self.cfg, self.rt = cfg, rt
+        self.rewards = validate_specs(cfg.reward)
+        check_model_source(cfg.model)
+        if not g.prompts_file:
+            ensure_prepared(cfg.data, exact=False)
+        self.tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
+        self.train_prompts, self.eval_prompts = grpo_prompts(g, cfg.data.dir, self.tokenizer)
+        torch.manual_seed(cfg.run.seed)
+        base = build_model(cfg.model, vocab_size=len(self.tokenizer),
+                           attn_implementation=cfg.perf.attn_implementation, device=rt.device)  # fmt: skip
+        if len(self.tokenizer) > base.config.vocab_size:
+            raise UserError(f"tokenizer has {len(self.tokenizer)} entries, the model only "
+                            f"{base.config.vocab_size}")  # fmt: skip
+        align_special_tokens(base, self.tokenizer)
+        self.base = base.to(rt.device).requires_grad_(False)
+        try:
+            self.lanes = LaneLlama.from_hf(self.base, adapters=False)
+        except (TypeError, NotImplementedError) as e:
+            raise UserError(f"model {cfg.model.path or cfg.model.preset}: lanes need a "
+                            f"Llama-shaped model the lean engine reads ({e})") from None  # fmt: skip
+        eos = self.tokenizer.eos_token_id
+        self.sampler = Sampler(self.lanes, eos_token_id=eos, pad_token_id=eos)
+        self.reference = build_reference(self.base, True, g.ref_on_cpu)
+        # per lane, the budget its run alone has (lanes stand for that many processes): its
+        # share of the decode record and of the lane-major copy the replay reads
+        self.no_replay = replay_blocker(self.base, self.sampler, enabled=g.replay, autocast=False,
+                                        batch_size=cfg.train.batch_size,
+                                        max_new_tokens=g.max_completion_length, layer_copies=2)  # fmt: skip
+        self.pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
+        try:  # the rewards, tried on a few base-model completions before anything is written
+            r = Sampler(self.base, eos_token_id=eos, pad_token_id=eos).generate(
+                self.eval_prompts[:REWARD_CHECK], g.max_completion_length, seed=cfg.run.seed
+            )
+            self.pool(r.prompt_texts(self.tokenizer), r.completion_texts(self.tokenizer),
+                      r.completion_rows())  # fmt: skip
+        except BaseException:
+            self.pool.close()
+            raise
+        cols = [f"reward/{r.key}" for r in self.rewards] if len(self.rewards) > 1 else []
+        self.columns = COLUMNS + cols
+
+    def generate(self, lanes: list[Lane], prompts: list[list[int]], seeds: list[int],
+                 record: bool = False):  # fmt: skip
+        """Completions of `prompts` (lane-major) through the lanes' adapters, each lane's rows
+        drawn from a generator of its own seed (`record`: keep the decode for the replay)."""
+        g = self.cfg.grpo
+        with torch.no_grad():
+            self.lanes.load_lanes([lane.policy for lane in lanes])
+        r = self.sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
+                                  top_p=g.top_p, top_k=g.top_k, seed=seeds, record=record)  # fmt: skip
+        release_cache(self.rt.device)
+        return r
+
+    def evaluate(self, lanes: list[Lane]) -> list[dict[str, Any]]:
+        """Each lane's mean reward and diversity on the held-out prompts, in one sampler call,
+        each lane drawing from its own evaluation stream, as its run alone would."""
+        n = len(self.eval_prompts)
+        seeds = [stream_seed(la.cfg.run.seed, -1, 2) for la in lanes]  # as `smollab grpo` draws
+        r = self.generate(lanes, self.eval_prompts * len(lanes), seeds)
+        texts = r.completion_texts(self.tokenizer)
+        total, _ = self.pool(r.prompt_texts(self.tokenizer), texts, r.completion_rows())
+        return [{"reward_mean": float(total[i * n : (i + 1) * n].mean()),
+                 "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n])}
+                for i in range(len(lanes))]  # fmt: skip
