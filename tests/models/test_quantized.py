@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from smollab.config_load import load_config
-from smollab.engine.lean_llama import check_lean_compatible
+from smollab.engine.lean_config import check_lean_compatible
 from smollab.errors import UserError
 from smollab.models.presets import preset_config
 from smollab.models.quantized import QUANT_EXTRA, check_load_in, quantized_load_kwargs

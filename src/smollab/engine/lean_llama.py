@@ -35,40 +35,11 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
+from smollab.engine.lean_config import check_lean_compatible, rope_params
 from smollab.engine.rollout import distinct_prompts
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
-__all__ = ["LeanLlama", "check_lean_compatible", "positions_from_mask"]
-
-
-def check_lean_compatible(config) -> None:
-    """Raise NotImplementedError naming what `LeanLlama` does not support in this config."""
-    if getattr(config, "quantization_config", None) is not None:  # model.load_in
-        raise NotImplementedError("LeanLlama reads full-precision weights; this model is quantized")
-    model_type = getattr(config, "model_type", "llama")
-    if model_type != "llama":
-        raise NotImplementedError(f"LeanLlama supports model_type 'llama' only, not {model_type!r}")
-    rope_type = _rope_params(config)[0]
-    if rope_type != "default":
-        raise NotImplementedError(
-            f"LeanLlama supports only default RoPE; this config has rope_type={rope_type!r} "
-            "(use the HF model for scaled RoPE)"
-        )
-    act = getattr(config, "hidden_act", "silu")
-    if act != "silu":
-        raise NotImplementedError(f"LeanLlama supports hidden_act 'silu' only, not {act!r}")
-    for flag in ("attention_bias", "mlp_bias"):
-        if getattr(config, flag, False):
-            raise NotImplementedError(f"LeanLlama does not support {flag}=True")
-
-
-def _rope_params(config) -> tuple[str, float]:
-    """(rope_type, rope_theta) from a transformers 5 `rope_parameters` or a v4 `rope_scaling`."""
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
-    params = dict(params or {})
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    return rope_type, float(theta)
+__all__ = ["LeanLlama", "additive_mask", "positions_from_mask"]
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -102,7 +73,7 @@ class LeanLlama(nn.Module):
         self.mlp_width = Im = -(-config.intermediate_size // 8) * 8  # padded with zero weights
         self.vocab_size = V = config.vocab_size
         self.eps = float(config.rms_norm_eps)
-        self.rope_theta = _rope_params(config)[1]
+        self.rope_theta = rope_params(config)[1]
         device = torch.device("cpu") if device is None else torch.device(device)
         kw = {"device": device, "dtype": dtype or torch.float32}
 

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from smollab.engine.lean_llama import LeanLlama, check_lean_compatible
+from smollab.engine.lean_config import check_lean_compatible
+from smollab.engine.lean_llama import LeanLlama
 from smollab.engine.rollout import Rollout
 from smollab.engine.token_logprobs import logprobs
 from smollab.models.hf_weights import unwrap_hf

@@ -32,7 +32,8 @@ from dataclasses import fields
 import torch
 
 from smollab.engine.decode_record import DecodeRecord
-from smollab.engine.lean_llama import LeanLlama, check_lean_compatible, positions_from_mask
+from smollab.engine.lean_config import check_lean_compatible
+from smollab.engine.lean_llama import LeanLlama, positions_from_mask
 from smollab.engine.rollout import Rollout, finish_at_eos, left_pad
 from smollab.engine.token_draw import TokenDraw
 from smollab.models.hf_weights import unwrap_hf

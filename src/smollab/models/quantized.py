@@ -8,7 +8,7 @@ silently running in full precision) at load time. The quantized base is frozen: 
 refuse `load_in` without `model.lora` (nothing else could train) and without `model.path`
 (a preset is built fresh, not loaded). 4bit is NF4, QLoRA's data type, computing in the
 autocast dtype (fp32 without autocast). The lean forward reads full-precision weights only
-(`engine.lean_llama.check_lean_compatible`), so a quantized policy samples through HF
+(`engine.lean_config.check_lean_compatible`), so a quantized policy samples through HF
 `generate` and its KL reference is the base with adapters off.
 """
 
