@@ -1,2 +1,3 @@
 """`smollab sweep`: the spec (`spec`, `spec_load`), the Optuna study (`study`), the trials and
-results.csv (`trials`), the process scheduler (`scheduler`) and `concurrency: auto`."""
+results.csv (`trials`), the process scheduler (`scheduler`; one child from launch to exit in
+`running_trials`) and `concurrency: auto`."""
