@@ -1,7 +1,7 @@
 """Loading a command's config: YAML recipe < dotted overrides < Python values, validated by the
 command's schema (`smollab.config`). Every failure is a `UserError` with one line that names the
 key, file or value, raised before any work starts; a key another command reads gets the reason
-this one does not (`config_rules.not_read`).
+this one does not (`config_not_read.not_read`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from smollab import config_rft, config_sft  # noqa: F401  (register `rft` and `sft`)
 from smollab.config import SCHEMAS, Section
-from smollab.config_rules import not_read
+from smollab.config_not_read import not_read
 from smollab.errors import UserError
 from smollab.recipe_files import resolve_recipe
 
@@ -28,7 +28,7 @@ def guess_command(
     """The training command a recipe (a YAML file or its mapping) and overrides are for: RFT if
     they have an `rft` section, GRPO if a `grpo` or `reward` section, SFT if an `sft` section or
     a data key of SFT's records, otherwise pretraining."""
-    from smollab.config_rules import SFT_DATA_KEYS
+    from smollab.config_not_read import SFT_DATA_KEYS
 
     tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
     if "rft" in tree or any(o.startswith("rft.") for o in overrides):
@@ -113,7 +113,7 @@ def _check_keys(
     prefix: str = "",
 ) -> None:  # fmt: skip
     """Before pydantic sees them: a key another command reads is refused with the reason this
-    one does not (`config_rules.NOT_READ`); any other unknown key gets a did-you-mean over the
+    one does not (`config_not_read.NOT_READ`); any other unknown key gets a did-you-mean over the
     full dotted keys."""
     known = set(schema.model_fields)
     for name, value in tree.items():

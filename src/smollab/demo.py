@@ -28,7 +28,8 @@ from typing import Any
 
 from smollab.atomic_files import atomic_write_json, one_line
 from smollab.errors import RunFailed, UserError
-from smollab.runs import FINISHED, REPORT, SUMMARY, RunView, config_changes
+from smollab.run_dir import config_changes
+from smollab.runs import FINISHED, REPORT, SUMMARY, RunView
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"

@@ -195,7 +195,8 @@ def test_sweeps_take_rft_and_probes_refuse_it(micro_rft, tmp_path):
 
     from smollab.config_load import parse_override
     from smollab.lab.probe.spec import load_probe
-    from smollab.lab.sweep.spec_load import load_spec, metric_names
+    from smollab.lab.sweep.command_names import metric_names
+    from smollab.lab.sweep.spec_load import load_spec
 
     overrides = dict(parse_override(a) for a in micro_rft if not a.startswith(("run.", "optim.lr")))
     overrides["reward"] = [{"name": "sentence_length"}]

@@ -281,7 +281,8 @@ def test_sweeps_probes_and_bench_take_sft(micro_sft, tmp_path):
 
     from smollab.lab.bench.knobs import plan, select
     from smollab.lab.probe.spec import load_probe
-    from smollab.lab.sweep.spec_load import load_spec, metric_names
+    from smollab.lab.sweep.command_names import metric_names
+    from smollab.lab.sweep.spec_load import load_spec
 
     overrides = dict(a.split("=", 1) for a in micro_sft if not a.startswith(("run.", "optim.lr")))
     spec_file = tmp_path / "sweep.yaml"

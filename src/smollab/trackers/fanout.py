@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from smollab.atomic_files import one_line
-from smollab.runs import RunDir
+from smollab.run_dir import RunDir
 
 
 class Tracker(Protocol):

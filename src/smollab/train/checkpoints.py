@@ -21,7 +21,8 @@ import torch
 
 from smollab.atomic_files import one_line
 from smollab.models.routing import routed_adapters
-from smollab.runs import TRAINER_STATE, CheckpointError, RunDir, load_trainer_state
+from smollab.run_dir import CheckpointError, RunDir, load_trainer_state
+from smollab.runs import TRAINER_STATE
 from smollab.train import distributed
 from smollab.train.distributed import SINGLE, Dist
 

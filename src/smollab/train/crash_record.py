@@ -17,7 +17,8 @@ from typing import Any
 
 from smollab.atomic_files import is_disk_full, one_line
 from smollab.errors import RunFailed
-from smollab.runs import LOG, RunDir
+from smollab.run_dir import RunDir
+from smollab.runs import LOG
 
 # removes): what a crash must be recorded into.
 _OPEN_RUNS: ContextVar[list[RunDir] | None] = ContextVar("smollab_open_runs", default=None)

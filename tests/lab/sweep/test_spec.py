@@ -6,8 +6,9 @@ import pytest
 
 from smollab.errors import UserError
 from smollab.lab.spec_common import override_value
+from smollab.lab.sweep.command_names import METRIC_COLUMNS
 from smollab.lab.sweep.spec import Distribution
-from smollab.lab.sweep.spec_load import METRIC_COLUMNS, load_spec
+from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.trials import trial_name
 
 SPEC = """\
@@ -141,7 +142,7 @@ def test_grpo_metrics_and_distributions(tmp_path):
 
 
 def test_metric_names_are_the_loops_columns():
-    from smollab.lab.sweep.spec_load import metric_names
+    from smollab.lab.sweep.command_names import metric_names
     from smollab.train import grpo, pretrain
 
     assert metric_names("pretrain") == pretrain.COLUMNS

@@ -20,41 +20,11 @@ from pydantic import BaseModel, ValidationError
 from smollab.config_load import read_yaml
 from smollab.errors import UserError
 from smollab.lab.spec_common import coerce, error_line, flatten
+from smollab.lab.sweep.command_names import check_config_key, check_metric, schema_of
 from smollab.lab.sweep.spec import Distribution, SweepSpec, resolve_config
 from smollab.recipe_files import resolve_recipe
 
-# The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
-# COLUMNS from their source, since importing a loop pulls in torch.
-METRIC_COLUMNS: dict[str, list[str]] = {
-    "pretrain": ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
-                 "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
-    "grpo": ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
-             "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
-             "jaccard", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
-             "train_s", "step_s", "peak_mem_mb"],
-    "sft": ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
-            "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
-    "rft": ["step", "accuracy", "eval_reward_mean", "generated", "kept", "kept_fraction",
-            "prompts_with_kept", "gen_s", "completions_per_s", "sft_steps", "sft_train_loss",
-            "wall_s"],  # one row per round: step is the round
-}  # fmt: skip
-# Keys the sweep sets itself for every trial.
-RESERVED = {"run.dir": "each trial gets its own run dir under <dir>/trials/",
-            "run.seed": "list seeds under `seeds:`",
-            "run.resume": "trials always resume (run.resume=auto)"}  # fmt: skip
 DIST_KEYS = {"low", "high", "log", "type", "step"}
-
-
-def _schema_of(command: str):
-    from smollab.config_load import SCHEMAS
-
-    commands = sorted(c for c in SCHEMAS if c != "data")
-    if command not in commands:
-        close = difflib.get_close_matches(command, commands, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UserError(f"sweep key command: unknown command {command!r}{hint}; "
-                        f"one of {', '.join(commands)}")  # fmt: skip
-    return SCHEMAS[command]
 
 
 def _is_dist(value: Any) -> bool:
@@ -198,69 +168,6 @@ def check_storage(url: str) -> None:
             raise UserError(f"sweep key storage: directory not found for {db} ({url})")
 
 
-def config_leaf_keys(command: str) -> list[str]:
-    """Every dotted key of the command's config that holds a value (not a section)."""
-    from smollab.config import Section
-
-    def walk(schema, prefix=""):
-        out = []
-        for name, field in schema.model_fields.items():
-            ann = field.annotation
-            if isinstance(ann, type) and issubclass(ann, Section):
-                out += walk(ann, f"{prefix}{name}.")
-            else:
-                out.append(prefix + name)
-        return out
-
-    return walk(_schema_of(command))
-
-
-def _check_config_key(command: str, key: str, where: str) -> None:
-    leaves = config_leaf_keys(command)
-    if key in RESERVED:
-        raise UserError(f"{where}{key}: set by the sweep ({RESERVED[key]})")
-    if key not in leaves:
-        close = difflib.get_close_matches(key, leaves, n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UserError(f"{where}{key}: unknown {command} config key{hint}")
-
-
-_LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo",
-          "sft": "smollab.train.sft", "rft": "smollab.train.rft"}  # fmt: skip
-
-
-def metric_names(command: str) -> list[str] | None:
-    """The loop's own COLUMNS, read from its source (importing it would pull in torch);
-    the list above when the source cannot be read."""
-    import ast
-    import importlib.util
-
-    module = _LOOPS.get(command)
-    if module is None:
-        return METRIC_COLUMNS.get(command)
-    try:
-        origin = importlib.util.find_spec(module).origin
-        tree = ast.parse(Path(origin).read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "COLUMNS" for t in node.targets
-            ):
-                return list(ast.literal_eval(node.value))
-    except (AttributeError, OSError, SyntaxError, ValueError):
-        pass
-    return METRIC_COLUMNS.get(command)
-
-
-def _check_metric(command: str, name: str, where: str) -> None:
-    names = metric_names(command)
-    if names is None or name in names or (command == "grpo" and name.startswith("reward/")):
-        return
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    raise UserError(f"sweep key {where}: {command} logs no metric {name!r}{hint}; "
-                    f"one of {', '.join(n for n in names if n != 'step')}")  # fmt: skip
-
-
 def load_spec(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     tree = _normalize(read_yaml(resolve_recipe(path, "sweep"), "sweep spec")) if path else {}
     tree = _normalize(apply_overrides(tree, overrides))
@@ -277,7 +184,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     command = tree.get("command")
     if command is None:
         raise UserError("sweep key command: missing (pretrain, grpo, ...)")
-    _schema_of(str(command))  # raises on an unknown command
+    schema_of(str(command))  # raises on an unknown command
     space = tree.get("space")
     if not space:
         raise UserError(
@@ -289,7 +196,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         )
     sampler = tree.get("sampler", "grid")
     for key, value in space.items():
-        _check_config_key(command, key, "sweep key space.")
+        check_config_key(command, key, "sweep key space.")
         if isinstance(value, dict):
             if sampler == "grid":
                 raise UserError(f"sweep key space.{key}: sampler grid needs a list of values, "
@@ -317,7 +224,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
             raise UserError(f"sweep key space.{key}: expected a list of values or "
                             f"{{low, high, log}}, got {value!r}")  # fmt: skip
     for key in tree.get("overrides") or {}:
-        _check_config_key(command, key, "sweep key overrides.")
+        check_config_key(command, key, "sweep key overrides.")
         if key in space:
             raise UserError(f"sweep key overrides.{key}: also swept in space; keep one")
     try:
@@ -326,9 +233,9 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         raise UserError(_format(err)) from None
 
     _check_executor(spec)
-    _check_metric(spec.command, spec.metric.name, "metric.name")
+    check_metric(spec.command, spec.metric.name, "metric.name")
     if spec.pruner.metric:
-        _check_metric(spec.command, spec.pruner.metric, "pruner.metric")
+        check_metric(spec.command, spec.pruner.metric, "pruner.metric")
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"sweep key seeds: repeated seeds {spec.seeds}")
     if spec.sampler == "grid":
