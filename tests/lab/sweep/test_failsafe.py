@@ -18,7 +18,7 @@ import pytest
 
 from smollab.errors import UserError
 from smollab.lab import children as ch
-from smollab.lab.sweep import running_trials, scheduler
+from smollab.lab.sweep import scheduler
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.study import open_study
@@ -112,7 +112,7 @@ def test_a_child_that_survives_sigkill_is_given_up_on(
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PIDS_FILE", str(pids))
     monkeypatch.setenv("FAKE_HANG_LR", "0.3")
-    monkeypatch.setattr(running_trials, "KILL_WAIT_S", 1.0)
+    monkeypatch.setattr(scheduler, "KILL_WAIT_S", 1.0)
     monkeypatch.setattr(ch.Child, "kill", lambda self: setattr(self, "kill_sent", 0.0))
     spec = load_spec(fake_spec(tmp_path, micro_data, space={"optim.lr": [0.3]}, concurrency=1,
                                trial_timeout_s=1, stop_timeout_s=1))  # fmt: skip

@@ -1,4 +1,3 @@
 """`smollab sweep`: the spec (`spec`, `spec_load`; the swept command's keys and metrics in
 `command_names`), the Optuna study (`study`), the trials and results.csv (`trials`), the process
-scheduler (`scheduler`; one child from launch to exit in `running_trials`) and
-`concurrency: auto`."""
+scheduler (`scheduler`) and `concurrency: auto`."""
