@@ -70,16 +70,21 @@ def micro_model(micro_data, tmp_path_factory):
     return run
 
 
+def micro_grpo_overrides(model, data, run) -> list[str]:
+    """micro_grpo's overrides for any model, data and run dir (a module-scoped fixture's too)."""
+    return [
+        f"model.path={model}", f"data.dir={data}", "train.max_steps=6",
+        "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
+        "train.eval_interval=3", "grpo.eval_prompts=4", "train.save_interval=2",
+        "optim.lr=1e-3", "run.plots=false", f"run.dir={run}",
+    ]  # fmt: skip
+
+
 @pytest.fixture
 def micro_grpo(micro_model, micro_data, tmp_path):
     """Overrides for a micro GRPO run: 8 completions (2 prompts x 4) of 12 tokens per step; no
     plots/ (as micro_pretrain)."""
-    return [
-        f"model.path={micro_model}", f"data.dir={micro_data}", "train.max_steps=6",
-        "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
-        "train.eval_interval=3", "grpo.eval_prompts=4", "train.save_interval=2",
-        "optim.lr=1e-3", "run.plots=false", f"run.dir={tmp_path / 'grpo'}",
-    ]  # fmt: skip
+    return micro_grpo_overrides(micro_model, micro_data, tmp_path / "grpo")
 
 
 # ---- lab: a fake `smollab` child (stdlib only, starts in milliseconds) ------------------------

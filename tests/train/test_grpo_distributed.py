@@ -2,6 +2,8 @@
 step for every loss type (and its AdamW step, a parameter without a gradient included), a
 short run keeps the replicas equal bit for bit, a run killed mid-way
 resumes to the uninterrupted run's weights, and a batch the ranks cannot split is refused.
+The step and the uninterrupted run share one torchrun (a module-scoped fixture): its workers
+take the step, then run the CLI, which spares a torchrun and its interpreter starts.
 
 Timeouts below only guard against a hang (the bug these tests catch); nothing asserts a time.
 """
@@ -13,6 +15,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -24,6 +27,7 @@ from smollab.train import grpo_ranks
 from smollab.train.distributed import Dist
 from smollab.train.grpo_accum import loss_backward, micro_batches
 from smollab.train.grpo_loss import LOSS_TYPES
+from tests.conftest import micro_grpo_overrides
 from tests.train.test_distributed import GUARD_S, _env, _kill_tree, _run
 from tests.train.test_grpo_accum import GEN, GROUPS, STATS, _batch, _options, _policy
 
@@ -32,6 +36,8 @@ ADAMW = dict(lr=1e-3, eps=1e-3, weight_decay=0.1)
 
 # Each rank takes its half of a saved batch (rows of whole groups) and runs the GRPO step on it
 # for every loss type and level, with 1 and 2 micro-batches per rank; rank 0 writes the results.
+# Then the same workers run the CLI (EACH_RANK, appended) with the arguments after the first
+# three, in the group the step joined: the CLI's setup hands it that group.
 STEP = """
 import json, sys, torch
 import torch.distributed as dist
@@ -76,7 +82,8 @@ opt.step()
 if d.main:
     out.write_text(json.dumps(results))
     torch.save({k: v.detach() for k, v in policy.state_dict().items()}, str(out) + ".pt")
-distributed.teardown(d)
+distributed.setup = lambda device: (d, device)
+sys.argv = [sys.argv[0], *sys.argv[4:]]
 """
 
 # A torchrun worker that also writes its own final weights (every rank's, not only rank 0's
@@ -103,25 +110,45 @@ def _torchrun(script: Path, *args: str) -> list[str]:
             str(script), *args]  # fmt: skip
 
 
-def test_two_ranks_take_the_one_process_step(micro_model, tmp_path):
-    """Same rollouts, same weights: the 2-rank step's loss, KL, other stats and gradient norm
-    equal the 1-process step's within 1e-5, for every loss type (global token and row counts);
-    the AdamW step's weights too, a parameter no rank has a gradient for left alone (no decay)."""
+def _grpo_args(micro_grpo: list[str], run: Path) -> list[str]:
+    return ["grpo", *micro_grpo, "train.batch_size=16", "grpo.beta=0.04", "train.log_interval=1",
+            "perf.threads=1", f"run.dir={run}"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_rank_torchrun(micro_model, micro_data, tmp_path_factory):
+    """One 2-rank torchrun for two tests: each rank takes the GRPO step on its half of a saved
+    batch (STEP), then the same workers run an uninterrupted GRPO run of 6 steps (4 prompt groups
+    of 4, 2 per rank) that writes each rank's final weights (EACH_RANK)."""
+    tmp = tmp_path_factory.mktemp("grpo_ddp")
     policy = _policy(micro_model)
     r, adv, mask, old, ref = _batch(policy, micro_model)
     fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs",
               "truncated")  # fmt: skip
-    batch_file = tmp_path / "batch.pt"
+    batch_file = tmp / "batch.pt"
     torch.save({"rollout": {k: getattr(r, k) for k in fields}, "adv": adv, "mask": mask,
                 "old": old, "ref": ref}, batch_file)  # fmt: skip
-    script, out = tmp_path / "step.py", tmp_path / "two.json"
-    script.write_text(STEP)
-    root = str(Path(__file__).resolve().parents[2])  # the script imports tests.train...
-    cmd = _torchrun(script, str(micro_model), str(batch_file), str(out))
-    env = _env()
-    env["PYTHONPATH"] = root + ":" + env["PYTHONPATH"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=GUARD_S)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    step_script, script, out = tmp / "step.py", tmp / "each_rank.py", tmp / "two.json"
+    step_script.write_text(STEP + EACH_RANK)
+    script.write_text(EACH_RANK)
+    weights = tmp / "weights"
+    weights.mkdir()
+    grpo = _grpo_args(micro_grpo_overrides(micro_model, micro_data, tmp / "grpo"), tmp / "ref")
+    root = str(Path(__file__).resolve().parents[2])  # the step imports tests.train...
+    with pytest.MonkeyPatch.context() as mp:  # _run's environment is os.environ's
+        mp.setenv("WEIGHTS_DIR", str(weights))
+        mp.setenv("PYTHONPATH", root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        _run(_torchrun(step_script, str(micro_model), str(batch_file), str(out), *grpo))
+    return SimpleNamespace(policy=policy, batch=(r, adv, mask, old, ref), step_out=out,
+                           ref=tmp / "ref", weights=weights, script=script)  # fmt: skip
+
+
+def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
+    """Same rollouts, same weights: the 2-rank step's loss, KL, other stats and gradient norm
+    equal the 1-process step's within 1e-5, for every loss type (global token and row counts);
+    the AdamW step's weights too, a parameter no rank has a gradient for left alone (no decay)."""
+    policy, out = two_rank_torchrun.policy, two_rank_torchrun.step_out
+    r, adv, mask, old, ref = two_rank_torchrun.batch
     two = json.loads(out.read_text())
 
     policy.train()
@@ -162,27 +189,11 @@ def test_two_ranks_take_the_one_process_step(micro_model, tmp_path):
     assert any(not torch.equal(one[k], start[k]) for k in one)  # the step moved the others
 
 
-def _grpo_args(micro_grpo: list[str], run: Path) -> list[str]:
-    return ["grpo", *micro_grpo, "train.batch_size=16", "grpo.beta=0.04", "train.log_interval=1",
-            "perf.threads=1", f"run.dir={run}"]  # fmt: skip
-
-
-@pytest.fixture
-def two_rank_run(micro_grpo, tmp_path, monkeypatch):
-    """An uninterrupted 2-rank GRPO run of 6 steps (4 prompt groups of 4, 2 per rank), with
-    each rank's final weights."""
-    script, weights = tmp_path / "each_rank.py", tmp_path / "weights"
-    script.write_text(EACH_RANK)
-    weights.mkdir()
-    monkeypatch.setenv("WEIGHTS_DIR", str(weights))  # _run's environment is os.environ's
-    _run(_torchrun(script, *_grpo_args(micro_grpo, tmp_path / "ref")))
-    return tmp_path / "ref", weights, script
-
-
 def test_a_two_rank_run_keeps_the_replicas_equal_and_resumes(
-    two_rank_run, micro_grpo, tmp_path, monkeypatch
+    two_rank_torchrun, micro_grpo, tmp_path, monkeypatch
 ):
-    ref, weights, script = two_rank_run
+    ref, weights = two_rank_torchrun.ref, two_rank_torchrun.weights
+    script = two_rank_torchrun.script
     a, b = load_file(weights / "rank0.safetensors"), load_file(weights / "rank1.safetensors")
     assert a.keys() == b.keys()
     for k in a:

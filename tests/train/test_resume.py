@@ -77,7 +77,11 @@ def _kill_after_checkpoint(cmd: list[str], run: Path, ckpt_step: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["pretrain", "grpo-full", "grpo-lora"])
-def test_kill_9_then_rerun_matches_an_uninterrupted_run(kind, micro_pretrain, request, tmp_path):
+def test_kill_9_then_rerun_matches_an_uninterrupted_run(kind, micro_pretrain, request, tmp_path,
+                                                       capsys):  # fmt: skip
+    """The killed run is a real `python -m smollab` child; the rerun is the CLI in this process
+    (a fresh start all the same: nothing of the killed process's memory reaches it), which
+    spares a second interpreter start."""
     if kind == "pretrain":
         args = [*micro_pretrain, "train.max_steps=24", "train.save_interval=6",
                 "train.log_interval=1", "train.keep_last=1"]  # fmt: skip
@@ -97,9 +101,11 @@ def test_kill_9_then_rerun_matches_an_uninterrupted_run(kind, micro_pretrain, re
     # What a kill -9 can leave: a checkpoint directory half written, a half-swapped best/.
     (run / "checkpoints" / f".step_{ckpt_step + 1}.tmp").mkdir()
     (run / "checkpoints" / ".final.old").mkdir()
-    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert f"resumed from step_{ckpt_step}" in out.stdout
+    capsys.readouterr()
+    rc = main([command, *args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-2000:]
+    assert f"resumed from step_{ckpt_step}" in out.out
     assert not list((run / "checkpoints").glob(".*"))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
     _assert_same_run(ref, run, loss_key)
