@@ -230,8 +230,9 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
     if all(need_ref):
         ref_logp = shared.reference(r, g.temperature)
     elif any(need_ref):  # the other lanes' rows are never read (`loss_backward`)
-        idx = torch.cat([torch.arange(s.start, s.stop) for s, need in zip(rows, need_ref,
-                                                                      strict=True) if need])  # fmt: skip
+        dev = r.logprobs.device
+        idx = torch.cat([torch.arange(s.start, s.stop, device=dev)
+                         for s, need in zip(rows, need_ref, strict=True) if need])  # fmt: skip
         ref_logp = torch.zeros_like(r.logprobs)
         ref_logp[idx] = shared.reference(r.select(idx), g.temperature)
     t_ref = time.perf_counter()
