@@ -69,7 +69,7 @@ def grpo(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
 def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
           lanes: Sequence[Sequence[str] | dict[str, Any]] = (), *, inbox: str | Path | None = None,
           max_lanes: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """GRPO LoRA configurations trained as lanes of one batched model, one lane per entry of
+    """GRPO configurations (LoRA or full) trained as lanes of one batched model, one lane per entry of
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
     with `inbox`, a sweep's lanes worker (train/lane_inbox.py). `threads`: perf.threads of every
     lane, the posted ones too. Returns each lane's summary."""

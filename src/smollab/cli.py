@@ -88,7 +88,7 @@ _training_command(
 )
 
 
-@command("lanes", "train many GRPO LoRA configurations as lanes of one batched model")
+@command("lanes", "train many GRPO configurations (LoRA or full) as lanes of one batched model")
 def _lanes(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="lanes_command", required=True)
     g = sub.add_parser("grpo", help="one lane per --lane, each writing its own run directory")

@@ -1,4 +1,5 @@
-"""LaneLlama: each lane computes what its own policy computes (logits, decode, gradients)."""
+"""LaneLlama: each lane computes what its own policy computes (logits, decode, gradients), for
+LoRA lanes on one base and for full lanes."""
 
 from __future__ import annotations
 
@@ -31,6 +32,20 @@ def lane_policies(ranks=(2, 4, 4), targets=TARGETS):
             for name, p in policy.named_parameters():
                 if "lora_" in name:
                     p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        out.append(policy)
+    return out
+
+
+def full_policies(n: int = 3, tie: bool = True):
+    """Full policies of one architecture, each its own perturbation of one base (norms too)."""
+    base = micro_llama(tie=tie)
+    out = []
+    for i in range(n):
+        policy = copy.deepcopy(base)
+        g = torch.Generator().manual_seed(20 + i)
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.add_(torch.randn(p.shape, generator=g) * 0.05)
         out.append(policy)
     return out
 
@@ -132,14 +147,56 @@ def test_a_lane_of_nan_logits_draws_in_range_and_leaves_the_others_alone():
         assert torch.equal(ok(logits[:, :V])[0][:2], tok[:2])
 
 
-@pytest.mark.parametrize("targets", [TARGETS, ["q_proj", "v_proj", "down_proj"]])
-def test_the_lanes_replay_gives_the_computed_forwards_gradients(targets):
-    """Replayed from the decode record, each lane's adapter gradients are those of the computed
-    forward through the lanes (and so of its policy alone): with LoRA on every projection, or
-    on some (fused weights the lanes leave to the base), rows ending early at EOS included."""
+@pytest.mark.parametrize("tie", [True, False])
+def test_full_lanes_compute_each_policys_logits_decode_and_gradients(tie):
+    """Full lanes (every weight the lane's own, tied embeddings or not): each lane's logits and
+    greedy decode are its policy's, and a summed loss gives each policy its own gradient of
+    every parameter (norms and embeddings included)."""
+    policies = full_policies(tie=tie)
+    alone = [copy.deepcopy(p) for p in policies]
+    lanes = lanes_for(policies)
+    ids, mask = batch()
+    N, real = len(policies), mask.bool()
+    with torch.inference_mode():
+        ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
+        for lane, policy in enumerate(policies):
+            ref = policy(input_ids=ids, attention_mask=mask,
+                         position_ids=positions_from_mask(mask)).logits  # fmt: skip
+            torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
+    prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
+    together = Sampler(lanes, eos_token_id=2).generate(prompts * N, 6, temperature=0)
+    P = 5
+    weights = torch.randn(N, ids.shape[0], ids.shape[1] - P,
+                          generator=torch.Generator().manual_seed(3))  # fmt: skip
+    lanes.load_lanes(policies)  # with grad
+    lp = logprobs(lanes, ids.repeat(N, 1), mask.repeat(N, 1), P, 0.7, share_prompts=False)
+    (lp.view(N, *weights.shape[1:]) * weights).sum().backward()
+    for lane, policy in enumerate(alone):
+        solo = Sampler(LeanLlama.from_hf(policy), eos_token_id=2).generate(prompts, 6,
+                                                                           temperature=0)  # fmt: skip
+        assert torch.equal(together.completion_ids[lane * 3 : lane * 3 + 3], solo.completion_ids)
+        (logprobs(policy, ids, mask, P, 0.7, share_prompts=False) * weights[lane]).sum().backward()
+        got = dict(policies[lane].named_parameters())
+        for name, p in policy.named_parameters():
+            assert got[name].grad.abs().sum() > 0, name
+            torch.testing.assert_close(got[name].grad, p.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_lanes_are_all_lora_or_all_full():
+    with pytest.raises(ValueError, match="not a mix"):
+        lanes_for([*lane_policies(ranks=(2,)), *full_policies(1)])
+
+
+@pytest.mark.parametrize("kind", ["lora", "lora-some", "full"])
+def test_the_lanes_replay_gives_the_computed_forwards_gradients(kind):
+    """Replayed from the decode record, each lane's gradients are those of the computed forward
+    through the lanes (and so of its policy alone): with LoRA on every projection, or on some
+    (fused weights the lanes leave to the base), or full lanes (each lane's every weight), rows
+    ending early at EOS included."""
     from smollab.engine.replay import replay_lanes_logprobs
 
-    policies = lane_policies(targets=targets)
+    targets = ["q_proj", "v_proj", "down_proj"] if kind == "lora-some" else TARGETS
+    policies = full_policies() if kind == "full" else lane_policies(targets=targets)
     lanes = lanes_for(policies)
     a, b, c = [5, 6, 7], [9, 10], [11, 12, 13, 14]
     prompts = [a, a, b, a, b, c, c, c, c]  # lanes repeat prompts differently (shared per lane)
@@ -165,7 +222,8 @@ def test_the_lanes_replay_gives_the_computed_forwards_gradients(targets):
         (lp * weights * r.completion_mask).sum().backward()
         grads.append([p.grad.clone() for pol in policies for p in pol.parameters()
                       if p.requires_grad])  # fmt: skip
-    assert len(grads[0]) == N * 2 * len(targets) * 2
+    per_lane = len(list(policies[0].parameters())) if kind == "full" else 2 * len(targets) * 2
+    assert len(grads[0]) == N * per_lane
     for got, want in zip(*grads, strict=True):
         assert got.abs().sum() > 0
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

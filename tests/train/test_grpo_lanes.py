@@ -22,7 +22,7 @@ from smollab.train import grpo_accum
 from smollab.train.grpo_lanes import loss_backward
 from smollab.train.grpo_loss import options as loss_options
 from smollab.train.lane_inbox import Inbox, LaneTrial
-from tests.engine.test_lane_llama import lane_policies
+from tests.engine.test_lane_llama import full_policies, lane_policies
 
 peft = pytest.importorskip("peft")
 
@@ -63,6 +63,41 @@ def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
     assert again[0]["status"] == "completed"
 
 
+def test_full_lanes_train_and_resume_as_full_fine_tuning_runs(micro_grpo, tmp_path, monkeypatch):
+    """Without LoRA each lane trains its own copy of every weight and writes a full run's
+    directory (the model in its checkpoints); its first step (same seed, so the same rollouts)
+    has the loss, KL and gradient norm of `smollab grpo` alone; interrupted, it resumes."""
+    from smollab.train import grpo_lanes
+
+    full = [*[a for a in shared_args(micro_grpo) if not a.startswith("model.lora")],
+            "grpo.beta=0.1"]  # fmt: skip
+    solo = tmp_path / "solo"
+    main(["grpo", *full, "optim.lr=1e-3", f"run.dir={solo}"])
+    a, b = tmp_path / "a", tmp_path / "b"
+    lanes = [[f"run.dir={a}", "optim.lr=1e-3"], [f"run.dir={b}", "optim.lr=1e-4", "run.seed=3"]]
+    after_step = grpo_lanes._after_step
+
+    def interrupted_at_4(shared, lane, *args):
+        after_step(shared, lane, *args)
+        if lane.step == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(grpo_lanes, "_after_step", interrupted_at_4)
+    with pytest.raises(KeyboardInterrupt):
+        api.lanes(None, full, lanes)
+    assert json.loads((b / "summary.json").read_text())["status"] == "interrupted"
+    monkeypatch.setattr(grpo_lanes, "_after_step", after_step)
+    summaries = api.lanes(None, full, lanes)  # resumed from step 4
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    assert "full fine-tuning" in (a / LOG).read_text()
+    for key in ("loss", "kl", "grad_norm"):
+        assert float(rows(a)[0][key]) == pytest.approx(float(rows(solo)[0][key]), rel=1e-4)
+    assert [int(x["step"]) for x in rows(b)] == [1, 2, 3, 4, 5, 6]
+    assert "resum" in (b / LOG).read_text()
+    assert (a / "checkpoints/final/model.safetensors").exists()
+    assert not (a / "checkpoints/final/adapter_config.json").exists()
+
+
 @pytest.mark.parametrize("iterations", [1, 2])
 def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo, tmp_path,
                                                                      iterations):  # fmt: skip
@@ -87,9 +122,11 @@ def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo,
             assert float(replayed[key]) == pytest.approx(float(computed[key]), rel=1e-4, abs=1e-7)
 
 
-def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run():
-    """Given the same rollouts, a lane's loss, KL and adapter gradients are a standalone run's."""
-    policies = lane_policies(ranks=(2, 4, 4))
+@pytest.mark.parametrize("full", [False, True])
+def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
+    """Given the same rollouts, a lane's loss, KL and gradients (its adapter's, or every weight
+    of a full lane) are a standalone run's."""
+    policies = full_policies() if full else lane_policies(ranks=(2, 4, 4))
     alone = [copy.deepcopy(p) for p in policies]
     opts = [dict(loss_options(SimpleNamespace(**g)), max_completion_length=6) for g in (
         dict(_grpo(), beta=0.0), dict(_grpo(), beta=0.1), dict(_grpo(), beta=0.05, loss_type="grpo"),
@@ -100,7 +137,7 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run():
         model.load_lanes(policies)
     prompts = [[5, 6, 7], [9, 10]] * 2  # 2 prompts x 2 completions per lane
     r = Sampler(model, eos_token_id=2).generate(prompts * 3, 6, seed=0)
-    ref = build_reference(policies[0], True, False)(r, 0.9)
+    ref = build_reference(policies[0], not full, False)(r, 0.9)
     adv = torch.randn(12, generator=torch.Generator().manual_seed(0))
     mask = r.completion_mask
     spans = [slice(i * 4, (i + 1) * 4) for i in range(3)]

@@ -1,31 +1,32 @@
-"""Lanes: N LoRA policies on one frozen Llama base, run as one batched model.
+"""Lanes: N policies of one Llama architecture run as one batched model (LoRA or full).
 
 Why: at the sizes smollab trains, a decode step is ~130 tiny ops whose arithmetic takes a fraction
 of their time, so N runs in N processes pay N times the framework overhead for the same work.
 Here the N policies' rows form one batch (lane-major: rows [l * b, (l + 1) * b) are lane l's), and
 every op of the forward covers all lanes at once.
 
-Layout. A fused weight of the base (`LeanLlama`'s layout: qkv and gate-up fused, RMSNorm weights
-folded in) is shared: one matmul over every lane's rows. Each lane adds its LoRA as low-rank
-factors stacked with the lane dimension first, the parts of a fused weight side by side (A of q,
-k and v stacked, their B block-diagonal in the fused row layout, norm weights folded into A and
-the LoRA scaling into B): `y = x @ W.T`, then `y += bmm(bmm(x, A.T), B.T)` per lane, three ops
-per weight for all lanes. The factors are built from each policy's PEFT parameters once per step;
-lanes may have different ranks (zero-padded). The alternative, each lane's LoRA merged into its
-own copy of the weights (one batched matmul per weight), decoded 1.05x slower on the dev CPU (8
-lanes x 32 rows x 64 tokens, 1 thread: 1.42 s against 1.35 s) and makes the backward compute a
-full weight gradient per lane, which the low-rank factors do not need. The embedding, the LM head
-and the final norm are the base's (LoRA does not adapt them), as are the attention and its KV
-cache layout.
+LoRA lanes. A fused weight of the base (`LeanLlama`'s layout: qkv and gate-up fused, RMSNorm
+weights folded in) is shared: one matmul over every lane's rows. Each lane adds its LoRA as
+low-rank factors stacked with the lane dimension first (`lane_weights.lora_lanes`): `y = x @ W.T`,
+then `y += bmm(bmm(x, A.T), B.T)` per lane, three ops per weight for all lanes. Lanes may have
+different ranks (zero-padded). The alternative, each lane's LoRA merged into its own copy of the
+weights (one batched matmul per weight), decoded 1.05x slower on the dev CPU (8 lanes x 32 rows x
+64 tokens, 1 thread: 1.42 s against 1.35 s) and makes the backward compute a full weight
+gradient per lane, which the low-rank factors do not need. The embedding, the LM head and the
+final norm are the base's (LoRA does not adapt them).
 
-Gradients: `load_lanes(policies)` under grad builds the factors from each policy's PEFT
-`lora_A` / `lora_B` parameters, so a loss on the lanes' log-probs backpropagates into each
-policy's own adapter: lane l's rows touch only lane l's factors, so its gradient is its own.
-As in `smollab grpo`, the decode can record its matmul outputs (`DecodeRecord`) and the first
-training forward of a batch replays them (`layers(..., record=)`, `replay.replay_lanes_logprobs`):
-each linear returns its recorded value and backpropagates as base plus low-rank update.
-The reference (the base with adapters off) is the inherited `LeanLlama` forward: this module is
-a `LeanLlama` holding the base weights, plus the lanes.
+Full lanes (full fine-tuning): each lane has its own copy of every weight in the same layout,
+stacked [N, in, out] (`lane_weights.full_lanes`): one batched matmul per weight, and each lane's
+embedding and LM head. The attention and its KV cache layout are the same for both kinds.
+
+Gradients: `load_lanes(policies)` under grad builds the lane tensors from each policy's
+parameters, so a loss on the lanes' log-probs backpropagates into each policy's own: lane l's
+rows touch only lane l's tensors, so its gradient is its own. As in `smollab grpo`, the decode
+can record its matmul outputs (`DecodeRecord`) and the first training forward of a batch
+replays them (`layers(..., record=)`, `lane_logprobs.replay_lanes_logprobs`): each linear
+returns its recorded value and backpropagates as the lane's weights would. The reference (the
+starting policy: the base) is the inherited `LeanLlama` forward: this module is a `LeanLlama`
+holding the base weights, plus the lanes.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
+from smollab.engine.lane_weights import full_lanes, lora_lanes
 from smollab.engine.lean_llama import LeanLlama, additive_mask
 from smollab.engine.replay import RecordedResidual, RecordedRope, RecordedSwiGLU
 from smollab.engine.rollout import distinct_prompts
@@ -45,42 +47,9 @@ from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["LaneLlama"]
 
-# PEFT module of each LoRA target, per fused weight: (weight, [(target, layer module path)])
-_QKV = (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"))
-_GU = (("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"))
-
-
-def _module(layer: nn.Module, path: str) -> nn.Module:
-    for part in path.split("."):
-        layer = getattr(layer, part)
-    return layer
-
-
-def _lora_factors(layers: list[list[nn.Module]], path: str):
-    """(A [N, L, r, in], scaling * B [N, L, out, r]) of module `path` in every lane and layer,
-    or None without LoRA there. Lanes may have different ranks: the smaller ones are padded with
-    zero rows of A and zero columns of B, which add nothing (and get zero gradients)."""
-    mods = [[_module(layer, path) for layer in lane] for lane in layers]
-    if not hasattr(mods[0][0], "lora_A") or "default" not in mods[0][0].lora_A:
-        return None
-    r = max(m.lora_A["default"].weight.shape[0] for lane in mods for m in lane)
-
-    def padded(w: torch.Tensor, dim: int) -> torch.Tensor:
-        short = r - w.shape[dim]
-        if not short:
-            return w
-        return F.pad(w, (0, short) if dim == 1 else (0, 0, 0, short))
-
-    a = torch.stack([torch.stack([padded(m.lora_A["default"].weight, 0) for m in lane])
-                     for lane in mods])  # fmt: skip
-    b = torch.stack([torch.stack([padded(m.lora_B["default"].weight, 1) for m in lane])
-                     for lane in mods])  # fmt: skip
-    scale = torch.tensor([lane[0].scaling["default"] for lane in mods], device=a.device)
-    return a, b * scale.view(-1, 1, 1, 1).to(b.dtype)
-
 
 class LaneLlama(LeanLlama):
-    """A `LeanLlama` of the base weights plus N lanes of LoRA policies.
+    """A `LeanLlama` of the base weights plus N lanes of policies (LoRA on it, or full).
 
     lanes = LaneLlama.from_hf(policy, adapters=False)   # the base, once
     each step: lanes.load_lanes(policies)                # no grad: for the sampler
@@ -92,7 +61,9 @@ class LaneLlama(LeanLlama):
     def __init__(self, config, *, device=None, dtype: torch.dtype | None = None):
         super().__init__(config, device=device, dtype=dtype)
         self.num_lanes = 0
-        self._lane_layers: list[tuple] = []
+        self._lane_layers: list[tuple] = []  # per layer and fused weight (`lane_weights`)
+        self._lane_embed: torch.Tensor | None = None  # full lanes: [N, V, H] each
+        self._lane_head: torch.Tensor | None = None
         self.register_buffer("ln1", torch.ones(self.num_layers, self.hidden_size,
                                                device=self.embed.device), persistent=False)  # fmt: skip
         self.register_buffer("ln2", torch.ones_like(self.ln1), persistent=False)
@@ -108,60 +79,33 @@ class LaneLlama(LeanLlama):
 
     # ------------------------------------------------------------------ lanes
     def load_lanes(self, policies: Sequence[nn.Module]) -> None:
-        """Each policy's LoRA as its lane's low-rank factors (differentiable under grad).
-
-        policies: PEFT models of this base (adapter "default"), one per lane, in lane order.
-        Only LoRA on the layers' linears is supported; the rest of each policy must be the base.
+        """Each policy as its lane (differentiable under grad): a PEFT model of this base
+        (adapter "default", LoRA on the layers' linears only) as its low-rank factors, or a full
+        model of this architecture as its own copy of every weight. All lanes are of one kind.
         """
-        layers = [list(unwrap_hf(p).model.layers) for p in policies]
-        if any(len(lane) != self.num_layers for lane in layers):
+        lora = [hasattr(p, "peft_config") for p in policies]
+        if any(lora) and not all(lora):
+            raise ValueError("lanes are all LoRA policies or all full ones, not a mix")
+        if any(len(unwrap_hf(p).model.layers) != self.num_layers for p in policies):
             raise ValueError(f"every lane's policy must have {self.num_layers} layers")
-        N, L, Im, Imp = len(policies), self.num_layers, self.intermediate_size, self.mlp_width
-        out = {"q": self.num_heads * self.head_dim, "k": self.num_kv_heads * self.head_dim,
-               "v": self.num_kv_heads * self.head_dim, "gate": Im, "up": Im,
-               "o": self.hidden_size, "down": self.hidden_size}  # fmt: skip
-        pad = Imp - Im  # the padded MLP width: zero rows after gate and up, zero columns of down
-
-        def fused(parts, norm: torch.Tensor | None, pad_rows: bool, pad_in: int = 0):
-            """(A [N, L, R, in], B [N, L, rows, R]) of a fused weight: the parts' A stacked,
-            their B block-diagonal in the weight's row layout; None when no part has LoRA."""
-            factors = [_lora_factors(layers, path) for _, path in parts]
-            if all(f is None for f in factors):
-                return None
-            ranks = [0 if f is None else f[0].shape[2] for f in factors]
-            R = sum(ranks)
-            a = torch.cat([f[0] for f in factors if f is not None], dim=2)
-            a = F.pad(a, (0, pad_in)) if pad_in else a
-            a = a * norm if norm is not None else a
-            blocks, before = [], 0
-            for (name, _), f, r in zip(parts, factors, ranks, strict=True):
-                if f is None:
-                    blocks.append(a.new_zeros(N, L, out[name], R))
-                else:
-                    blocks.append(F.pad(f[1], (before, R - before - r)))
-                if pad_rows and pad:
-                    blocks.append(a.new_zeros(N, L, pad, R))
-                before += r
-            return a, torch.cat(blocks, dim=2)
-
-        weights = (
-            (self.wqkv, fused(_QKV, self.ln1[None, :, None, :], pad_rows=False)),
-            (self.wo, fused((("o", "self_attn.o_proj"),), None, pad_rows=False)),
-            (self.wgu, fused(_GU, self.ln2[None, :, None, :], pad_rows=True)),
-            (self.wd, fused((("down", "mlp.down_proj"),), None, pad_rows=False, pad_in=pad)),
-        )
-        self.num_lanes = N
-        self._lane_layers = [  # per layer and fused weight: (A.T, B.T), or None (the base alone)
-            tuple(None if ab is None else (ab[0][:, i].transpose(1, 2), ab[1][:, i].transpose(1, 2))
-                  for _, ab in weights)
-            for i in range(L)
-        ]  # fmt: skip
+        self.num_lanes = len(policies)
+        self._lane_embed = self._lane_head = None
+        if all(lora):
+            self._lane_layers = lora_lanes(self, policies)
+        else:
+            self._lane_layers, self._lane_embed, self._lane_head = full_lanes(self, policies)
 
     def _linear(self, x: torch.Tensor, i: int, k: int, residual: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Lane-major rows x [N, rows, in] through fused weight k (qkv, o, gu, d) of layer i,
         plus `residual` [N, rows, out] when given: each lane's rows through its own adapter.
         out: [N * rows, out] to write the result into (the decode's record; no grad)."""
+        lane = self._lane_layers[i][k]
+        if lane is not None and len(lane) == 1:  # full lanes: each lane's own weight
+            o = None if out is None else out.view(x.shape[0], x.shape[1], -1)
+            if residual is None:
+                return torch.bmm(x, lane[0], out=o)
+            return torch.baddbmm(residual, x, lane[0], out=o)
         w_t = self._layers[i][k]  # the shared base: one matmul over every lane's rows
         x2 = x.reshape(-1, x.shape[-1])
         if residual is None:
@@ -169,7 +113,7 @@ class LaneLlama(LeanLlama):
         else:
             y = torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t, out=out)
         y = y.view(x.shape[0], x.shape[1], -1)
-        lane = self._lane_layers[i][k]  # mm and addmm keep no output for autograd: add in place
+        # mm and addmm keep no output for autograd: the low-rank update is added in place
         return y if lane is None else y.baddbmm_(torch.bmm(x, lane[0]), lane[1])
 
     def _rows(self, B: int) -> int:
@@ -190,7 +134,7 @@ class LaneLlama(LeanLlama):
         it through their lane's adapter)."""
         u_ids, u_mask, rows = distinct_prompts(ids, mask, lanes=self.num_lanes)
         h = LeanLlama.prefill_distinct(self, u_ids, u_mask, rows, cache)[:, -1]
-        return F.linear(h, self.lm_head)[rows]
+        return self.logits_of(h)[rows]
 
     # ------------------------------------------------------------------ forward
     def hidden(
@@ -206,7 +150,8 @@ class LaneLlama(LeanLlama):
         B, T = input_ids.shape
         cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
                                                   cache_pos)  # fmt: skip
-        x = F.embedding(input_ids, self.embed).view(self.num_lanes, self._rows(B) * T, -1)
+        self._rows(B)
+        x = self.embedded(input_ids)
         return self.layers(x, cos, sin, visible, cache=cache,
                            cache_pos=cache_pos)[0]  # fmt: skip
 
@@ -269,10 +214,33 @@ class LaneLlama(LeanLlama):
 
     def _weights(self, i: int, k: int) -> tuple[torch.Tensor, ...]:
         """Fused weight k of layer i as the recorded linears take it: (base [out, in],) plus
-        the lanes' (A.T, B.T) when they adapt it."""
-        base = (self.wqkv, self.wo, self.wgu, self.wd)[k][i]
+        the lanes' (A.T, B.T) when they adapt it; full lanes: (each lane's [N, out, in],)."""
         lane = self._lane_layers[i][k]
+        if lane is not None and len(lane) == 1:
+            return (lane[0].transpose(1, 2),)
+        base = (self.wqkv, self.wo, self.wgu, self.wd)[k][i]
         return (base,) if lane is None else (base, *lane)
+
+    def embedded(self, ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings of lane-major rows `ids` [N * b, ...] as [N, b * ..., H]."""
+        N, H = self.num_lanes, self.hidden_size
+        if self._lane_embed is None:
+            return F.embedding(ids, self.embed).view(N, -1, H)
+        offsets = torch.arange(N, device=ids.device).view(N, 1) * self.vocab_size
+        return F.embedding(ids.reshape(N, -1) + offsets, self._lane_embed.view(-1, H))
+
+    def logits_of(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of final hidden states h [N * b, ..., H], lane-major, each lane
+        through its own head (full lanes) or the shared one."""
+        if self._lane_head is None:
+            return super().logits_of(h)
+        hn = h.reshape(self.num_lanes, -1, h.shape[-1])
+        return torch.bmm(hn, self._lane_head.transpose(1, 2)).view(*h.shape[:-1], -1)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The LM head [V, H], or the lanes' own [N, V, H] (full lanes)."""
+        return self.lm_head if self._lane_head is None else self._lane_head
 
     @torch.no_grad()
     def decode(
@@ -289,7 +257,7 @@ class LaneLlama(LeanLlama):
         scale = D**-0.5
         mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
         outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
-        x = F.embedding(tokens, self.embed).view(N, b, H)
+        x = self.embedded(tokens)
         for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(zip(cache.layers, outs,
                                                                        strict=True)):  # fmt: skip
             qkv = self._linear(self.normalized(x), i, 0, out=o_qkv).view(B, Hq + 2 * Hkv, D)
@@ -306,4 +274,4 @@ class LaneLlama(LeanLlama):
             x = self._linear(a, i, 1, x, o_attn)
             gu = self._linear(self.normalized(x), i, 2, out=o_gu)
             x = self._linear(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, x, o_mlp)
-        return F.linear(self.normalized(x).view(B, H), self.lm_head)
+        return self.logits_of(self.normalized(x).view(B, H))

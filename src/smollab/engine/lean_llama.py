@@ -214,7 +214,7 @@ class LeanLlama(nn.Module):
         u_ids, u_mask, rows = distinct_prompts(ids, mask)
         if u_ids.shape[0] < ids.shape[0]:
             h = self.prefill_distinct(u_ids, u_mask, rows, cache)[:, -1]
-            return F.linear(h, self.lm_head)[rows]
+            return self.logits_of(h)[rows]
         return self(ids, mask, cache=cache, logits_to_keep=1)[:, -1]
 
     # ------------------------------------------------------------------ forward
@@ -234,7 +234,17 @@ class LeanLlama(nn.Module):
         x = self.hidden(input_ids, attention_mask, position_ids, cache, cache_pos)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
-        return F.linear(x, self.lm_head)
+        return self.logits_of(x)
+
+    def logits_of(self, h: torch.Tensor) -> torch.Tensor:
+        """Logits [..., V] of final hidden states h [..., H] (the final norm's weight is folded
+        into `lm_head`)."""
+        return F.linear(h, self.lm_head)
+
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The weight [V, H] that `logits_of` multiplies by (what `selected_logprobs` takes)."""
+        return self.lm_head
 
     def hidden(
         self,
@@ -387,4 +397,4 @@ class LeanLlama(nn.Module):
             gu = torch.mm(self.normalized(x), wgu_t, out=o_gu)
             a = F.silu(gu[:, :Im]).mul_(gu[:, Im:])
             x = torch.addmm(x, a, wd_t, out=o_mlp) if fused else x + a @ wd_t
-        return F.linear(self.normalized(x), self.lm_head)
+        return self.logits_of(self.normalized(x))

@@ -13,7 +13,8 @@ The prompt tokens are not in the record: each distinct prompt runs once for real
 per group) and its keys and values join the completions' attention, as in `token_logprobs`.
 Values agree with the plain forward to float rounding; tests compare log-probs and gradients.
 `replay_lanes_logprobs` does the same for a `LaneLlama`'s lanes: the recorded linears take
-either a dense weight or the lanes' (shared base, each lane's low-rank factors).
+either a dense weight, the lanes' (shared base, each lane's low-rank factors), or each lane's own
+weight (full lanes).
 """
 
 from __future__ import annotations
@@ -55,11 +56,15 @@ def _linear_grads(ctx, g, x, ws, first: int):
 
     ws: (weight [out, in],), a dense x @ weight.T; or (weight, a_t [N, in, R], b_t [N, R, out]),
     lanes (`LaneLlama`): N lanes' rows x [N, rows, in] through a shared weight plus each lane's
-    low-rank update (x @ a_t @ b_t), whose factors get their gradients without a [out, in] one.
+    low-rank update (x @ a_t @ b_t), whose factors get their gradients without a [out, in] one;
+    or (weight [N, out, in],), full lanes: each lane's rows through its own weight.
     first: the position of ws[0] among the Function's inputs (for `needs_input_grad`).
     """
     need = ctx.needs_input_grad
     weight = ws[0]
+    if weight.dim() == 3:
+        dx = torch.bmm(g, weight) if need[0] else None
+        return dx, torch.bmm(g.transpose(1, 2), x) if need[first] else None
     g2 = g.reshape(-1, g.shape[-1])
     dx = (g2 @ weight).view(x.shape) if need[0] else None
     dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need[first] else None
@@ -148,7 +153,7 @@ class RecordedSwiGLU(torch.autograd.Function):
         x, g, u, sg, *ws = ctx.saved_tensors
         dg = torch.ops.aten.silu_backward(da * u, g)
         du = da * sg
-        if len(ws) > 1:  # lanes: their low-rank factors take the fused gradient
+        if len(ws) > 1 or ws[0].dim() == 3:  # lanes take the fused gradient
             dx, *dws = _linear_grads(ctx, torch.cat([dg, du], -1), x, ws, 3)
             return dx, None, None, *dws
         width, weight = g.shape[-1], ws[0]
@@ -283,12 +288,12 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
 
 def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
     """`replay_logprobs` for a `LaneLlama`: per-token log-probs [B, L] of the lanes' rollout
-    (rows lane-major), with grad into each lane's factors (`load_lanes` under grad).
+    (rows lane-major), with grad into each lane's weights (`load_lanes` under grad).
 
     The rollout was sampled with `record=True` by these lanes with their present weights. Each
     lane's distinct prompts run computed through its adapter (lanes see a prompt differently),
     then the completions are replayed: every linear returns the decode's value and backpropagates
-    as the shared base plus the lane's low-rank update.
+    as the lane's weights (the shared base plus its low-rank update, or its own).
     """
     rec = rollout.record
     if rec is None:
@@ -304,8 +309,7 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
     # 1. each lane's distinct prompts once, computed, their keys and values kept for the rows
     ids, p_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask, lanes=N)
     cos, sin, visible = lanes.attention_inputs(ids, p_mask, None, None, 0)
-    x = F.embedding(ids, lanes.embed).view(N, -1, lanes.hidden_size)
-    h, kv = lanes.layers(x, cos, sin, visible)
+    h, kv = lanes.layers(lanes.embedded(ids), cos, sin, visible)
     h = h[rows, -1:]
 
     # 2. the completions, replayed: the records read lane-major, [T, B, n] -> [N, b * T, n]
@@ -316,10 +320,11 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
                        mask[:, : P + Tc])  # fmt: skip
         record = [[t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1]) for t in
                    (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)]  # fmt: skip
-        x = F.embedding(rollout.completion_ids[:, :Tc], lanes.embed).view(N, -1, lanes.hidden_size)
+        x = lanes.embedded(rollout.completion_ids[:, :Tc])
         prefix = [(k[rows], v[rows]) for k, v in kv]
         h_comp, _ = lanes.layers(x, cos, sin, vis, prefix=prefix, record=record)
         h = torch.cat([h, h_comp], 1)
-    out = selected_logprobs(h.transpose(0, 1), lanes.lm_head, rollout.completion_ids.t(),
-                            temperature, probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip
+    out = selected_logprobs(h.transpose(0, 1), lanes.head_weight, rollout.completion_ids.t(),
+                            temperature, probs=rec.probs[:L], values=rollout.logprobs.t(),
+                            lane_dim=1)  # fmt: skip
     return out.t()

@@ -50,7 +50,10 @@ class _SelectedLogprobs(torch.autograd.Function):
         ctx.save_for_backward(h, weight, targets)
         ctx.inv_t, ctx.rows, ctx.probs = inv_t, rows, probs is not None
         if probs is not None:  # known softmax and values (a replayed forward): no head matmul
-            ctx.kept = list(probs.split(rows))
+            # probs [S, R, V] (a view; h's rows in its order): chunks of whole S-slices, kept
+            # as views, since the backward writes its gradient into a new tensor anyway
+            per = max(1, rows // probs.shape[1])
+            ctx.rows, ctx.kept = per * probs.shape[1], list(probs.split(per))
             return values.float().clone()
         w = weight.to(h.dtype)
         out = torch.empty(N, dtype=torch.float32, device=h.device)
@@ -78,7 +81,8 @@ class _SelectedLogprobs(torch.autograd.Function):
         for k, i in enumerate(range(0, h.shape[0], ctx.rows)):
             hc, gc = h[i : i + ctx.rows], g[i : i + ctx.rows, None]
             if ctx.probs:
-                grad = ctx.kept[k] * gc.neg()
+                p = ctx.kept[k]
+                grad = (p * gc.view(-1, p.shape[1], 1).neg()).view(-1, p.shape[-1])
             else:
                 logp = ctx.kept[k] if ctx.kept else _chunk_logprobs(hc, w, ctx.inv_t)
                 grad = logp.exp_().mul_(gc.neg())
@@ -98,6 +102,7 @@ def selected_logprobs(
     temperature: float = 1.0,
     probs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
+    lane_dim: int = 0,
 ) -> torch.Tensor:
     """log_softmax(h @ weight.T / temperature) at `targets`, without materializing [..., V] temporaries.
 
@@ -106,7 +111,14 @@ def selected_logprobs(
     probs [..., V], values [...]: that softmax and those log-probs, already known (the sampler
     drew from them with the same weights): the forward returns `values` without the head matmul
     and the backward uses `probs`.
+    weight [N, V, H]: N lanes' own heads (full lanes), h's rows lane-major along `lane_dim`.
     """
+    if weight.dim() == 3:
+        n = weight.shape[0]
+        parts = zip(h.chunk(n, lane_dim), weight, targets.chunk(n, lane_dim),
+                    *((t.chunk(n, lane_dim) if t is not None else [None] * n)
+                      for t in (probs, values)), strict=True)  # fmt: skip
+        return torch.cat([selected_logprobs(*p[:3], temperature, *p[3:]) for p in parts], lane_dim)
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     shape = targets.shape
     h2, t2 = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
@@ -114,7 +126,7 @@ def selected_logprobs(
     if not torch.is_grad_enabled() or not (h.requires_grad or weight.requires_grad):
         keep = False  # nothing will call the backward
     if probs is not None:
-        probs, values = probs.reshape(-1, weight.shape[0]), values.reshape(-1)
+        probs, values = probs.reshape(-1, shape[-1], weight.shape[0]), values.reshape(-1)
     return _SelectedLogprobs.apply(h2, weight, t2, inv_t, keep, probs, values).view(shape)
 
 
@@ -214,7 +226,7 @@ def logprobs(
     share = shared_prompts(input_ids, attention_mask, P) if share_prompts else None
     if lean:
         h = _lean_hidden(model, ids, mask, P, share)
-        return selected_logprobs(h, model.lm_head, targets, temperature)
+        return selected_logprobs(h, model.head_weight, targets, temperature)
     if plain is not None:
         decoder, head = plain
         h = _hf_hidden(decoder, ids, mask, P, share)

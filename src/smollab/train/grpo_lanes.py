@@ -1,12 +1,13 @@
-"""`smollab lanes grpo`: many GRPO LoRA configurations trained as lanes of one batched model.
+"""`smollab lanes grpo`: many GRPO configurations (LoRA or full) trained as lanes of one batched
+model.
 
 One iteration takes one step of every lane, top to bottom like `train.grpo`: each lane picks its
 prompts (its own seed and step, as a process run would) -> one sampler call decodes every lane's
-completions through `LaneLlama` (each lane's rows through its own adapter) -> one reward call
-scores them all -> advantages per lane -> one reference pass (the base, adapters off) over the
-rows of the lanes with a KL term -> one policy forward with grad for all lanes, each lane's GRPO
+completions through `LaneLlama` (each lane's rows through its own weights) -> one reward call
+scores them all -> advantages per lane -> one reference pass (the base: the starting policy) over
+the rows of the lanes with a KL term -> one policy forward with grad for all lanes, each lane's GRPO
 loss on its rows (its own beta, clip and loss type), their sum backpropagated (a lane's rows
-reach only its adapter, so each gradient is its own) -> per lane: clip, AdamW step with its own
+reach only its own weights, so each gradient is its own) -> per lane: clip, AdamW step with its own
 LR schedule, metrics row, evaluation, failure rules, checkpoint. A lane that ends (its budget, a
 failure rule, a stop request) leaves the batch; the others go on, and in worker mode (`inbox`)
 the next posted trial takes its place.
@@ -170,8 +171,9 @@ def _open(shared: ln.Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | No
     lane.run.open_metrics(shared.columns,
                           resume_step=lane.step if lane.run.resume_from else None)  # fmt: skip
     forward = f"computed ({shared.no_replay})" if shared.no_replay else "replayed from the decode"
+    kind = f"LoRA r{cfg.model.lora.r}" if cfg.model.lora.enabled else "full fine-tuning"
     lane.run.log(f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
-                 f"LoRA r{cfg.model.lora.r}; policy forward {forward}; sampler lanes", echo=True)  # fmt: skip
+                 f"{kind}; policy forward {forward}; sampler lanes", echo=True)  # fmt: skip
     lane.run.update_summary(status="running", device=str(shared.rt.device), sampler="lanes",
                             world_size=1, params_trainable=sum(p.numel() for p in lane.trainable))  # fmt: skip
     return lane
@@ -285,7 +287,7 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
 def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, old_logp,
                   ref_logp, rows: list[slice], temperature: float) -> list[tuple[float, dict]]:  # fmt: skip
     """Each lane's GRPO loss on its rows (its own loss options), from one forward through all
-    lanes; their sum backpropagated, so each adapter's `.grad` is its own loss's gradient.
+    lanes; their sum backpropagated, so each policy's `.grad` is its own loss's gradient.
     Returns (loss, stats) per lane."""
     model.load_lanes([la.policy for la in lanes])
     if r.record is not None:  # sampled by these very weights: the forward is the decode's
@@ -314,7 +316,7 @@ def _after_step(shared: ln.Shared, lane: ln.Lane, row: dict, prompts, completion
                 f"uniq {row['unique_fraction']:.2f} | {row['step_s']:.2f}s for the lanes")  # fmt: skip
     failure = lane.watch.new_failure(row, lane.history, lane.step)
     if failure is None and not ln.params_finite(lane):
-        lane.ended = ("diverged", f"the adapter's weights are not finite at step {lane.step}")
+        lane.ended = ("diverged", f"its weights are not finite at step {lane.step}")
         run.log(f"diverged: {lane.ended[1]}", echo=True)
         return
     if failure:

@@ -104,7 +104,6 @@ def may_differ(key: str) -> bool:
 # beside the protocol, so that the lab checks a sweep's base before any trial starts without
 # importing torch.
 UNSUPPORTED = {
-    "model.lora.enabled": (True, "lanes stack LoRA adapters on one frozen base"),
     "model.lora.dropout": (0.0, "the lanes' LoRA path applies no dropout"),
     "model.load_in": ("none", "the lanes' base runs in full precision"),
     "grpo.routing.enabled": (False, "gradient routing trains two adapters per run"),

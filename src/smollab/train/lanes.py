@@ -1,10 +1,11 @@
-"""One lane of `smollab lanes grpo` (a GRPO LoRA run that shares its batch with others), and
-`Shared`, what all lanes of a worker use.
+"""One lane of `smollab lanes grpo` (a GRPO run, LoRA or full, that shares its batch with
+others), and `Shared`, what all lanes of a worker use.
 
 A lane is everything a `smollab grpo` run owns (config, PEFT policy, AdamW, run directory, failure
 rules, step counter and reward history) except the model's forward, which `LaneLlama` runs for
 all lanes at once. So a lane writes the same run directory as a process run (config.json,
-metrics.csv, summary.json, checkpoints/ with a standard PEFT adapter, plots), resumes from it,
+metrics.csv, summary.json, checkpoints/ with a standard PEFT adapter or the full model, plots),
+resumes from it,
 and sweeps, reports and `results.csv` read it unchanged.
 
 What may differ between lanes is `lane_inbox.may_differ`; the rest must equal the first lane's
@@ -47,7 +48,7 @@ from smollab.train.seeds import stream_seed
 class Lane:
     name: str
     cfg: GRPOConfig
-    policy: torch.nn.Module  # a PEFT model of the shared base: its adapter is the lane's
+    policy: torch.nn.Module  # a PEFT model of the shared base (its adapter), or a full copy
     trainable: list[torch.Tensor]
     optimizer: Any
     run: RunDir
@@ -79,12 +80,16 @@ def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
 
 
 def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) -> Lane | dict:
-    """The lane's policy (the base with its own adapter, seeded by its run.seed), optimizer and
-    run directory, resumed from its newest checkpoint. A run that had already finished comes
-    back as its summary instead."""
+    """The lane's policy (the base with its own adapter, seeded by its run.seed; or, without
+    LoRA, its own trainable copy of the base), optimizer and run directory, resumed from its
+    newest checkpoint. A run that had already finished comes back as its summary instead."""
     torch.manual_seed(cfg.run.seed)  # as `smollab grpo` seeds before its adapter's init
-    frozen = {id(t): t for t in (*base.parameters(), *base.buffers())}  # shared, not copied
-    policy = apply_lora(copy.deepcopy(base, memo=frozen), cfg.model.lora)
+    lora = cfg.model.lora.enabled
+    if lora:
+        frozen = {id(t): t for t in (*base.parameters(), *base.buffers())}  # shared, not copied
+        policy = apply_lora(copy.deepcopy(base, memo=frozen), cfg.model.lora)
+    else:
+        policy = copy.deepcopy(base).requires_grad_(True)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     oc = cfg.optim
     optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
@@ -95,7 +100,7 @@ def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) ->
     lane = Lane(name, cfg, policy, trainable, optimizer, run, RLWatch(cfg.failure),
                 grpo_loss.options(cfg.grpo))  # fmt: skip
     try:  # resume restores the process's RNG too: harmless, every lane draws from its own seeds
-        state = checkpoints.resume(run, policy, optimizer, None, True)
+        state = checkpoints.resume(run, policy, optimizer, None, lora)
     except Exception as e:  # recorded, never left running
         run.update_summary(status="failed", evidence=crash_record.failure_line(e))
         run.close()
@@ -109,7 +114,7 @@ def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) ->
 
 
 def params_finite(lane: Lane) -> bool:
-    """Whether the adapter is still finite: a lane whose weights blew up must not sample again
+    """Whether its weights are still finite: a lane whose weights blew up must not sample again
     (NaN logits would poison the shared batch's draws)."""
     return bool(torch.stack([p.detach().abs().max() for p in lane.trainable]).isfinite().all())
 
@@ -122,7 +127,7 @@ def save(lane: Lane, tokenizer) -> None:
 
 
 def finish(lane: Lane, tokenizer) -> dict[str, Any]:
-    """Wrap the lane's run up as `smollab grpo` does: final adapter, summary, plots."""
+    """Wrap the lane's run up as `smollab grpo` does: final adapter or model, summary, plots."""
     status, evidence = lane.ended or ("completed", None)
     tail = lane.history[-lane.cfg.failure.baseline_steps :]
     base = lane.history[0] if lane.history else None
@@ -130,7 +135,8 @@ def finish(lane: Lane, tokenizer) -> dict[str, Any]:
     return scaffold.finish(
         lane.run, status, lane.policy, tokenizer,
         f"{status}: {lane.step} steps; reward {base} -> {final}",
-        plots=lane.cfg.run.plots, merged=lane.cfg.grpo.export_merged, evidence=evidence,
+        plots=lane.cfg.run.plots, evidence=evidence,
+        merged=lane.cfg.model.lora.enabled and lane.cfg.grpo.export_merged,
         flags=lane.watch.flags,
         steps=lane.step, base_reward=base, final_reward=final, base_eval_reward=lane.base_eval,
         final_eval_reward=lane.eval_reward, train_seconds=lane.train_seconds,
@@ -188,7 +194,7 @@ class Shared:
 
     def generate(self, lanes: list[Lane], prompts: list[list[int]], seeds: list[int],
                  record: bool = False):  # fmt: skip
-        """Completions of `prompts` (lane-major) through the lanes' adapters, each lane's rows
+        """Completions of `prompts` (lane-major) through the lanes' policies, each lane's rows
         drawn from a generator of its own seed (`record`: keep the decode for the replay)."""
         g = self.cfg.grpo
         with torch.no_grad():

@@ -201,7 +201,7 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
 @pytest.mark.parametrize(("overrides", "message"), [
     (["lanes=[]"], "probe key lanes: give at least one lane count"),
     (["lanes=[2, 2]"], "probe key lanes: repeated lane count in [2, 2]"),
-    (["lanes=[1, 2]", "model.lora.enabled=false"], "probe key lanes: needs model.lora.enabled"),
+    (["lanes=[1, 2]", "train.grad_accum=2"], "train.grad_accum=2 is not supported in lanes"),
     (["lane_workers=[1, 2]"], "probe key lane_workers: set it with lanes: [...]"),
     (["lanes=[1, 2]", "lane_workers=[0, 2]"], "probe key lane_workers: every worker count must be"),
 ])  # fmt: skip
@@ -217,6 +217,6 @@ def test_bad_lane_settings_fail_with_one_line(tmp_path, micro_data, overrides, m
 
 def test_lanes_refused_for_pretraining(tmp_path, micro_data):
     with pytest.raises(
-        UserError, match="probe key lanes: lanes train grpo LoRA runs only, not pretrain"
+        UserError, match="probe key lanes: lanes train grpo runs only, not pretrain"
     ):
         load_probe("configs/pretrain/cs336-17m.yaml", ["lanes=[1, 2]"])

@@ -79,8 +79,9 @@ def workers_started(sweep_dir: Path, inbox: str = "lanes") -> int:
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"command": "pretrain", "overrides": {"model.lora.enabled": None}},
-     "sweep key executor: lanes trains grpo LoRA trials only, not pretrain"),
-    ({"overrides": {"model.lora.enabled": False}}, "sweep key executor: lanes needs model.lora.enabled"),
+     "sweep key executor: lanes trains grpo trials only, not pretrain"),
+    ({"overrides": {"perf.grad_checkpointing": True}},
+     "sweep key executor: lanes: lane of this sweep: perf.grad_checkpointing=True is not supported"),
     ({"space": {"train.batch_size": [8, 16]}},
      "sweep key space.train.batch_size: executor lanes: train.batch_size cannot differ between lanes"),
     ({"space": {"grpo.num_generations": [4, 8]}}, "grpo.num_generations cannot differ"),

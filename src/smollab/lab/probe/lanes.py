@@ -1,4 +1,4 @@
-"""The probe's lane counts (`lanes: [1, 2, 4, 8]`): N GRPO LoRA runs as lanes of one process,
+"""The probe's lane counts (`lanes: [1, 2, 4, 8]`): N GRPO runs as lanes of one process,
 and, with `lane_workers: [1, 2]`, as W concurrent processes of N lanes each.
 
 For each W and N, W `smollab lanes grpo BASE ... --lane "run.seed=0 ..." ... --lane "..."`

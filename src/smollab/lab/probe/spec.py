@@ -18,7 +18,7 @@ class ProbeSpec(SpecSection):
     ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
     max_k: int = Field(32, ge=1)
     lanes: list[int] | None = Field(
-        None, description="grpo LoRA: lane counts to measure beside the process counts, each as "
+        None, description="grpo: lane counts to measure beside the process counts, each as "
         "one `smollab lanes grpo` process (e.g. [1, 2, 4, 8])",
     )  # fmt: skip
     lane_workers: list[int] = Field(
@@ -119,10 +119,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         raise UserError("probe key lane_workers: set it with lanes: [...] (the lane counts each "
                         "of the W processes runs)")  # fmt: skip
     if spec.lanes and spec.command != "grpo":
-        raise UserError(f"probe key lanes: lanes train grpo LoRA runs only, not {spec.command}")
-    if spec.lanes and not cfg.model.lora.enabled:
-        raise UserError("probe key lanes: needs model.lora.enabled true in the workload (each lane "
-                        "is a LoRA adapter over one shared base)")  # fmt: skip
+        raise UserError(f"probe key lanes: lanes train grpo runs only, not {spec.command}")
     if spec.lanes:
         from smollab.config_load import to_dict
         from smollab.train.lane_inbox import check_supported

@@ -1,4 +1,4 @@
-"""`executor: lanes`: a sweep's GRPO LoRA trials trained as lanes of one batched model.
+"""`executor: lanes`: a sweep's GRPO trials (LoRA or full) trained as lanes of one batched model.
 
 One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo_lanes`) trains
 up to N trials at once as lanes of one model (one base, N adapters); a lane that ends is
@@ -269,12 +269,12 @@ class LanesExecutor:
 
 
 def check_spec(spec: SweepSpec) -> None:
-    """The spec of `executor: lanes`: GRPO LoRA trials that differ only in
+    """The spec of `executor: lanes`: GRPO trials (LoRA or full) that differ only in
     what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
     from smollab.train.lane_inbox import may_differ
 
     if spec.command != "grpo":
-        raise UserError(f"sweep key executor: lanes trains grpo LoRA trials only, not "
+        raise UserError(f"sweep key executor: lanes trains grpo trials only, not "
                         f"{spec.command} (use executor: local)")  # fmt: skip
     if spec.lanes is None:
         raise UserError("sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
@@ -299,17 +299,14 @@ def check_spec(spec: SweepSpec) -> None:
     spec.concurrency = spec.lanes * w if fixed else "auto"  # resolve_lanes makes it a number
 
 
-def check_lora(spec: SweepSpec) -> None:
-    """Every trial's base (and so every lane's) must be a LoRA config lanes can train (the
-    worker's own rules, `lane_inbox.check_supported`); run after the points validate."""
+def check_lanes(spec: SweepSpec) -> None:
+    """Every trial's base (and so every lane's) must be a config lanes can train (the worker's
+    own rules, `lane_inbox.check_supported`); run after the points validate."""
     from smollab.config_load import flatten, to_dict
     from smollab.lab.sweep.spec import resolve_config
     from smollab.train.lane_inbox import check_supported
 
     cfg = resolve_config(spec, {}, spec.seeds[0])
-    if not cfg.model.lora.enabled:
-        raise UserError("sweep key executor: lanes needs model.lora.enabled true in the base "
-                        "config or overrides (each lane is a LoRA adapter over one shared base)")  # fmt: skip
     try:
         check_supported(flatten(to_dict(cfg)), "of this sweep")
     except UserError as e:

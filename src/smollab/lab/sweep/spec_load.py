@@ -269,9 +269,9 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         _check_routing_baseline(spec)
     _check_points(spec)
     if spec.executor == "lanes":
-        from smollab.lab.sweep.lanes_executor import check_lora
+        from smollab.lab.sweep.lanes_executor import check_lanes
 
-        check_lora(spec)
+        check_lanes(spec)
     return spec
 
 
