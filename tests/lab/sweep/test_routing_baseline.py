@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.lab.sweep import scheduler
+from smollab.lab.sweep import resources, scheduler
 from smollab.lab.sweep.baseline import Baselines
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.report.sweep_report import write_sweep_report
@@ -34,8 +34,8 @@ def routing_spec(tmp_path: Path, **fields) -> SweepSpec:
 
 @pytest.fixture
 def no_config_resolution(monkeypatch):
-    monkeypatch.setattr(scheduler.Sweep, "_detect_device", lambda self: "cpu")
-    monkeypatch.setattr(scheduler.Sweep, "_preflight_data", lambda self: None)
+    monkeypatch.setattr(resources, "detect_device", lambda spec: "cpu")
+    monkeypatch.setattr(scheduler, "preflight_data", lambda spec, say, out: None)
 
 
 def results(d: Path) -> list[dict[str, str]]:

@@ -66,6 +66,28 @@ def test_split_threads():
     assert split_threads(16, 4) == [4, 4, 4, 4]
 
 
+def test_a_new_trials_thread_share():
+    """The spec's own perf.threads wins; an executor's slot gives what it reserves; locally the
+    threads the running trials leave are divided among the trials about to start."""
+    from types import SimpleNamespace
+
+    from smollab.lab.sweep.resources import trial_threads
+
+    def never() -> int:
+        raise AssertionError("trials left asked for without a local split")
+
+    spec = SimpleNamespace(overrides={}, space={"optim.lr": [0.1]})
+    running = [SimpleNamespace(threads=2)]
+    assert trial_threads(spec, None, 8, 4, running, lambda: 5) == 2  # 6 free over 3 starting
+    assert trial_threads(spec, None, 8, 4, running, lambda: 1) == 3  # it and the one left
+    assert trial_threads(spec, None, 8, 4, running, lambda: 0) == 6  # the last takes them all
+    assert trial_threads(spec, None, 1, 4, running, lambda: 5) == 1  # oversubscribed: still 1
+    assert trial_threads(spec, SimpleNamespace(trial_threads=3), 8, 4, running, never) == 3
+    for user in ({"overrides": {"perf.threads": 2}}, {"space": {"perf.threads": [1, 2]}}):
+        own = SimpleNamespace(**{**vars(spec), **user})
+        assert trial_threads(own, None, 8, 4, [], never) is None
+
+
 # ---- real micro children ----------------------------------------------------------------------
 
 

@@ -8,7 +8,8 @@ Ctrl-C (SIGINT, then SIGKILL after `stop_timeout_s`), and refreshes results.csv 
 Nothing it waits on is unbounded: a child that survives even SIGKILL is given up on and recorded
 as failed. The study is in `smollab.lab.sweep.study`; the trials (run directories as their
 identity, resume and retries, how an ending maps to Optuna, results.csv) in
-`smollab.lab.sweep.trials`.
+`smollab.lab.sweep.trials`; what they run on (device, concurrency, executor, thread shares, CPU
+peaks) in `smollab.lab.sweep.resources`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from typing import Any
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
+from smollab.lab.sweep import resources
 from smollab.lab.sweep.lock import SweepLock
 from smollab.lab.sweep.setup import preflight_data, write_meta
-from smollab.lab.sweep.spec import SweepSpec, resolve_config
+from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import (
     JOURNAL,
     close_study,
@@ -100,45 +102,13 @@ class Sweep:
     def _say(self, msg: str) -> None:
         self.out(f"[{_now()}] {msg}")
 
-    def _preflight_data(self) -> None:
-        preflight_data(self.spec, self._say, self.out)
-
-    def _detect_device(self) -> str:
-        from smollab.lab.probe.cache import device_kind
-
-        return device_kind(resolve_config(self.spec, {}, self.spec.seeds[0]).perf.device)
-
-    def _resolve_concurrency(self) -> int:
-        if self.spec.executor == "lanes":  # the trials at once are the worker's lanes
-            from smollab.lab.sweep.lanes_executor import resolve_lanes
-
-            return resolve_lanes(self.spec, self.device, self._say)
-        if self.spec.concurrency != "auto":
-            return int(self.spec.concurrency)
-        from smollab.lab.sweep.concurrency import auto_concurrency
-
-        return auto_concurrency(self.spec, self.dir / "probe", self.device, out=self._say)
-
-    def _prepare_peaks(self) -> None:
-        """Measure the CPU peaks the trials' MFU needs now, before any trial competes."""
-        from smollab.lab.peaks import prepare_sweep_peaks
-
-        prepare_sweep_peaks(self.spec, self.device, self.concurrency, self.total_threads, self._say)
-
     # ---- launching ------------------------------------------------------------------------
-
-    def _user_sets_threads(self) -> bool:
-        return "perf.threads" in self.spec.overrides or "perf.threads" in self.spec.space
 
     def _launch(self, nxt: NextTrial) -> None:
         run_dir = self.trials.run_dir(nxt.name)
-        threads = None
-        if self.executor and not self._user_sets_threads():  # what its Ray slot reserves
-            threads = self.executor.trial_threads
-        elif not self._user_sets_threads():
-            free = self.total_threads - sum(c.threads or 0 for c in self.running)
-            n_start = max(1, min(self.concurrency - len(self.running), self.trials.remaining() + 1))
-            threads = ch.split_threads(max(free, 1), n_start)[0]
+        threads = resources.trial_threads(self.spec, self.executor, self.total_threads,
+                                          self.concurrency, self.running,
+                                          self.trials.remaining)  # fmt: skip
         overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
         overrides += [f"{k}={override_value(v)}" for k, v in {**nxt.params, **nxt.extra}.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
@@ -320,20 +290,14 @@ class Sweep:
         (self.dir / TRIALS).mkdir(parents=True, exist_ok=True)
         if spec.storage:
             ping_storage(spec.storage)  # a bad URL fails now, not after data and peaks
-        self.device = self._detect_device()
-        self._preflight_data()
-        self.concurrency = self._resolve_concurrency()
-        if spec.executor == "ray":  # the trials' CPU threads: what their Ray slots reserve
-            from smollab.lab.sweep.ray_executor import RayExecutor
-
-            self.executor = RayExecutor(spec, self.concurrency, self.device, self._say)
-            self.total_threads = spec.threads or self.executor.cpu_threads(self.concurrency)
-        elif spec.executor == "lanes":  # lanes workers sharing the sweep's threads
-            from smollab.lab.sweep.lanes_executor import LanesExecutor
-
-            self.executor = LanesExecutor(spec, self.concurrency, self.dir, self._say)
-            self.total_threads = self.executor.cpu_threads(self.concurrency)
-        self._prepare_peaks()
+        self.device = resources.detect_device(spec)
+        preflight_data(spec, self._say, self.out)
+        self.concurrency = resources.resolve_concurrency(spec, self.dir, self.device, self._say)
+        self.executor = resources.start_executor(spec, self.concurrency, self.device, self.dir,
+                                                 self._say)  # fmt: skip
+        if self.executor:  # else local children divide spec.threads or every CPU thread
+            self.total_threads = resources.executor_threads(spec, self.executor, self.concurrency)
+        resources.prepare_peaks(spec, self.device, self.concurrency, self.total_threads, self._say)
         spec.study_name = study_name(spec, self.dir)
         self.owner = write_meta(self.dir, spec, self.concurrency, self.total_threads, self.device)
         if not spec.storage:
@@ -343,12 +307,7 @@ class Sweep:
             self.study = open_study(spec, self.dir)
         self.trials = Trials(spec, self.study, self.dir, self._say, owner=self.owner,
                              lock=self.study_lock)  # fmt: skip
-        mps_ctx = contextlib.nullcontext(None)
-        if spec.mps and self.device == "cuda":
-            from smollab.lab.mps import mps_daemon
-
-            mps_ctx = mps_daemon(out=self._say)
-        with mps_ctx as mps_env:
+        with resources.mps_context(spec, self.device, self._say) as mps_env:
             if mps_env:
                 self.env = {**os.environ, **mps_env}
             with self.study_lock:  # once per study, however many parents start at once
