@@ -11,8 +11,8 @@ reward; the plot overlays the curves.
     python benchmarks/lanes_equivalence.py RECIPE [--lane "key=value ..."]... [--steps 40]
         [--work /tmp/lanes_eq] [--threads 1] [key=value ...]
 
-RECIPE is a GRPO LoRA recipe (e.g. happy-lora, with model.path= its base), run from a directory
-where its data and base exist.
+RECIPE is a GRPO recipe, LoRA or full (e.g. happy-lora or happy, with model.path= its base), run
+from a directory where its data and base exist.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ named with figures.
     python benchmarks/lanes_phases.py RECIPE [--lanes 8] [--steps 8] [--warmup 3]
         [--threads 1] [--work /tmp/lanes_phases] [key=value ...]
 
-RECIPE is a GRPO LoRA recipe (e.g. happy-lora), run from a directory where its data and base
-exist.
+RECIPE is a GRPO recipe, LoRA or full (e.g. happy-lora or happy), run from a directory where its
+data and base exist.
 """
 
 from __future__ import annotations

@@ -189,11 +189,12 @@ def test_lanes_are_all_lora_or_all_full():
 
 @pytest.mark.parametrize("kind", ["lora", "lora-some", "full"])
 def test_the_lanes_replay_gives_the_computed_forwards_gradients(kind):
-    """Replayed from the decode record, each lane's gradients are those of the computed forward
-    through the lanes (and so of its policy alone): with LoRA on every projection, or on some
+    """Replayed from the decode record, or computed with each lane's distinct prompts run once,
+    each lane's gradients are those of the plain computed forward through the lanes (and so of
+    its policy alone): with LoRA on every projection, or on some
     (fused weights the lanes leave to the base), or full lanes (each lane's every weight), rows
     ending early at EOS included."""
-    from smollab.engine.replay import replay_lanes_logprobs
+    from smollab.engine.replay import lanes_logprobs
 
     targets = ["q_proj", "v_proj", "down_proj"] if kind == "lora-some" else TARGETS
     policies = full_policies() if kind == "full" else lane_policies(targets=targets)
@@ -207,23 +208,25 @@ def test_the_lanes_replay_gives_the_computed_forwards_gradients(kind):
     assert r.record is not None
     assert r.completion_lengths.min() < 7 and r.completion_lengths.max() == 7
     weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(4))
-    grads = []
-    for replay in (True, False):
+    grads, record = [], r.record
+    for mode in ("replayed", "computed, prompts once per lane", "computed"):
         for p in policies:
             p.zero_grad(set_to_none=True)
         lanes.load_lanes(policies)  # with grad
-        if replay:
-            lp = replay_lanes_logprobs(lanes, r, 1.5)
+        r.record = record if mode == "replayed" else None
+        if mode != "computed":
+            lp = lanes_logprobs(lanes, r, 1.5)
         else:
             lp = logprobs(lanes, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], 1.5,
                           share_prompts=False)  # fmt: skip
-            real = r.completion_mask.bool()
-            torch.testing.assert_close(lp[real], r.logprobs[real], atol=TOL, rtol=0)
+        real = r.completion_mask.bool()
+        torch.testing.assert_close(lp[real], r.logprobs[real], atol=TOL, rtol=0)
         (lp * weights * r.completion_mask).sum().backward()
         grads.append([p.grad.clone() for pol in policies for p in pol.parameters()
                       if p.requires_grad])  # fmt: skip
     per_lane = len(list(policies[0].parameters())) if kind == "full" else 2 * len(targets) * 2
     assert len(grads[0]) == N * per_lane
-    for got, want in zip(*grads, strict=True):
+    for got, *want in zip(*grads, strict=True):
         assert got.abs().sum() > 0
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+        for other in want:
+            torch.testing.assert_close(got, other, atol=1e-5, rtol=1e-4)

@@ -23,7 +23,7 @@ Gradients: `load_lanes(policies)` under grad builds the lane tensors from each p
 parameters, so a loss on the lanes' log-probs backpropagates into each policy's own: lane l's
 rows touch only lane l's tensors, so its gradient is its own. As in `smollab grpo`, the decode
 can record its matmul outputs (`DecodeRecord`) and the first training forward of a batch
-replays them (`layers(..., record=)`, `lane_logprobs.replay_lanes_logprobs`): each linear
+replays them (`layers(..., record=)`, `replay.lanes_logprobs`): each linear
 returns its recorded value and backpropagates as the lane's weights would. The reference (the
 starting policy: the base) is the inherited `LeanLlama` forward: this module is a `LeanLlama`
 holding the base weights, plus the lanes.
@@ -150,7 +150,7 @@ class LaneLlama(LeanLlama):
         B, T = input_ids.shape
         cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
                                                   cache_pos)  # fmt: skip
-        self._rows(B)
+        self._rows(B)  # refuses a batch that does not split into the lanes
         x = self.embedded(input_ids)
         return self.layers(x, cos, sin, visible, cache=cache,
                            cache_pos=cache_pos)[0]  # fmt: skip

@@ -12,7 +12,7 @@ The elementwise parts (norms, RoPE, SwiGLU, attention) are recomputed: they carr
 The prompt tokens are not in the record: each distinct prompt runs once for real (a few tokens
 per group) and its keys and values join the completions' attention, as in `token_logprobs`.
 Values agree with the plain forward to float rounding; tests compare log-probs and gradients.
-`replay_lanes_logprobs` does the same for a `LaneLlama`'s lanes: the recorded linears take
+`lanes_logprobs` does the same for a `LaneLlama`'s lanes: the recorded linears take
 either a dense weight, the lanes' (shared base, each lane's low-rank factors), or each lane's own
 weight (full lanes).
 """
@@ -28,7 +28,7 @@ from smollab.engine.rollout import Rollout, distinct_prompts
 from smollab.engine.token_logprobs import checkpointing, selected_logprobs
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
-__all__ = ["RECORD_BUDGET_ELEMS", "replay_lanes_logprobs", "replay_logprobs", "replay_unsupported"]
+__all__ = ["RECORD_BUDGET_ELEMS", "lanes_logprobs", "replay_logprobs", "replay_unsupported"]
 
 RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32 a run (a lane): beyond it the forward is computed
 
@@ -286,21 +286,21 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
     return out.t()
 
 
-def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
-    """`replay_logprobs` for a `LaneLlama`: per-token log-probs [B, L] of the lanes' rollout
-    (rows lane-major), with grad into each lane's weights (`load_lanes` under grad).
+def lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float) -> torch.Tensor:
+    """Per-token log-probs [B, L] of a `LaneLlama`'s rollout (rows lane-major), with grad into
+    each lane's weights (`load_lanes` under grad): replayed as `replay_logprobs` does when the
+    rollout has a record (sampled with `record=True` by these lanes with their present weights),
+    else computed.
 
-    The rollout was sampled with `record=True` by these lanes with their present weights. Each
-    lane's distinct prompts run computed through its adapter (lanes see a prompt differently),
-    then the completions are replayed: every linear returns the decode's value and backpropagates
-    as the lane's weights (the shared base plus its low-rank update, or its own).
+    Each lane's distinct prompts run once, computed through its own weights (lanes see a prompt
+    differently), and its completions attend to their keys and values. Replayed, every linear of
+    the completions returns the decode's value and backpropagates as the lane's weights (the
+    shared base plus its low-rank update, or its own).
     """
     rec = rollout.record
-    if rec is None:
-        raise ValueError("replay_lanes_logprobs needs a rollout sampled with record=True")
     P, L = rollout.prompt_ids.shape[1], rollout.completion_ids.shape[1]
     Tc = L - 1
-    if Tc > rec.steps:
+    if rec is not None and Tc > rec.steps:
         raise ValueError(f"the record holds {rec.steps} decode steps, the rollout needs {Tc}")
     N = lanes.num_lanes
     dev = rollout.prompt_ids.device
@@ -312,19 +312,21 @@ def replay_lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float
     h, kv = lanes.layers(lanes.embedded(ids), cos, sin, visible)
     h = h[rows, -1:]
 
-    # 2. the completions, replayed: the records read lane-major, [T, B, n] -> [N, b * T, n]
+    # 2. the completions (replayed: the records read lane-major, [T, B, n] -> [N, b * T, n])
     if Tc > 0:
         pos = positions_from_mask(mask)[:, P : P + Tc]
         cos, sin = (t.unsqueeze(2) for t in lanes.rope(pos))
         vis = _visible(torch.arange(P, P + Tc, device=dev), torch.arange(P + Tc, device=dev),
                        mask[:, : P + Tc])  # fmt: skip
-        record = [[t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1]) for t in
-                   (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)]  # fmt: skip
+        record = None if rec is None else [
+            [t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1])
+             for t in (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)
+        ]  # fmt: skip
         x = lanes.embedded(rollout.completion_ids[:, :Tc])
         prefix = [(k[rows], v[rows]) for k, v in kv]
         h_comp, _ = lanes.layers(x, cos, sin, vis, prefix=prefix, record=record)
         h = torch.cat([h, h_comp], 1)
+    known = {} if rec is None else {"probs": rec.probs[:L], "values": rollout.logprobs.t()}
     out = selected_logprobs(h.transpose(0, 1), lanes.head_weight, rollout.completion_ids.t(),
-                            temperature, probs=rec.probs[:L], values=rollout.logprobs.t(),
-                            lane_dim=1)  # fmt: skip
+                            temperature, lane_dim=1, **known)  # fmt: skip
     return out.t()

@@ -13,7 +13,7 @@ failure rule, a stop request) leaves the batch; the others go on, and in worker 
 the next posted trial takes its place.
 
 Each lane writes its own run directory, as `smollab grpo` does (train/lanes.py). As there, the
-first policy forward of a batch replays the sampler's decode (`replay_lanes_logprobs`) instead of
+first policy forward of a batch replays the sampler's decode (`lanes_logprobs`) instead of
 recomputing it, unless `grpo.replay=false` or the record would not fit the budget.
 """
 
@@ -30,8 +30,7 @@ from smollab.config import GRPOConfig
 from smollab.config_load import flatten, load_config, to_dict
 from smollab.device import setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
-from smollab.engine.replay import replay_lanes_logprobs
-from smollab.engine.token_logprobs import logprobs
+from smollab.engine.replay import lanes_logprobs
 from smollab.errors import RunFailed, UserError
 from smollab.runs import LOG
 from smollab.train import crash_record, distributed, scaffold
@@ -290,12 +289,9 @@ def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, o
     lanes; their sum backpropagated, so each policy's `.grad` is its own loss's gradient.
     Returns (loss, stats) per lane."""
     model.load_lanes([la.policy for la in lanes])
-    if r.record is not None:  # sampled by these very weights: the forward is the decode's
-        logp = replay_lanes_logprobs(model, r, temperature)
-        r.record = None  # the graph keeps what the backward needs
-    else:
-        logp = logprobs(model, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], temperature,
-                        share_prompts=False)  # fmt: skip
+    # replayed while the rollout holds the decode of these very weights, else computed
+    logp = lanes_logprobs(model, r, temperature)
+    r.record = None  # used once: the graph keeps what the backward needs
     parts = [grpo_loss(logp[s], None if old_logp is None else old_logp[s],
                        # a lane with beta 0 has no reference, as its run alone (no kl measured)
                        None if ref_logp is None or not la.loss_options["beta"] else ref_logp[s],
