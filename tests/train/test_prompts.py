@@ -1,3 +1,5 @@
+import json
+
 import pytest
 
 from smollab.data.tokenizer import load_tokenizer
@@ -45,3 +47,25 @@ def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, 
     g = GRPOSection(eval_prompts=2, eval_prompts_file=str(tmp_path / "nope.txt"))
     with pytest.raises(UserError, match=r"grpo\.eval_prompts_file: no such file"):
         grpo_prompts(g, micro_data, tok)
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(micro_data, kind,
+                                                                               monkeypatch):  # fmt: skip
+    """Both tokenizer kinds split at whitespace, so tokenizing a story's first words gives the
+    prompt the whole story gives; a pre-tokenizer that does not split there keeps whole texts."""
+    from tokenizers import pre_tokenizers
+
+    from smollab.data.tokenizer import build_tokenizer, wrap
+    from smollab.train import prompts as pr
+
+    lines = (micro_data / "train.jsonl").read_text().splitlines()[:200]
+    tok = wrap(build_tokenizer([json.loads(x)["text"] for x in lines], kind, 300), kind)
+    assert pr._splits_at_whitespace(tok)
+    for n in (1, 8, 40):
+        heads = pr.story_prompts(micro_data, "test", tok, n)
+        monkeypatch.setattr(pr, "_splits_at_whitespace", lambda t: False)
+        assert heads == pr.story_prompts(micro_data, "test", tok, n)
+        monkeypatch.undo()
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(use_regex=False)
+    assert not pr._splits_at_whitespace(tok)

@@ -2,11 +2,18 @@
 
 Each prompt starts with the EOS token, the document separator of the pretraining token stream,
 so the model sees a prompt exactly where it saw story openings in pretraining.
+
+A story prompt needs only a story's first tokens, so only its first words are tokenized when the
+tokenizer's pre-tokenizer splits at whitespace (then a word's tokens do not depend on the words
+after it). The 1.25M recipes' prompts (20,000 training stories, 32 held out) took 0.8 s instead
+of 3.1 s on the dev CPU (AVX2 EPYC), the same prompts: a cost every `smollab grpo` start pays,
+and so every trial of a sweep.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from smollab.errors import UserError
@@ -30,7 +37,40 @@ def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: in
     if not path.is_file():
         raise UserError(f"data.dir {data_dir} has no {path.name}: run `smollab data prepare`")
     texts = _read_texts(path, limit)
-    return _encode(texts, tokenizer, prompt_tokens, truncate=True)
+    if not _splits_at_whitespace(tokenizer):
+        return _encode(texts, tokenizer, prompt_tokens, truncate=True)
+    first = re.compile(rf"\s*\S+(?:\s+\S+){{{prompt_tokens - 1}}}")  # each word: >= 1 token
+    heads = [m.group(0) if (m := first.match(t)) else t for t in texts]
+    ids = tokenizer(heads, add_special_tokens=False)["input_ids"]
+    for i, (head, text) in enumerate(zip(heads, texts, strict=True)):
+        if len(ids[i]) < prompt_tokens and len(head) < len(text):  # a word gave no token
+            ids[i] = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return _prompts(ids, tokenizer.eos_token_id, prompt_tokens)
+
+
+# pre-tokenizers whose pieces never span whitespace (`tokenizers`' JSON type names), with the
+# option that must hold
+_WORD_LOCAL = {"Whitespace": None, "WhitespaceSplit": None, "BertPreTokenizer": None,
+               "ByteLevel": ("use_regex", True), "Metaspace": ("split", True)}  # fmt: skip
+
+
+def _splits_at_whitespace(tokenizer) -> bool:
+    """Whether `tokenizer` (a fast one) splits text at whitespace before its model runs, so a
+    prefix of a text cut at whitespace tokenizes as the start of the whole text."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pre = json.loads(backend.to_str()).get("pre_tokenizer") if backend is not None else None
+
+    def local(p: dict | None) -> bool:
+        if not p:
+            return False
+        if p.get("type") == "Sequence":  # the others only split further
+            return any(local(q) for q in p.get("pretokenizers", []))
+        if p.get("type") not in _WORD_LOCAL:
+            return False
+        need = _WORD_LOCAL[p["type"]]
+        return need is None or p.get(need[0], need[1]) == need[1]
+
+    return local(pre)
 
 
 def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:
@@ -49,8 +89,12 @@ def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") ->
 
 
 def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:
-    eos = tokenizer.eos_token_id
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return _prompts(ids, tokenizer.eos_token_id, n, truncate)
+
+
+def _prompts(ids: list[list[int]], eos: int, n: int | None, truncate: bool = True):
+    """[EOS, first n tokens] of each text of at least n tokens (all of it without `truncate`)."""
     prompts = [[eos, *x[:n]] if truncate else [eos, *x] for x in ids if len(x) >= (n or 1)]
     if not prompts:
         raise UserError(f"no prompt of at least {n} tokens could be made")
