@@ -135,3 +135,15 @@ def test_smollab_recipes_lists_every_recipe_with_its_first_line(capsys):
     # a name is unique within its command's directory
     per_dir = [(r.command, r.name) for r in recipes]
     assert len(per_dir) == len(set(per_dir))
+
+
+@pytest.mark.parametrize("name", [s for s in SHIPPED if s.startswith(("sweeps/", "probe/"))])
+def test_every_shipped_sweep_and_probe_recipe_loads(name, tmp_path, monkeypatch):
+    """The spec validates whole (keys, space, executor and lanes rules) from any directory."""
+    monkeypatch.chdir(tmp_path)
+    path = str(recipes_root() / name)
+    if name.startswith("sweeps/"):
+        assert load_spec(path).total_runs() > 0
+    else:
+        assert load_probe(path, [])[0].command
+    assert not any(tmp_path.iterdir())
