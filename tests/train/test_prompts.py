@@ -49,23 +49,45 @@ def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, 
         grpo_prompts(g, micro_data, tok)
 
 
-@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
-def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(micro_data, kind,
-                                                                               monkeypatch):  # fmt: skip
-    """Both tokenizer kinds split at whitespace, so tokenizing a story's first words gives the
-    prompt the whole story gives; a pre-tokenizer that does not split there keeps whole texts."""
-    from tokenizers import pre_tokenizers
+TRICKY = ["Once upon\na time  there\twas a cat.", "  two\r\nlines \u00a0nbsp here, and more",
+          "the\x1cn went home, then the end", "can't won't 's 42 3.5 !! ?? end of it",
+          "Émile est là, über alles; 日本語のテキスト too", "short"]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "bert", "metaspace"])
+def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(tmp_path, micro_data,
+                                                                               kind, monkeypatch):  # fmt: skip
+    """Tokenizers that split at spaces, tabs and newlines (both of smollab's kinds, BERT's) get,
+    from a story's first words, the prompt the whole story gives, on micro stories and on texts
+    with newlines, tabs, odd spaces and control characters; Metaspace (split at spaces only)
+    keeps whole texts."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
     from smollab.data.tokenizer import build_tokenizer, wrap
     from smollab.train import prompts as pr
 
     lines = (micro_data / "train.jsonl").read_text().splitlines()[:200]
-    tok = wrap(build_tokenizer([json.loads(x)["text"] for x in lines], kind, 300), kind)
-    assert pr._splits_at_whitespace(tok)
-    for n in (1, 8, 40):
-        heads = pr.story_prompts(micro_data, "test", tok, n)
+    texts = [json.loads(x)["text"] for x in lines]
+    if kind in ("wordpiece", "bpe"):
+        tok = wrap(build_tokenizer(texts + TRICKY, kind, 300), kind)
+    else:
+        raw = Tokenizer(models.BPE(unk_token="[UNK]"))
+        if kind == "bert":
+            raw.normalizer = normalizers.BertNormalizer()
+            raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        else:
+            raw.pre_tokenizer = pre_tokenizers.Metaspace()
+        raw.train_from_iterator(texts + TRICKY, trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["[UNK]", "[EOS]"], show_progress=False))  # fmt: skip
+        tok = wrap(raw, "wordpiece")
+    assert pr._splits_at_whitespace(tok) == (kind != "metaspace")
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "test.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in TRICKY + texts[:50])
+    )
+    for n in (1, 2, 3, 8, 40):
+        heads = pr.story_prompts(data, "test", tok, n)
         monkeypatch.setattr(pr, "_splits_at_whitespace", lambda t: False)
-        assert heads == pr.story_prompts(micro_data, "test", tok, n)
+        assert heads == pr.story_prompts(data, "test", tok, n), n
         monkeypatch.undo()
-    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(use_regex=False)
-    assert not pr._splits_at_whitespace(tok)

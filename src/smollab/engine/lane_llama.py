@@ -89,7 +89,7 @@ class LaneLlama(LeanLlama):
         if any(len(unwrap_hf(p).model.layers) != self.num_layers for p in policies):
             raise ValueError(f"every lane's policy must have {self.num_layers} layers")
         self.num_lanes = len(policies)
-        self._lane_embed = self._lane_head = None
+        self._lane_layers, self._lane_embed, self._lane_head = [], None, None  # freed first
         if all(lora):
             self._lane_layers = lora_lanes(self, policies)
         else:
@@ -98,7 +98,8 @@ class LaneLlama(LeanLlama):
     def _linear(self, x: torch.Tensor, i: int, k: int, residual: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Lane-major rows x [N, rows, in] through fused weight k (qkv, o, gu, d) of layer i,
-        plus `residual` [N, rows, out] when given: each lane's rows through its own adapter.
+        plus `residual` [N, rows, out] when given: each lane's rows through its own weights (the
+        base plus its low-rank update, or its own copy).
         out: [N * rows, out] to write the result into (the decode's record; no grad)."""
         lane = self._lane_layers[i][k]
         if lane is not None and len(lane) == 1:  # full lanes: each lane's own weight
@@ -124,14 +125,14 @@ class LaneLlama(LeanLlama):
         return B // self.num_lanes
 
     def prefill_distinct(self, *args, **kwargs):
-        """Refused: a prompt shared across lanes would run through one lane's adapter only (the
-        lanes share prompts within each lane: `prefill_logits`)."""
-        raise NotImplementedError("LaneLlama: lanes see a prompt each through their own adapter; "
+        """Refused: a prompt shared across lanes would run through one lane's weights only (the
+        lanes share prompts within each lane: `prefill_logits`, `replay.lanes_logprobs`)."""
+        raise NotImplementedError("LaneLlama: lanes see a prompt each through their own weights; "
                                   "pass share_prompts=False")  # fmt: skip
 
     def prefill_logits(self, ids: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """`LeanLlama.prefill_logits` with each distinct prompt run once per lane (its rows see
-        it through their lane's adapter)."""
+        it through their lane's weights)."""
         u_ids, u_mask, rows = distinct_prompts(ids, mask, lanes=self.num_lanes)
         h = LeanLlama.prefill_distinct(self, u_ids, u_mask, rows, cache)[:, -1]
         return self.logits_of(h)[rows]

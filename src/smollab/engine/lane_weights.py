@@ -135,10 +135,12 @@ def full_lanes(lean, policies: Sequence[nn.Module]):
     """(per layer the lanes' (W.T [N, in, out],) per fused weight, embeddings [N, V, H], LM
     heads [N, V, H]) of full policies, one per lane, in `lean`'s layout."""
     hfs = [unwrap_hf(p) for p in policies]
-    per_lane = [[_fused(layer, lean.intermediate_size, lean.mlp_width) for layer in hf.model.layers]
-                for hf in hfs]  # fmt: skip
-    layers = [tuple((torch.stack([lane[i][k].t() for lane in per_lane]),) for k in range(4))
-              for i in range(lean.num_layers)]  # fmt: skip
+    layers = []
+    for i in range(lean.num_layers):  # one layer's fused copies at a time, then stacked
+        per_lane = [
+            _fused(hf.model.layers[i], lean.intermediate_size, lean.mlp_width) for hf in hfs
+        ]
+        layers.append(tuple((torch.stack([f[k].t() for f in per_lane]),) for k in range(4)))
     embed = torch.stack([_embedding(hf.model.embed_tokens) for hf in hfs])
     head = torch.stack(
         [effective_weight(hf.lm_head) * effective_weight(hf.model.norm) for hf in hfs]

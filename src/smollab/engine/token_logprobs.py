@@ -50,8 +50,9 @@ class _SelectedLogprobs(torch.autograd.Function):
         ctx.save_for_backward(h, weight, targets)
         ctx.inv_t, ctx.rows, ctx.probs = inv_t, rows, probs is not None
         if probs is not None:  # known softmax and values (a replayed forward): no head matmul
-            # probs [S, R, V] (a view; h's rows in its order): chunks of whole S-slices, kept
-            # as views, since the backward writes its gradient into a new tensor anyway
+            # probs [S, R, V] (a view; h's rows in its order): chunks of whole S-slices (at least
+            # one, so a chunk may exceed the cache-sized one), kept as views, since the backward
+            # writes its gradient into a new tensor anyway
             per = max(1, rows // probs.shape[1])
             ctx.rows, ctx.kept = per * probs.shape[1], list(probs.split(per))
             return values.float().clone()
@@ -103,6 +104,7 @@ def selected_logprobs(
     probs: torch.Tensor | None = None,
     values: torch.Tensor | None = None,
     lane_dim: int = 0,
+    keep_elems: int = KEEP_LOGITS_ELEMS,
 ) -> torch.Tensor:
     """log_softmax(h @ weight.T / temperature) at `targets`, without materializing [..., V] temporaries.
 
@@ -112,17 +114,19 @@ def selected_logprobs(
     drew from them with the same weights): the forward returns `values` without the head matmul
     and the backward uses `probs`.
     weight [N, V, H]: N lanes' own heads (full lanes), h's rows lane-major along `lane_dim`.
+    keep_elems: the log-probs are kept for the backward up to this many (all lanes together).
     """
     if weight.dim() == 3:
         n = weight.shape[0]
         parts = zip(h.chunk(n, lane_dim), weight, targets.chunk(n, lane_dim),
                     *((t.chunk(n, lane_dim) if t is not None else [None] * n)
                       for t in (probs, values)), strict=True)  # fmt: skip
-        return torch.cat([selected_logprobs(*p[:3], temperature, *p[3:]) for p in parts], lane_dim)
+        return torch.cat([selected_logprobs(*p[:3], temperature, *p[3:], keep_elems=keep_elems // n)
+                          for p in parts], lane_dim)  # fmt: skip
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     shape = targets.shape
     h2, t2 = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
-    keep = h2.shape[0] * weight.shape[0] <= KEEP_LOGITS_ELEMS
+    keep = h2.shape[0] * weight.shape[0] <= keep_elems
     if not torch.is_grad_enabled() or not (h.requires_grad or weight.requires_grad):
         keep = False  # nothing will call the backward
     if probs is not None:

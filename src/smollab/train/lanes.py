@@ -1,12 +1,11 @@
 """One lane of `smollab lanes grpo` (a GRPO run, LoRA or full, that shares its batch with
 others), and `Shared`, what all lanes of a worker use.
 
-A lane is everything a `smollab grpo` run owns (config, PEFT policy, AdamW, run directory, failure
+A lane is everything a `smollab grpo` run owns (config, policy, AdamW, run directory, failure
 rules, step counter and reward history) except the model's forward, which `LaneLlama` runs for
 all lanes at once. So a lane writes the same run directory as a process run (config.json,
 metrics.csv, summary.json, checkpoints/ with a standard PEFT adapter or the full model, plots),
-resumes from it,
-and sweeps, reports and `results.csv` read it unchanged.
+resumes from it, and sweeps, reports and `results.csv` read it unchanged.
 
 What may differ between lanes is `lane_inbox.may_differ`; the rest must equal the first lane's
 (`check_compatible`), because it is shared: the base model, the prompts, the batch and

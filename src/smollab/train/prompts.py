@@ -30,6 +30,15 @@ def _read_texts(path: Path, limit: int | None) -> list[str]:
     return texts
 
 
+# Pre-tokenizers whose pieces never span a space, tab or newline (`tokenizers`' JSON type names),
+# with the option that must hold. Not Metaspace: it splits at spaces only. The cut is at these four
+# characters only, not at every Unicode space: BERT's normalizer deletes some characters Python
+# calls whitespace (\x1c), joining the words around them.
+_WORD_LOCAL = {"Whitespace": None, "WhitespaceSplit": None, "BertPreTokenizer": None,
+               "ByteLevel": ("use_regex", True)}  # fmt: skip
+_GAP, _WORD = "[ \t\n\r]", "[^ \t\n\r]+"
+
+
 def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: int,
                   limit: int | None = None) -> list[list[int]]:  # fmt: skip
     """Token-id prompts from `train.jsonl` or `test.jsonl` (the held-out split) of a data dir."""
@@ -39,7 +48,8 @@ def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: in
     texts = _read_texts(path, limit)
     if not _splits_at_whitespace(tokenizer):
         return _encode(texts, tokenizer, prompt_tokens, truncate=True)
-    first = re.compile(rf"\s*\S+(?:\s+\S+){{{prompt_tokens - 1}}}")  # each word: >= 1 token
+    n = prompt_tokens - 1  # the first prompt_tokens words: each gives at least one token
+    first = re.compile(rf"{_GAP}*{_WORD}(?:{_GAP}+{_WORD}){{{n}}}")
     heads = [m.group(0) if (m := first.match(t)) else t for t in texts]
     ids = tokenizer(heads, add_special_tokens=False)["input_ids"]
     for i, (head, text) in enumerate(zip(heads, texts, strict=True)):
@@ -48,15 +58,9 @@ def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: in
     return _prompts(ids, tokenizer.eos_token_id, prompt_tokens)
 
 
-# pre-tokenizers whose pieces never span whitespace (`tokenizers`' JSON type names), with the
-# option that must hold
-_WORD_LOCAL = {"Whitespace": None, "WhitespaceSplit": None, "BertPreTokenizer": None,
-               "ByteLevel": ("use_regex", True), "Metaspace": ("split", True)}  # fmt: skip
-
-
 def _splits_at_whitespace(tokenizer) -> bool:
-    """Whether `tokenizer` (a fast one) splits text at whitespace before its model runs, so a
-    prefix of a text cut at whitespace tokenizes as the start of the whole text."""
+    """Whether `tokenizer` (a fast one) splits text at spaces, tabs and newlines before its model
+    runs, so a prefix of a text cut there tokenizes as the start of the whole text."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     pre = json.loads(backend.to_str()).get("pre_tokenizer") if backend is not None else None
 

@@ -105,7 +105,7 @@ class SweepSpec(SpecSection):
     study_name: str | None = Field(None, min_length=1, description="default: unique to the dir")
     mps: bool = Field(False, description="CUDA: run trials under the NVIDIA MPS daemon")
     executor: Literal["local", "ray", "lanes"] = Field(
-        "local", description="child processes, Ray, or lanes of one GRPO LoRA worker"
+        "local", description="child processes, Ray, or lanes of one GRPO worker"
     )
     lanes: int | Literal["auto"] | None = Field(
         None, description="executor lanes: trials trained at once as lanes of one worker (N, or "
