@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smollab.engine.lean_llama import fused_layer_weights
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["full_lanes", "lora_lanes"]
@@ -109,18 +110,6 @@ def lora_lanes(lean, policies: Sequence[nn.Module]) -> list[LaneLayer]:
     ]  # fmt: skip
 
 
-def _fused(layer: nn.Module, Im: int, Imp: int) -> tuple[torch.Tensor, ...]:
-    """A layer's (qkv, o, gate-up, down) weights [out, in] in `LeanLlama`'s layout: the norms
-    folded into qkv and gate-up, the MLP zero-padded to width Imp."""
-    w = effective_weight
-    att, mlp = layer.self_attn, layer.mlp
-    ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
-    qkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)]) * ln1
-    rows = (0, 0, 0, Imp - Im)
-    gu = torch.cat([F.pad(w(mlp.gate_proj) * ln2, rows), F.pad(w(mlp.up_proj) * ln2, rows)])
-    return qkv, w(att.o_proj), gu, F.pad(w(mlp.down_proj), (0, Imp - Im))
-
-
 def _embedding(module: nn.Module) -> torch.Tensor:
     """An embedding's weight, its `padding_idx` row cut from the graph: `nn.Embedding` gives that
     row no gradient (HF sets it to the pad id, which may also be EOS), so a lane trains as its
@@ -137,9 +126,7 @@ def full_lanes(lean, policies: Sequence[nn.Module]):
     hfs = [unwrap_hf(p) for p in policies]
     layers = []
     for i in range(lean.num_layers):  # one layer's fused copies at a time, then stacked
-        per_lane = [
-            _fused(hf.model.layers[i], lean.intermediate_size, lean.mlp_width) for hf in hfs
-        ]
+        per_lane = [fused_layer_weights(hf.model.layers[i], lean.mlp_width) for hf in hfs]
         layers.append(tuple((torch.stack([f[k].t() for f in per_lane]),) for k in range(4)))
     embed = torch.stack([_embedding(hf.model.embed_tokens) for hf in hfs])
     head = torch.stack(

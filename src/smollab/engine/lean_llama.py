@@ -22,12 +22,13 @@ Conventions
 - The KV cache holds `k` and `v` [layers, B, kv_heads, max_len, head_dim] and the additive
   padding mask of its slots. Slots are shared by all rows (slot s holds column s of the padded
   batch); a row's padding slots are masked.
-- Weights are copied, never shared: `load_from_hf` can be called every training step (a copy of
-  ~1M parameters plus the LoRA products) and the HF model stays free to train.
+- Weights are copied, never shared: `load_from_hf` can run every training step (~1M parameters).
 - Inference only: parameters have `requires_grad=False`; run it under `torch.inference_mode()`.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -39,13 +40,26 @@ from smollab.engine.lean_config import check_lean_compatible, rope_params
 from smollab.engine.rollout import distinct_prompts
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
-__all__ = ["LeanLlama", "additive_mask", "positions_from_mask"]
+__all__ = ["LeanLlama", "additive_mask", "fused_layer_weights", "positions_from_mask"]
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A boolean attention mask (True: visible) as SDPA's additive one (0 or -inf)."""
     mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
     return mask.masked_fill_(~visible, float("-inf"))
+
+
+def fused_layer_weights(layer: nn.Module, width: int, adapters: bool = True):
+    """An HF Llama layer's (qkv, o, gate-up, down) weights [out, in] in the lean layout: the norm
+    weights folded into qkv and gate-up, the MLP zero-padded to `width` (differentiable)."""
+    w = partial(effective_weight, adapters=adapters)
+    att, mlp = layer.self_attn, layer.mlp
+    ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
+    qkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)]) * ln1
+    pad = width - mlp.gate_proj.weight.shape[0]
+    gu = torch.cat([F.pad(w(mlp.gate_proj) * ln2, (0, 0, 0, pad)),
+                    F.pad(w(mlp.up_proj) * ln2, (0, 0, 0, pad))])  # fmt: skip
+    return qkv, w(att.o_proj), gu, F.pad(w(mlp.down_proj), (0, pad))
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -112,28 +126,15 @@ class LeanLlama(nn.Module):
         With LoRA the copied weights are W + scaling * B @ A for each adapted module (active
         adapters only); `adapters=False` (or a model inside `disable_adapter()`) reads the base.
         """
-        hf = unwrap_hf(model)
-        core = hf.model
+        core = (hf := unwrap_hf(model)).model
         if len(core.layers) != self.num_layers:
             raise ValueError(f"model has {len(core.layers)} layers, LeanLlama {self.num_layers}")
-        Hq, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        Im, Imp = self.intermediate_size, self.mlp_width
-        q_end, k_end = Hq * D, (Hq + Hkv) * D
-
-        def w(module):
-            return effective_weight(module, adapters)
-
+        w = partial(effective_weight, adapters=adapters)
         self.embed.copy_(w(core.embed_tokens))
         for i, layer in enumerate(core.layers):
-            att, mlp = layer.self_attn, layer.mlp
-            ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
-            self.wqkv[i, :q_end].copy_(w(att.q_proj) * ln1)
-            self.wqkv[i, q_end:k_end].copy_(w(att.k_proj) * ln1)
-            self.wqkv[i, k_end:].copy_(w(att.v_proj) * ln1)
-            self.wo[i].copy_(w(att.o_proj))
-            self.wgu[i, :Im].copy_(w(mlp.gate_proj) * ln2)
-            self.wgu[i, Imp : Imp + Im].copy_(w(mlp.up_proj) * ln2)
-            self.wd[i, :, :Im].copy_(w(mlp.down_proj))
+            fused = fused_layer_weights(layer, self.mlp_width, adapters)
+            for lean, weight in zip((self.wqkv, self.wo, self.wgu, self.wd), fused, strict=True):
+                lean[i].copy_(weight)
         self.lm_head.copy_(w(hf.lm_head) * w(core.norm))
         return self
 
@@ -164,9 +165,7 @@ class LeanLlama(nn.Module):
         """
         if self.rope_cos.shape[0] >= max_positions:
             return
-        D = self.head_dim
-        device = self.embed.device
-        cpu = torch.device("cpu")
+        D, device, cpu = self.head_dim, self.embed.device, torch.device("cpu")
         inv_freq = 1.0 / (
             self.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float, device=cpu) / D)
         )
