@@ -102,7 +102,7 @@ class LaneLlama(LeanLlama):
         base plus its low-rank update, or its own copy).
         out: [N * rows, out] to write the result into (the decode's record; no grad)."""
         lane = self._lane_layers[i][k]
-        if lane is not None and len(lane) == 1:  # full lanes: each lane's own weight
+        if self._lane_head is not None:  # full lanes: each lane's own weight
             o = None if out is None else out.view(x.shape[0], x.shape[1], -1)
             if residual is None:
                 return torch.bmm(x, lane[0], out=o)
@@ -217,7 +217,7 @@ class LaneLlama(LeanLlama):
         """Fused weight k of layer i as the recorded linears take it: (base [out, in],) plus
         the lanes' (A.T, B.T) when they adapt it; full lanes: (each lane's [N, out, in],)."""
         lane = self._lane_layers[i][k]
-        if lane is not None and len(lane) == 1:
+        if self._lane_head is not None:  # full lanes
             return (lane[0].transpose(1, 2),)
         base = (self.wqkv, self.wo, self.wgu, self.wd)[k][i]
         return (base,) if lane is None else (base, *lane)
