@@ -18,8 +18,19 @@ from smollab.rewards.chess_moves import chess_legal_move
 
 
 def legal_rate(run: str, prompts: list[str], n: int, temperature: float) -> float:
-    pairs = list(sample_texts(run, prompts, n, max_new_tokens=6, temperature=temperature,
-                              top_p=1.0, top_k=0, seed=0, device="cpu"))  # fmt: skip
+    pairs = list(
+        sample_texts(
+            run,
+            prompts,
+            n,
+            max_new_tokens=6,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            seed=0,
+            device="cpu",
+        )
+    )
     shown = [p for p, _ in pairs]
     completions = [full[len(p) :] for p, full in pairs]
     rewards = chess_legal_move(completions, shown, own_piece=0.0)

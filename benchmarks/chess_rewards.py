@@ -79,8 +79,10 @@ def main() -> None:
             w, c = time.perf_counter(), time.process_time()
             fn()
             times[name].append((time.perf_counter() - w, time.process_time() - c))
-    print(f"CPU: {cpu_model_name()}; {len(comps)} completions, {a.prompts} distinct prompts, "
-          f"median of {a.repeats}")  # fmt: skip
+    print(
+        f"CPU: {cpu_model_name()}; {len(comps)} completions, {a.prompts} distinct prompts, "
+        f"median of {a.repeats}"
+    )
     med = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
     for name, v in times.items():
         cpu = statistics.median(c for _, c in v)

@@ -29,8 +29,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-VARIANTS = [("baseline", 1, False), ("grad_accum", 2, False), ("grad_ckpt", 1, True),
-            ("accum+ckpt", 2, True)]  # fmt: skip
+VARIANTS = [
+    ("baseline", 1, False),
+    ("grad_accum", 2, False),
+    ("grad_ckpt", 1, True),
+    ("accum+ckpt", 2, True),
+]
 
 
 def build(work: Path, layers: int) -> Path:
@@ -49,11 +53,20 @@ def build(work: Path, layers: int) -> Path:
     if (model_dir / "config.json").is_file():
         return model_dir
     tok = load_tokenizer(data / "tokenizer")
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=896, intermediate_size=4864,
-                      num_hidden_layers=layers, num_attention_heads=14, num_key_value_heads=2,
-                      max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                      tie_word_embeddings=True, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.eos_token_id)  # fmt: skip
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=layers,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        rope_theta=1e6,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg)
     model.save_pretrained(model_dir)
@@ -77,24 +90,41 @@ print(f"load: {time.perf_counter() - t:.1f}s, weights {mib:,.0f} MiB, process pe
 
 def run_variant(work, model_dir, name, accum, ckpt, args) -> dict:
     run = work / "runs" / name  # sentence_length: a reward that varies on random text
-    over = [f"model.path={model_dir}", f"data.dir={work / 'data'}", f"run.dir={run}",
-            "run.resume=never", f"train.max_steps={args.steps}", f"train.batch_size={args.batch}",
-            f"grpo.num_generations={args.generations}",
-            f"grpo.max_completion_length={args.completion}", "train.eval_interval=0",
-            "train.save_interval=0", "model.lora.enabled=true", "model.lora.r=8",
-            "optim.lr=1e-4", "optim.warmup_steps=0", "grpo.beta=0.04",
-            f"train.grad_accum={accum}", f"perf.grad_checkpointing={str(ckpt).lower()}",
-            "reward=[{name: sentence_length}]"]  # fmt: skip
-    subprocess.run([sys.executable, "-m", "smollab", "grpo", *over], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    over = [
+        f"model.path={model_dir}",
+        f"data.dir={work / 'data'}",
+        f"run.dir={run}",
+        "run.resume=never",
+        f"train.max_steps={args.steps}",
+        f"train.batch_size={args.batch}",
+        f"grpo.num_generations={args.generations}",
+        f"grpo.max_completion_length={args.completion}",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        "model.lora.enabled=true",
+        "model.lora.r=8",
+        "optim.lr=1e-4",
+        "optim.warmup_steps=0",
+        "grpo.beta=0.04",
+        f"train.grad_accum={accum}",
+        f"perf.grad_checkpointing={str(ckpt).lower()}",
+        "reward=[{name: sentence_length}]",
+    ]
+    subprocess.run(
+        [sys.executable, "-m", "smollab", "grpo", *over], check=True, stdout=subprocess.DEVNULL
+    )
     from smollab.run_rows import read_metrics
 
     rows = read_metrics(run / "metrics.csv")
     later = rows[1:] or rows
-    return {"variant": name, "grad_accum": accum, "grad_ckpt": ckpt,
-            "step_s": statistics.median(r["step_s"] for r in later),
-            "train_s": statistics.median(r["train_s"] for r in later),
-            "peak_mem_mb": rows[-1]["peak_mem_mb"]}  # fmt: skip
+    return {
+        "variant": name,
+        "grad_accum": accum,
+        "grad_ckpt": ckpt,
+        "step_s": statistics.median(r["step_s"] for r in later),
+        "train_s": statistics.median(r["train_s"] for r in later),
+        "peak_mem_mb": rows[-1]["peak_mem_mb"],
+    }
 
 
 def main() -> None:
@@ -112,16 +142,21 @@ def main() -> None:
     model_dir = build(work, args.layers)
     env = dict(os.environ)
     subprocess.run([sys.executable, "-c", LOAD_PROBE, str(model_dir)], check=True, env=env)
-    print(f"batch {args.batch} = {args.batch // args.generations} prompts x {args.generations}, "
-          f"{args.completion} new tokens, LoRA r8 on all linears, beta 0.04, {args.steps} steps")  # fmt: skip
+    print(
+        f"batch {args.batch} = {args.batch // args.generations} prompts x {args.generations}, "
+        f"{args.completion} new tokens, LoRA r8 on all linears, beta 0.04, {args.steps} steps"
+    )
     wanted = args.variants.split(",")
     results = []
     for name, accum, ckpt in VARIANTS:
         if name in wanted:
             results.append(run_variant(work, model_dir, name, accum, ckpt, args))
             r = results[-1]
-            print(f"{name:12s} grad_accum={accum} ckpt={ckpt!s:5s} step {r['step_s']:.2f}s "
-                  f"(train {r['train_s']:.2f}s)  peak RSS {r['peak_mem_mb']:,.0f} MiB", flush=True)  # fmt: skip
+            print(
+                f"{name:12s} grad_accum={accum} ckpt={ckpt!s:5s} step {r['step_s']:.2f}s "
+                f"(train {r['train_s']:.2f}s)  peak RSS {r['peak_mem_mb']:,.0f} MiB",
+                flush=True,
+            )
     (work / "results.json").write_text(json.dumps(results, indent=2))
 
 

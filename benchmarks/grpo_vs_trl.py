@@ -57,8 +57,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PRETRAIN_RECIPE = REPO / "configs" / "pretrain" / "simplestories-1.25m.yaml"
-RECIPES = {"full": REPO / "configs" / "grpo" / "happy.yaml",
-           "lora": REPO / "configs" / "grpo" / "happy-lora.yaml"}  # fmt: skip
+RECIPES = {
+    "full": REPO / "configs" / "grpo" / "happy.yaml",
+    "lora": REPO / "configs" / "grpo" / "happy-lora.yaml",
+}
 LR = {"full": 1e-5, "lora": 1e-4}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
@@ -73,10 +75,17 @@ def ensure_model(args) -> Path:
         from smollab.config_load import load_config
         from smollab.train.pretrain import train
 
-        print(f"{args.model} not found: pretraining it ({PRETRAIN_RECIPE.name}, 300 steps) ...",
-              flush=True)  # fmt: skip
-        train(load_config("pretrain", PRETRAIN_RECIPE, [
-            f"data.dir={args.data_dir}", "train.max_steps=300", f"run.dir={args.model}"]))  # fmt: skip
+        print(
+            f"{args.model} not found: pretraining it ({PRETRAIN_RECIPE.name}, 300 steps) ...",
+            flush=True,
+        )
+        train(
+            load_config(
+                "pretrain",
+                PRETRAIN_RECIPE,
+                [f"data.dir={args.data_dir}", "train.max_steps=300", f"run.dir={args.model}"],
+            )
+        )
     return Path(resolve_model_dir(str(args.model)))
 
 
@@ -84,18 +93,39 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
     from smollab.config_load import load_config
 
     over = [
-        f"model.path={model_dir}", f"data.dir={args.data_dir}", f"train.max_steps={args.steps}",
-        "train.batch_size=32", "train.log_interval=1", f"train.eval_interval={args.steps}",
-        f"train.save_interval={10**9}", "grpo.prompt_tokens=8", "grpo.num_generations=16",
-        "grpo.max_completion_length=64", "grpo.temperature=1.0", "grpo.top_p=1.0", "grpo.top_k=0",
-        "grpo.beta=0.02", "grpo.num_iterations=1", f"optim.lr={LR[mode]}",
-        "optim.schedule=constant", "optim.warmup_steps=0", "perf.device=cpu",
-        f"perf.precision={args.precision}", "failure.action=flag", f"run.dir={run_dir}", "run.resume=never",
-    ]  # fmt: skip
+        f"model.path={model_dir}",
+        f"data.dir={args.data_dir}",
+        f"train.max_steps={args.steps}",
+        "train.batch_size=32",
+        "train.log_interval=1",
+        f"train.eval_interval={args.steps}",
+        f"train.save_interval={10**9}",
+        "grpo.prompt_tokens=8",
+        "grpo.num_generations=16",
+        "grpo.max_completion_length=64",
+        "grpo.temperature=1.0",
+        "grpo.top_p=1.0",
+        "grpo.top_k=0",
+        "grpo.beta=0.02",
+        "grpo.num_iterations=1",
+        f"optim.lr={LR[mode]}",
+        "optim.schedule=constant",
+        "optim.warmup_steps=0",
+        "perf.device=cpu",
+        f"perf.precision={args.precision}",
+        "failure.action=flag",
+        f"run.dir={run_dir}",
+        "run.resume=never",
+    ]
     if mode == "lora":
-        over += ["model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=16",
-                 "model.lora.dropout=0.0", "model.lora.targets=[q,k,v,o,gate,up,down]",
-                 "grpo.export_merged=true"]  # fmt: skip
+        over += [
+            "model.lora.enabled=true",
+            "model.lora.r=8",
+            "model.lora.alpha=16",
+            "model.lora.dropout=0.0",
+            "model.lora.targets=[q,k,v,o,gate,up,down]",
+            "grpo.export_merged=true",
+        ]
     cfg = load_config("grpo", RECIPES[mode], over)
     names = [r.name for r in cfg.reward]
     if names != ["happy_binary"]:
@@ -186,8 +216,9 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     texts, same = trl_prompts(cfg.data.dir, tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                                 attn_implementation="sdpa")  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=torch.float32, attn_implementation="sdpa"
+    )
     # TRL stops a completion at every EOS id the model's generation config declares, besides the
     # tokenizer's. smollab stops only at the tokenizer's EOS: give TRL that one alone.
     eos = tokenizer.eos_token_id
@@ -197,29 +228,55 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
         names = tokenizer.convert_ids_to_tokens(
             declared if isinstance(declared, list) else [declared]
         )
-        eos_note = (f"the model declares eos_token_id {declared} ({', '.join(map(str, names))}), "
-                    f"the tokenizer {eos} ({tokenizer.eos_token}): TRL given {eos} only")  # fmt: skip
+        eos_note = (
+            f"the model declares eos_token_id {declared} ({', '.join(map(str, names))}), "
+            f"the tokenizer {eos} ({tokenizer.eos_token}): TRL given {eos} only"
+        )
         model.generation_config.eos_token_id = eos
         model.config.eos_token_id = eos
     peft_config = None
     if mode == "lora":
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
-                                 target_modules=LORA_MODULES, task_type="CAUSAL_LM")  # fmt: skip
+        peft_config = LoraConfig(
+            r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_MODULES, task_type="CAUSAL_LM"
+        )
     targs = GRPOConfig(
-        output_dir=str(out_dir), per_device_train_batch_size=32, num_generations=16,
-        max_completion_length=64, beta=0.02, temperature=1.0, top_p=1.0, top_k=0,
-        num_iterations=1, loss_type=g.loss_type, scale_rewards=g.scale_rewards,
-        epsilon=g.epsilon, epsilon_high=g.epsilon_high or g.epsilon,
+        output_dir=str(out_dir),
+        per_device_train_batch_size=32,
+        num_generations=16,
+        max_completion_length=64,
+        beta=0.02,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        num_iterations=1,
+        loss_type=g.loss_type,
+        scale_rewards=g.scale_rewards,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high or g.epsilon,
         mask_truncated_completions=g.mask_truncated_completions,
-        learning_rate=LR[mode], lr_scheduler_type="constant", warmup_steps=0,
-        adam_beta1=oc.beta1, adam_beta2=oc.beta2, adam_epsilon=oc.eps,
-        weight_decay=oc.weight_decay, max_grad_norm=oc.grad_clip or 1e9,
-        max_steps=cfg.train.max_steps, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=cfg.perf.precision == "bf16", fp16=False, gradient_checkpointing=False,
-        dataloader_num_workers=0, seed=cfg.run.seed, disable_tqdm=True, log_completions=False,
-    )  # fmt: skip
+        learning_rate=LR[mode],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        adam_beta1=oc.beta1,
+        adam_beta2=oc.beta2,
+        adam_epsilon=oc.eps,
+        weight_decay=oc.weight_decay,
+        max_grad_norm=oc.grad_clip or 1e9,
+        max_steps=cfg.train.max_steps,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=cfg.perf.precision == "bf16",
+        fp16=False,
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        seed=cfg.run.seed,
+        disable_tqdm=True,
+        log_completions=False,
+    )
 
     split: dict[str, list[float]] = defaultdict(list)
     cur: dict[str, float] = defaultdict(float)
@@ -245,10 +302,15 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
                 rewards.append(float(logs["reward"]))
                 lengths.append(float(logs.get("completions/mean_length", float("nan"))))
 
-    trainer = GRPOTrainer(model=model, reward_funcs=happy_binary, args=targs,
-                          train_dataset=Dataset.from_dict({"prompt": texts}),
-                          processing_class=tokenizer, peft_config=peft_config,
-                          callbacks=[StepClock()])  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=happy_binary,
+        args=targs,
+        train_dataset=Dataset.from_dict({"prompt": texts}),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[StepClock()],
+    )
 
     def timed(name: str, key_fn=None):
         fn = getattr(trainer, name)
@@ -266,15 +328,22 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
 
     timed("_generate", lambda: "gen")
     timed("_calculate_rewards", lambda: "reward")
-    timed("_get_per_token_logps_and_entropies",
-          lambda: None if torch.is_grad_enabled() else "ref")  # fmt: skip
+    timed("_get_per_token_logps_and_entropies", lambda: None if torch.is_grad_enabled() else "ref")
     timed("_generate_and_score_completions", lambda: "score")
     timed("compute_loss", lambda: "loss")
     trainer.train()
     held_out = held_out_reward(trainer.model, tokenizer, cfg.data.dir)
-    return {"step_s": inner, "wall_s": turns.wall_s, "split": dict(split), "reward_mean": rewards,
-            "completion_len": lengths, "prompt_match": same, "eos_note": eos_note,
-            "n_prompts": len(texts), "held_out": held_out}  # fmt: skip
+    return {
+        "step_s": inner,
+        "wall_s": turns.wall_s,
+        "split": dict(split),
+        "reward_mean": rewards,
+        "completion_len": lengths,
+        "prompt_match": same,
+        "eos_note": eos_note,
+        "n_prompts": len(texts),
+        "held_out": held_out,
+    }
 
 
 def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str, dict]:
@@ -288,14 +357,31 @@ def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str,
         outs[impl] = tmp / f"{impl}-{mode}-{rep}.json"
         go_r, go_w = os.pipe()
         done_r, done_w = os.pipe()
-        cmd = [sys.executable, __file__, "--child", impl, "--modes", mode, "--model",
-               str(model_dir), "--data-dir", args.data_dir, "--steps", str(args.steps),
-               "--precision", args.precision, "--threads", str(args.threads),
-               "--out", str(outs[impl])]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            impl,
+            "--modes",
+            mode,
+            "--model",
+            str(model_dir),
+            "--data-dir",
+            args.data_dir,
+            "--steps",
+            str(args.steps),
+            "--precision",
+            args.precision,
+            "--threads",
+            str(args.threads),
+            "--out",
+            str(outs[impl]),
+        ]
         env = dict(os.environ, GRPO_BENCH_FDS=f"{go_r},{done_w}")
         log = open(tmp / f"{impl}-{mode}-{rep}.log", "w")  # a file, not a pipe nobody reads mid-run
-        procs[impl] = subprocess.Popen(cmd, env=env, pass_fds=(go_r, done_w), stdout=log,
-                                       stderr=subprocess.STDOUT)  # fmt: skip
+        procs[impl] = subprocess.Popen(
+            cmd, env=env, pass_fds=(go_r, done_w), stdout=log, stderr=subprocess.STDOUT
+        )
         log.close()
         os.close(go_r)
         os.close(done_w)
@@ -357,24 +443,33 @@ def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads, base_hel
         if mode == "full"
         else "LoRA r8 alpha 16 (q,k,v,o,gate,up,down), lr 1e-4"
     )
-    print(f"== {title}: {n} steps each x {len(runs['smollab'])}, taking turns step by step "
-          f"({wall:.0f} s); load average 1/5/15 min before "
-          f"{'/'.join(f'{x:.2f}' for x in loads[0])}, after "
-          f"{'/'.join(f'{x:.2f}' for x in loads[1])}")  # fmt: skip
-    print(f"{'':10s}{'s/step':>8s}{'p25':>7s}{'p75':>7s}"
-          f"{f'reward 1-{k}':>13s}{f'reward {n - k + 1}-{n}':>14s}{'mean len':>10s}")  # fmt: skip
+    print(
+        f"== {title}: {n} steps each x {len(runs['smollab'])}, taking turns step by step "
+        f"({wall:.0f} s); load average 1/5/15 min before "
+        f"{'/'.join(f'{x:.2f}' for x in loads[0])}, after "
+        f"{'/'.join(f'{x:.2f}' for x in loads[1])}"
+    )
+    print(
+        f"{'':10s}{'s/step':>8s}{'p25':>7s}{'p75':>7s}"
+        f"{f'reward 1-{k}':>13s}{f'reward {n - k + 1}-{n}':>14s}{'mean len':>10s}"
+    )
     for name, r, reps in (("smollab", s, runs["smollab"]), ("TRL", t, runs["trl"])):
         steps = r["step_s"]
         q = statistics.quantiles(steps, n=4) if len(steps) > 1 else [med(steps)] * 3
         first = mean([mean(x["reward_mean"][:k]) for x in reps])
         last = mean([mean(x["reward_mean"][n - k : n]) for x in reps])
         length = mean([mean(x["completion_len"][:n]) for x in reps])
-        print(f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
-              f"{length:10.1f}")  # fmt: skip
+        print(
+            f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
+            f"{length:10.1f}"
+        )
     n_p, k_s = HELD_OUT
     line = [f"held-out reward after {n} steps ({n_p} test prompts x {k_s}, one sampler and seed):"]
-    for name, reps in (("base", [{"held_out": base_held_out}]), ("smollab", runs["smollab"]),
-                       ("TRL", runs["trl"])):  # fmt: skip
+    for name, reps in (
+        ("base", [{"held_out": base_held_out}]),
+        ("smollab", runs["smollab"]),
+        ("TRL", runs["trl"]),
+    ):
         vals = reps[0]["held_out"]  # repeats train the same weights: one sample, not several
         se = statistics.pstdev(vals) / len(vals) ** 0.5
         line.append(f"{name} {mean(vals):.3f} +- {se:.3f}")
@@ -385,18 +480,28 @@ def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads, base_hel
         f"smollab {med(s['wall_s']):.3f} s, {med(t['wall_s']) / med(s['wall_s']):.2f}x"
     )
     sm = {key: mean(s[key]) for key in ("gen_s", "reward_s", "ref_s", "train_s", "step_s")}
-    print(f"smollab split (mean s): gen {sm['gen_s']:.3f}, reward {sm['reward_s']:.3f}, "
-          f"ref {sm['ref_s']:.3f}, train {sm['train_s']:.3f} of {sm['step_s']:.3f}")  # fmt: skip
+    print(
+        f"smollab split (mean s): gen {sm['gen_s']:.3f}, reward {sm['reward_s']:.3f}, "
+        f"ref {sm['ref_s']:.3f}, train {sm['train_s']:.3f} of {sm['step_s']:.3f}"
+    )
     sp = {key: mean(v) for key, v in t["split"].items()}
     total = mean(t["step_s"])
     if sp:
         other_score = sp["score"] - sp["gen"] - sp["reward"] - sp["ref"]
         rest = total - sp["score"] - sp["loss"]
-        parts = [("generate", sp["gen"]), ("reward", sp["reward"]), ("ref fwd", sp["ref"]),
-                 ("other scoring", other_score), ("policy fwd+loss", sp["loss"]),
-                 ("backward+AdamW+rest", rest)]  # fmt: skip
-        print("TRL split (mean s): " + ", ".join(
-            f"{label} {v:.3f} ({100 * v / total:.0f}%)" for label, v in parts) + f" of {total:.3f}")  # fmt: skip
+        parts = [
+            ("generate", sp["gen"]),
+            ("reward", sp["reward"]),
+            ("ref fwd", sp["ref"]),
+            ("other scoring", other_score),
+            ("policy fwd+loss", sp["loss"]),
+            ("backward+AdamW+rest", rest),
+        ]
+        print(
+            "TRL split (mean s): "
+            + ", ".join(f"{label} {v:.3f} ({100 * v / total:.0f}%)" for label, v in parts)
+            + f" of {total:.3f}"
+        )
     print()
 
 
@@ -441,14 +546,21 @@ def main() -> None:
     model_dir = ensure_model(args)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    base_held_out = held_out_reward(AutoModelForCausalLM.from_pretrained(model_dir),
-                                    AutoTokenizer.from_pretrained(model_dir), args.data_dir)  # fmt: skip
+    base_held_out = held_out_reward(
+        AutoModelForCausalLM.from_pretrained(model_dir),
+        AutoTokenizer.from_pretrained(model_dir),
+        args.data_dir,
+    )
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-grpo-"))
-    print(f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
-          f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, {args.precision}")  # fmt: skip
-    print("s/step: smollab = metrics.csv step_s; TRL = on_step_begin..on_step_end. "
-          f"Medians after {args.warmup} warm-up steps; rewards = training-batch means\n")  # fmt: skip
+    print(
+        f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
+        f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, {args.precision}"
+    )
+    print(
+        "s/step: smollab = metrics.csv step_s; TRL = on_step_begin..on_step_end. "
+        f"Medians after {args.warmup} warm-up steps; rewards = training-batch means\n"
+    )
     for mode in modes:
         runs: dict[str, list[dict]] = {"smollab": [], "trl": []}
         load0, t0 = os.getloadavg(), time.perf_counter()
@@ -459,8 +571,10 @@ def main() -> None:
         s, t = merge(runs["smollab"], args.warmup), merge(runs["trl"], args.warmup)
         report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()), base_held_out)
         if mode == modes[-1]:
-            print(f"TRL prompts: {t['n_prompts']:,} texts, {100 * t['prompt_match']:.1f}% tokenize "
-                  f"back to smollab's ids; run directories under {tmp}")  # fmt: skip
+            print(
+                f"TRL prompts: {t['n_prompts']:,} texts, {100 * t['prompt_match']:.1f}% tokenize "
+                f"back to smollab's ids; run directories under {tmp}"
+            )
             if t["eos_note"]:
                 print(f"note: {t['eos_note']}")
 

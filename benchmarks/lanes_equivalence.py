@@ -25,8 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-LANES = ["optim.lr=1e-4 run.seed=0", "optim.lr=3e-4 grpo.beta=0.05 run.seed=1",
-         "optim.lr=1e-3 grpo.beta=0.0 run.seed=2"]  # fmt: skip
+LANES = [
+    "optim.lr=1e-4 run.seed=0",
+    "optim.lr=3e-4 grpo.beta=0.05 run.seed=1",
+    "optim.lr=1e-3 grpo.beta=0.0 run.seed=2",
+]
 
 
 def rewards(run: Path) -> list[float]:
@@ -44,14 +47,30 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/lanes_eq")
     a = p.parse_args()
     work, lanes = Path(a.work), a.lane or LANES
-    shared = [*a.overrides, f"train.max_steps={a.steps}", "train.log_interval=1",
-              "train.eval_interval=0", "train.save_interval=0", f"perf.threads={a.threads}"]  # fmt: skip
+    shared = [
+        *a.overrides,
+        f"train.max_steps={a.steps}",
+        "train.log_interval=1",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        f"perf.threads={a.threads}",
+    ]
     smollab = [sys.executable, "-m", "smollab"]
     lane_args = []
     for i, lane in enumerate(lanes):
         alone = work / f"alone{i}"
-        subprocess.run([*smollab, "grpo", a.recipe, *shared, *shlex.split(lane),
-                        f"run.dir={alone}", "run.resume=never"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                *smollab,
+                "grpo",
+                a.recipe,
+                *shared,
+                *shlex.split(lane),
+                f"run.dir={alone}",
+                "run.resume=never",
+            ],
+            check=True,
+        )
         lane_args += ["--lane", f"{lane} run.dir={work / f'lane{i}'} run.resume=never"]
     subprocess.run([*smollab, "lanes", "grpo", a.recipe, *shared, *lane_args], check=True)
     print(f"\n{a.steps} steps each; {len(lanes)} lanes in one process vs one process per run")
@@ -60,9 +79,11 @@ def main() -> None:
         alone, together = rewards(work / f"alone{i}"), rewards(work / f"lane{i}")
         diff = statistics.mean(abs(x - y) for x, y in zip(alone, together, strict=True))
         same = sum(x == y for x, y in zip(alone, together, strict=True))
-        print(f"  {lane:<45} mean reward alone {statistics.mean(alone):.3f} as a lane "
-              f"{statistics.mean(together):.3f} | mean |diff| {diff:.3f} | equal steps "
-              f"{same}/{len(alone)}")  # fmt: skip
+        print(
+            f"  {lane:<45} mean reward alone {statistics.mean(alone):.3f} as a lane "
+            f"{statistics.mean(together):.3f} | mean |diff| {diff:.3f} | equal steps "
+            f"{same}/{len(alone)}"
+        )
         curves.append((lane, alone, together))
     import matplotlib
 
@@ -73,8 +94,9 @@ def main() -> None:
     for k, (lane, alone, together) in enumerate(curves):
         c = f"C{k}"
         ax.plot(range(1, len(alone) + 1), alone, color=c, lw=1.2, label=f"{lane} (alone)")
-        ax.plot(range(1, len(together) + 1), together, color=c, lw=1.2, ls="--",
-                label=f"{lane} (lane)")  # fmt: skip
+        ax.plot(
+            range(1, len(together) + 1), together, color=c, lw=1.2, ls="--", label=f"{lane} (lane)"
+        )
     ax.set(xlabel="step", ylabel="reward_mean", title="lanes vs separate runs")
     ax.legend(fontsize=7)
     fig.tight_layout()

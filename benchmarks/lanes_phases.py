@@ -46,24 +46,40 @@ def main() -> None:
     p.add_argument("--work", default="/tmp/lanes_phases")
     a = p.parse_args()
     work, n = Path(a.work), a.lanes
-    shared = [*a.overrides, f"train.max_steps={a.steps}", "train.log_interval=1",
-              "train.eval_interval=0", "train.save_interval=0", f"perf.threads={a.threads}",
-              "run.resume=never"]  # fmt: skip
+    shared = [
+        *a.overrides,
+        f"train.max_steps={a.steps}",
+        "train.log_interval=1",
+        "train.eval_interval=0",
+        "train.save_interval=0",
+        f"perf.threads={a.threads}",
+        "run.resume=never",
+    ]
     smollab = [sys.executable, "-m", "smollab"]
-    subprocess.run([*smollab, "grpo", a.recipe, *shared, f"run.dir={work / 'alone'}"],
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [*smollab, "grpo", a.recipe, *shared, f"run.dir={work / 'alone'}"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     lanes = [arg for i in range(n) for arg in ("--lane", f"run.seed={i} run.dir={work / f'l{i}'}")]
-    subprocess.run([*smollab, "lanes", "grpo", a.recipe, *shared, *lanes], check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [*smollab, "lanes", "grpo", a.recipe, *shared, *lanes],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     alone = medians(work / "alone", a.warmup)
     together = medians(work / "l0", a.warmup)  # every lane logs the iteration's times
-    print(f"{a.recipe}: {n} lanes in one process vs one run alone, {a.threads} thread(s), "
-          f"median of steps {a.warmup + 1}..{a.steps}")  # fmt: skip
+    print(
+        f"{a.recipe}: {n} lanes in one process vs one run alone, {a.threads} thread(s), "
+        f"median of steps {a.warmup + 1}..{a.steps}"
+    )
     print(f"{'phase':<8} {'alone s':>9} {'lanes s':>9} {'per lane':>9} {'ratio':>7}")
     for k in PHASES:
         per_lane = together[k] / n
-        print(f"{k:<8} {alone[k]:>9.3f} {together[k]:>9.3f} {per_lane:>9.3f} "
-              f"{alone[k] / per_lane:>6.2f}x")  # fmt: skip
+        print(
+            f"{k:<8} {alone[k]:>9.3f} {together[k]:>9.3f} {per_lane:>9.3f} "
+            f"{alone[k] / per_lane:>6.2f}x"
+        )
 
 
 if __name__ == "__main__":

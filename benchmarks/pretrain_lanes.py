@@ -70,15 +70,19 @@ class Single:
         self.oc = cfg.optim.model_copy(update={"lr": lr}) if lr is not None else cfg.optim
         self.rt = setup_runtime(cfg.perf)
         torch.manual_seed(cfg.run.seed)
-        self.model = build_model(cfg.model, vocab_size=vocab,
-                                 attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
+        self.model = build_model(
+            cfg.model, vocab_size=vocab, attn_implementation=cfg.perf.attn_implementation
+        )
         self.params = list(self.model.parameters())
         decay = [p for p in self.params if p.dim() >= 2]
         no_decay = [p for p in self.params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": self.oc.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
-        self.opt = make_adamw(groups, self.rt, self.oc.lr, (self.oc.beta1, self.oc.beta2),
-                              self.oc.eps)  # fmt: skip
+        groups = [
+            {"params": decay, "weight_decay": self.oc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        self.opt = make_adamw(
+            groups, self.rt, self.oc.lr, (self.oc.beta1, self.oc.beta2), self.oc.eps
+        )
         self.step_i = 0
         self.tokens_per_step = batch * cfg.train.seq_len
 
@@ -94,8 +98,12 @@ class Single:
         lr = lr_at(self.step_i, self.oc, tc.max_steps)
         for g in self.opt.param_groups:
             g["lr"] = lr
-        x, y = get_batch(self.tokens, self.batch, tc.seq_len,
-                         batch_generator(self.cfg.run.seed, self.step_i, 0, 0))  # fmt: skip
+        x, y = get_batch(
+            self.tokens,
+            self.batch,
+            tc.seq_len,
+            batch_generator(self.cfg.run.seed, self.step_i, 0, 0),
+        )
         logits = self.model(input_ids=x).logits
         F.cross_entropy(logits.float().flatten(0, 1), y.flatten()).backward()
         scaffold.optimizer_step(self.params, self.opt, None, self.oc.grad_clip)
@@ -118,8 +126,11 @@ class Lanes:
         models = []
         for _ in lrs:  # the sweep's trials share seed 0: the same init, the same data order
             torch.manual_seed(cfg.run.seed)
-            models.append(build_model(cfg.model, vocab_size=vocab,
-                                      attn_implementation=cfg.perf.attn_implementation))  # fmt: skip
+            models.append(
+                build_model(
+                    cfg.model, vocab_size=vocab, attn_implementation=cfg.perf.attn_implementation
+                )
+            )
         self.params, self.buffers = stack_module_state(models)
         self.base = copy.deepcopy(models[0]).to("meta")
         self.base.tie_weights()  # .to() unties the LM head from the embedding; the lanes tie it
@@ -150,12 +161,22 @@ class Lanes:
         from smollab.train.schedule import lr_at
 
         tc, n = self.cfg.train, self.n
-        xs, ys = zip(*(get_batch(self.tokens, self.batch, tc.seq_len,
-                                 batch_generator(self.cfg.run.seed, self.step_i, 0, 0))
-                       for _ in range(n)), strict=True)  # fmt: skip
+        xs, ys = zip(
+            *(
+                get_batch(
+                    self.tokens,
+                    self.batch,
+                    tc.seq_len,
+                    batch_generator(self.cfg.run.seed, self.step_i, 0, 0),
+                )
+                for _ in range(n)
+            ),
+            strict=True,
+        )
         with sdpa_kernel(SDPBackend.MATH):
-            losses = torch.vmap(self._loss)(self.params, self.buffers, torch.stack(xs),
-                                            torch.stack(ys))  # fmt: skip
+            losses = torch.vmap(self._loss)(
+                self.params, self.buffers, torch.stack(xs), torch.stack(ys)
+            )
         losses.sum().backward()
         lr = torch.tensor([lr_at(self.step_i, oc, tc.max_steps) for oc in self.optims])
         self._adamw([p.grad for p in self.p], lr)
@@ -240,13 +261,34 @@ def packed(args, n: int, batch: int, lanes_per: int = 1) -> float:
     """Aggregate tokens/s of n processes (each the single step, or `lanes_per` lanes), threads
     split as `smollab probe` splits them."""
     threads = max(1, args.threads // n)
-    cmd = [sys.executable, __file__, "--worker", "--data-dir", args.data_dir,
-           "--batch", str(batch), "--threads", str(threads), "--warmup", str(args.warmup),
-           "--seconds", str(args.seconds), "--lanes-per", str(lanes_per)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--data-dir",
+        args.data_dir,
+        "--batch",
+        str(batch),
+        "--threads",
+        str(threads),
+        "--warmup",
+        str(args.warmup),
+        "--seconds",
+        str(args.seconds),
+        "--lanes-per",
+        str(lanes_per),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    procs = [subprocess.Popen([*cmd, "--index", str(i)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
-             for i in range(n)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*cmd, "--index", str(i)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(n)
+    ]
     try:
         for p in procs:
             if p.stdout.readline().strip() != "ready":
@@ -286,9 +328,12 @@ def check_lanes(cfg, tokens, vocab: int, lrs: list[float], steps: int = 3) -> st
         with sdpa_kernel(SDPBackend.MATH):  # the lanes' attention kernel: same arithmetic
             for a in alone:
                 a.step()
-    diff = max((lanes.lane_state(i)[k] - w).abs().max().item()
-               for i, a in enumerate(alone) for k, w in a.model.state_dict().items()
-               if k in lanes.params)  # fmt: skip
+    diff = max(
+        (lanes.lane_state(i)[k] - w).abs().max().item()
+        for i, a in enumerate(alone)
+        for k, w in a.model.state_dict().items()
+        if k in lanes.params
+    )
     moved = max(w.abs().max().item() for w in lanes.p)
     return (
         f"check: 2 lanes (lr {pick[0]:g}, {pick[1]:g}) vs their standalone runs (math SDPA) after "
@@ -301,8 +346,9 @@ def machine() -> list[str]:
     import torch
 
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines()
-                  if ln.startswith("Model name")), "?")  # fmt: skip
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in cpu.splitlines() if ln.startswith("Model name")), "?"
+    )
     return [
         f"cpu: {model}, {os.cpu_count()} CPUs; torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads",
@@ -345,9 +391,11 @@ def main() -> None:
     cfg, lrs = sweep_cfg(args.data_dir)
     tokens, vocab = open_data(args.data_dir)
     counts = [int(c) for c in args.lanes.split(",")]
-    say(f"pretrain lanes vs packing: {SWEEP.relative_to(REPO)} ({cfg.model.preset}, "
+    say(
+        f"pretrain lanes vs packing: {SWEEP.relative_to(REPO)} ({cfg.model.preset}, "
         f"seq_len {cfg.train.seq_len}, fp32, AdamW); tokens/s in all, best of {args.rounds} "
-        f"x {args.seconds:g}s windows")  # fmt: skip
+        f"x {args.seconds:g}s windows"
+    )
     for ln in machine():
         say(ln)
     say(check_lanes(cfg, tokens, vocab, lrs))
@@ -360,8 +408,15 @@ def main() -> None:
         ("single", 1, lambda b: timed(Single(cfg, tokens, vocab, b), args.warmup, args.seconds))
     ]
     for n in counts:
-        cols.append((f"lanes{n}", n, lambda b, n=n: timed(
-            Lanes(cfg, tokens, vocab, b, lrs[:n]), args.warmup, args.seconds)))  # fmt: skip
+        cols.append(
+            (
+                f"lanes{n}",
+                n,
+                lambda b, n=n: timed(
+                    Lanes(cfg, tokens, vocab, b, lrs[:n]), args.warmup, args.seconds
+                ),
+            )
+        )
         cols.append((f"pack{n}", n, lambda b, n=n: packed(args, n, b)))
         if n >= 4 and n % 2 == 0 and args.threads >= 2:
             cols.append((f"2x{n // 2}lanes", n, lambda b, n=n: packed(args, 2, b, n // 2)))
@@ -375,17 +430,21 @@ def main() -> None:
                 print(f"  batch {batch} {label}: {rate:,.0f} tok/s", flush=True)
     say(f"load after: {machine()[1].split('load average:')[-1].strip()} (1, 5, 15 min)")
     say()
-    say(f"{'batch':>5} " + " ".join(f"{label:>9}" for label, _, _ in cols)
-        + f" {'lanes/pack':>10}")  # fmt: skip
+    say(f"{'batch':>5} " + " ".join(f"{label:>9}" for label, _, _ in cols) + f" {'lanes/pack':>10}")
     for batch in batches:
         row = [results[label, batch] for label, _, _ in cols]
         best_lanes = max(results[lb, batch] for lb, _, _ in cols if "lanes" in lb)
         best_pack = max(results[lb, batch] for lb, _, _ in cols if "lanes" not in lb)
-        say(f"{batch:>5} " + " ".join(f"{v:>9,.0f}" for v in row)
-            + f" {best_lanes / best_pack:>10.2f}")  # fmt: skip
-    say("tokens/s of all models together; lanesN: N models in one process, all threads; packN: N "
+        say(
+            f"{batch:>5} "
+            + " ".join(f"{v:>9,.0f}" for v in row)
+            + f" {best_lanes / best_pack:>10.2f}"
+        )
+    say(
+        "tokens/s of all models together; lanesN: N models in one process, all threads; packN: N "
         "processes of one model, threads split; 2xKlanes: 2 processes of K lanes, 1 thread each; "
-        "lanes/pack: best of any lanes column over best of single and packN")  # fmt: skip
+        "lanes/pack: best of any lanes column over best of single and packN"
+    )
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 

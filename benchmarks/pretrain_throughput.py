@@ -81,12 +81,21 @@ def make_cfg(args, run_dir: Path):
     from smollab.data.prepare import load_meta
     from smollab.errors import UserError
 
-    cfg = load_config("pretrain", args.recipe, [
-        f"data.dir={args.data_dir}", f"train.max_steps={args.warmup + args.steps + 1}",
-        "train.log_interval=1", f"train.eval_interval={10**9}", "train.eval_tokens=4096",
-        f"train.save_interval={10**9}", f"run.dir={run_dir}", "run.resume=never",
-        "perf.device=cpu",
-    ])  # fmt: skip
+    cfg = load_config(
+        "pretrain",
+        args.recipe,
+        [
+            f"data.dir={args.data_dir}",
+            f"train.max_steps={args.warmup + args.steps + 1}",
+            "train.log_interval=1",
+            f"train.eval_interval={10**9}",
+            "train.eval_tokens=4096",
+            f"train.save_interval={10**9}",
+            f"run.dir={run_dir}",
+            "run.resume=never",
+            "perf.device=cpu",
+        ],
+    )
     try:  # an existing data dir is used as it was prepared, never rebuilt to the recipe's spec
         prepared = load_meta(args.data_dir)["config"]
     except (UserError, KeyError):
@@ -160,9 +169,15 @@ def run_plain(cfg, vocab_size: int, baton: Baton, clock: Clock) -> dict:
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": oc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=oc.lr, betas=(oc.beta1, oc.beta2), eps=oc.eps, fused=True,
-    )  # fmt: skip
+        [
+            {"params": decay, "weight_decay": oc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=oc.lr,
+        betas=(oc.beta1, oc.beta2),
+        eps=oc.eps,
+        fused=True,
+    )
     for step in range(tc.max_steps):
         t0 = time.perf_counter()
         for g in opt.param_groups:
@@ -215,15 +230,31 @@ def run_trainer(cfg, vocab_size: int, out_dir: Path, baton: Baton, clock: Clock)
             clock.resumed()
 
     targs = TrainingArguments(
-        output_dir=str(out_dir), per_device_train_batch_size=tc.batch_size,
-        max_steps=tc.max_steps, logging_steps=10, report_to=[], save_strategy="no",
-        use_cpu=True, dataloader_num_workers=0, learning_rate=oc.lr,
-        weight_decay=oc.weight_decay, adam_beta1=oc.beta1, adam_beta2=oc.beta2,
-        adam_epsilon=oc.eps, max_grad_norm=oc.grad_clip, lr_scheduler_type="cosine",
-        warmup_steps=oc.warmup_steps, seed=cfg.run.seed, disable_tqdm=True,
-    )  # fmt: skip
-    trainer = Trainer(model=new_model(cfg, vocab_size), args=targs, train_dataset=Windows(),
-                      callbacks=[StepClock()])  # fmt: skip
+        output_dir=str(out_dir),
+        per_device_train_batch_size=tc.batch_size,
+        max_steps=tc.max_steps,
+        logging_steps=10,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        dataloader_num_workers=0,
+        learning_rate=oc.lr,
+        weight_decay=oc.weight_decay,
+        adam_beta1=oc.beta1,
+        adam_beta2=oc.beta2,
+        adam_epsilon=oc.eps,
+        max_grad_norm=oc.grad_clip,
+        lr_scheduler_type="cosine",
+        warmup_steps=oc.warmup_steps,
+        seed=cfg.run.seed,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=new_model(cfg, vocab_size),
+        args=targs,
+        train_dataset=Windows(),
+        callbacks=[StepClock()],
+    )
     trainer.train()
     return {"optim": str(targs.optim.value if hasattr(targs.optim, "value") else targs.optim)}
 
@@ -305,42 +336,58 @@ def main() -> None:
     w, n = args.warmup, args.steps
     inner = {k: clocks[k].inner[w : w + n] for k in names}
     outer = {k: clocks[k].outer[w : w + n] for k in names}
-    print(f"model {cfg.model.preset}: {n_params:,} parameters; batch {tc.batch_size} x {tc.seq_len}, "
-          f"fp32, torch {torch.__version__}, {torch.get_num_threads()} threads; {w} warm-up + {n} "
-          f"timed steps each, interleaved step by step ({t_all:.0f} s in all)")  # fmt: skip
-    print(f"load average 1/5/15 min: before {'/'.join(f'{x:.2f}' for x in load_before)}, after "
-          f"{'/'.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} CPUs); HF Trainer "
-          f"optimizer {out['trainer']['optim']}")  # fmt: skip
-    print("step clock: smollab = its own metrics.csv train_s per step; plain = the same span; "
-          "Trainer = on_step_begin..on_step_end")  # fmt: skip
+    print(
+        f"model {cfg.model.preset}: {n_params:,} parameters; batch {tc.batch_size} x {tc.seq_len}, "
+        f"fp32, torch {torch.__version__}, {torch.get_num_threads()} threads; {w} warm-up + {n} "
+        f"timed steps each, interleaved step by step ({t_all:.0f} s in all)"
+    )
+    print(
+        f"load average 1/5/15 min: before {'/'.join(f'{x:.2f}' for x in load_before)}, after "
+        f"{'/'.join(f'{x:.2f}' for x in load_after)} ({os.cpu_count()} CPUs); HF Trainer "
+        f"optimizer {out['trainer']['optim']}"
+    )
+    print(
+        "step clock: smollab = its own metrics.csv train_s per step; plain = the same span; "
+        "Trainer = on_step_begin..on_step_end"
+    )
     print("outer clock: all between two hand-overs (data, logging; smollab logs every step here)")
     print()
 
     def mfu(tps: float, peak: float | None) -> str:
         return f"{100 * flops_tok * tps / peak:.1f}%" if peak else "-"
 
-    print(f"{'tokens/s (median)':22s}{'step clock':>11s}{'p25':>8s}{'p75':>8s}{'outer':>9s}"
-          f"{'MFU cached':>12s}{'MFU now':>9s}")  # fmt: skip
+    print(
+        f"{'tokens/s (median)':22s}{'step clock':>11s}{'p25':>8s}{'p75':>8s}{'outer':>9s}"
+        f"{'MFU cached':>12s}{'MFU now':>9s}"
+    )
     labels = {"smollab": "smollab pretrain", "plain": "plain PyTorch loop", "trainer": "HF Trainer"}
     for k in names:
         q = statistics.quantiles([tok_step / t for t in inner[k]], n=4)
         m = tok_step / statistics.median(inner[k])
         mo = tok_step / statistics.median(outer[k])
-        print(f"{labels[k]:22s}{m:11,.0f}{q[0]:8,.0f}{q[2]:8,.0f}{mo:9,.0f}"
-              f"{mfu(m, cached_peak):>12s}{mfu(m, fresh_peak):>9s}")  # fmt: skip
+        print(
+            f"{labels[k]:22s}{m:11,.0f}{q[0]:8,.0f}{q[2]:8,.0f}{mo:9,.0f}"
+            f"{mfu(m, cached_peak):>12s}{mfu(m, fresh_peak):>9s}"
+        )
     print()
     for other in ("plain", "trainer"):
         pairs = [b / a for a, b in zip(inner["smollab"], inner[other], strict=True)]
         pairs_o = [b / a for a, b in zip(outer["smollab"], outer[other], strict=True)]
-        print(f"smollab / {labels[other]:19s} tokens/s ratio, median of {len(pairs)} adjacent-step "
-              f"pairs: {statistics.median(pairs):.3f} (outer clock {statistics.median(pairs_o):.3f})")  # fmt: skip
+        print(
+            f"smollab / {labels[other]:19s} tokens/s ratio, median of {len(pairs)} adjacent-step "
+            f"pairs: {statistics.median(pairs):.3f} (outer clock {statistics.median(pairs_o):.3f})"
+        )
     mfus = [x for x in out["smollab"]["mfu"][w : w + n] if x is not None]
     if mfus:
-        print(f"smollab MFU as metrics.csv reports it (median of timed steps): "
-              f"{100 * statistics.median(mfus):.1f}%")  # fmt: skip
-    print(f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.train.mfu); CPU fp32 peak: cached "
-          f"{(cached_peak or float('nan')) / 1e9:.0f} GFLOP/s (what metrics.csv divides by), "
-          f"measured after this run {fresh_peak / 1e9:.0f} GFLOP/s")  # fmt: skip
+        print(
+            f"smollab MFU as metrics.csv reports it (median of timed steps): "
+            f"{100 * statistics.median(mfus):.1f}%"
+        )
+    print(
+        f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.train.mfu); CPU fp32 peak: cached "
+        f"{(cached_peak or float('nan')) / 1e9:.0f} GFLOP/s (what metrics.csv divides by), "
+        f"measured after this run {fresh_peak / 1e9:.0f} GFLOP/s"
+    )
     print(f"run directories under {tmp}")
 
 

@@ -52,11 +52,20 @@ def main() -> None:
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=4096, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=341, max_position_embeddings=512,
-        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=4096,
+        hidden_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=341,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     hf = LlamaForCausalLM(cfg).eval()
     B, P, T = args.batch, args.prompt, args.new
     prompts = torch.randint(3, cfg.vocab_size, (B, P))
@@ -72,9 +81,16 @@ def main() -> None:
     def theirs():
         with torch.inference_mode():
             out = hf.generate(
-                input_ids=prompts, attention_mask=mask, do_sample=True, temperature=1.0,
-                top_k=0, top_p=1.0, max_new_tokens=T, min_new_tokens=T, pad_token_id=0,
-            )  # fmt: skip
+                input_ids=prompts,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=T,
+                min_new_tokens=T,
+                pad_token_id=0,
+            )
         assert out.shape == (B, P + T)
 
     def load():

@@ -29,12 +29,25 @@ from smollab.train.mfu import cpu_model_name
 
 
 def micro_argv(data: Path, run_dir: Path) -> list[str]:
-    return ch.smollab_argv("pretrain", None, [
-        "model.preset=micro", f"data.dir={data}", "data.num_stories=400", "data.vocab_size=256",
-        "train.max_steps=3", "train.batch_size=4", "train.seq_len=32", "train.log_interval=1",
-        "train.eval_interval=1000", "optim.warmup_steps=0", f"run.dir={run_dir}",
-        "perf.threads=1", "perf.device=cpu",
-    ])  # fmt: skip
+    return ch.smollab_argv(
+        "pretrain",
+        None,
+        [
+            "model.preset=micro",
+            f"data.dir={data}",
+            "data.num_stories=400",
+            "data.vocab_size=256",
+            "train.max_steps=3",
+            "train.batch_size=4",
+            "train.seq_len=32",
+            "train.log_interval=1",
+            "train.eval_interval=1000",
+            "optim.warmup_steps=0",
+            f"run.dir={run_dir}",
+            "perf.threads=1",
+            "perf.device=cpu",
+        ],
+    )
 
 
 def first_step_s(launch, name: str, data: Path, run_dir: Path) -> tuple[float, float, float]:
@@ -80,12 +93,24 @@ def main() -> None:
         ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     init_s = time.perf_counter() - t
     spec_path = tmp / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump({
-        "command": "pretrain", "overrides": {"data.dir": str(data), "data.num_stories": 400,
-                                             "data.vocab_size": 256, "model.preset": "micro"},
-        "space": {"optim.lr": [0.01]}, "metric": {"name": "val_loss"}, "dir": str(tmp / "sweep"),
-        "executor": "ray", "ray": {"cpu": 1},
-    }))  # fmt: skip
+    spec_path.write_text(
+        yaml.safe_dump(
+            {
+                "command": "pretrain",
+                "overrides": {
+                    "data.dir": str(data),
+                    "data.num_stories": 400,
+                    "data.vocab_size": 256,
+                    "model.preset": "micro",
+                },
+                "space": {"optim.lr": [0.01]},
+                "metric": {"name": "val_loss"},
+                "dir": str(tmp / "sweep"),
+                "executor": "ray",
+                "ray": {"cpu": 1},
+            }
+        )
+    )
     spec = load_spec(spec_path)
     ex = RayExecutor(spec, 1, "cpu", say=lambda _: None)  # one slot, reused
     slot_s = ex.actors_s
@@ -102,16 +127,24 @@ def main() -> None:
 
     med = statistics.median
     print(f"cpu: {cpu_model_name()}")
-    print(f"ray.init: {init_s:.2f} s ({'joined ' + a.address if a.address else 'started'}); "
-          f"actor start (first slot): {slot_s:.2f} s")  # fmt: skip
-    print(f"median of {a.repeats} micro trials: launch to first logged step (each), launch call, "
-          f"one poll")  # fmt: skip
+    print(
+        f"ray.init: {init_s:.2f} s ({'joined ' + a.address if a.address else 'started'}); "
+        f"actor start (first slot): {slot_s:.2f} s"
+    )
+    print(
+        f"median of {a.repeats} micro trials: launch to first logged step (each), launch call, "
+        f"one poll"
+    )
     for what, xs in (("local child process", local), ("ray, reused slot", on_ray)):
         first = [x[0] for x in xs]
-        print(f"  {what:21s} {med(first):6.2f} s ({', '.join(f'{x:.2f}' for x in first)}), "
-              f"{med(x[1] for x in xs) * 1e3:6.1f} ms, {med(x[2] for x in xs) * 1e3:5.2f} ms")  # fmt: skip
-    print(f"  ray, fresh actor per trial (actor start + launch to first step): {med(fresh):.2f} s "
-          f"({', '.join(f'{x:.2f}' for x in fresh)})")  # fmt: skip
+        print(
+            f"  {what:21s} {med(first):6.2f} s ({', '.join(f'{x:.2f}' for x in first)}), "
+            f"{med(x[1] for x in xs) * 1e3:6.1f} ms, {med(x[2] for x in xs) * 1e3:5.2f} ms"
+        )
+    print(
+        f"  ray, fresh actor per trial (actor start + launch to first step): {med(fresh):.2f} s "
+        f"({', '.join(f'{x:.2f}' for x in fresh)})"
+    )
     print(
         f"ray - local, launch to first step: {med(x[0] for x in on_ray) - med(x[0] for x in local):+.2f} s"
     )

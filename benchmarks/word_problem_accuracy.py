@@ -19,16 +19,28 @@ from smollab.engine.sample_texts import sample_texts
 from smollab.rewards.word_problems import word_problem_correct
 
 
-def completions(run: str, prompts: list[str], n: int, temperature: float,
-                max_new_tokens: int) -> tuple[list[str], list[str]]:  # fmt: skip
-    pairs = list(sample_texts(run, prompts, n, max_new_tokens=max_new_tokens,
-                              temperature=temperature, top_p=1.0, top_k=0, seed=0,
-                              device="cpu"))  # fmt: skip
+def completions(
+    run: str, prompts: list[str], n: int, temperature: float, max_new_tokens: int
+) -> tuple[list[str], list[str]]:
+    pairs = list(
+        sample_texts(
+            run,
+            prompts,
+            n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=1.0,
+            top_k=0,
+            seed=0,
+            device="cpu",
+        )
+    )
     return [p for p, _ in pairs], [full[len(p) :] for p, full in pairs]
 
 
-def accuracy(run: str, prompts: list[str], n: int, temperature: float, max_new_tokens: int
-             ) -> tuple[float, list[str]]:  # fmt: skip
+def accuracy(
+    run: str, prompts: list[str], n: int, temperature: float, max_new_tokens: int
+) -> tuple[float, list[str]]:
     shown, texts = completions(run, prompts, n, temperature, max_new_tokens)
     rewards = word_problem_correct(texts, shown)
     return sum(rewards) / len(rewards), texts

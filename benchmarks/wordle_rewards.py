@@ -66,11 +66,15 @@ def main() -> None:
     plain_s, plain = timed(lambda: info_gain_plain(comps, prompts), a.repeats)
     agree = max(abs(x - y) for x, y in zip(vec, plain, strict=True)) < 1e-9
     print(f"cpu: {cpu_model_name()}")
-    print(f"completions: {len(comps)} ({a.prompts} prompts x {a.per_prompt}), "
-          f"median of {a.repeats} calls")  # fmt: skip
+    print(
+        f"completions: {len(comps)} ({a.prompts} prompts x {a.per_prompt}), "
+        f"median of {a.repeats} calls"
+    )
     print(f"feedback-code table ({len(WORDS)}x{len(WORDS)}), once per process: {table_s:.4f} s")
-    print(f"vectorized: {vec_s:.4f} s   plain Python: {plain_s:.4f} s   "
-          f"ratio plain/vectorized: {plain_s / vec_s:.1f}x   values agree: {agree}")  # fmt: skip
+    print(
+        f"vectorized: {vec_s:.4f} s   plain Python: {plain_s:.4f} s   "
+        f"ratio plain/vectorized: {plain_s / vec_s:.1f}x   values agree: {agree}"
+    )
 
 
 if __name__ == "__main__":

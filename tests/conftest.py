@@ -48,11 +48,21 @@ def micro_pretrain(micro_data, tmp_path):
     """Overrides for a micro pretraining run that takes a second or two. No plots/: matplotlib
     costs about as much as the run (a test that looks at plots sets run.plots=true)."""
     return [
-        "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA,
-        "train.max_steps=20", "train.batch_size=4", "train.seq_len=32", "train.log_interval=5",
-        "train.eval_interval=10", "train.eval_tokens=512", "train.save_interval=10",
-        "optim.warmup_steps=2", "optim.lr=1e-2", "run.plots=false", f"run.dir={tmp_path / 'run'}",
-    ]  # fmt: skip
+        "model.preset=micro",
+        f"data.dir={micro_data}",
+        *MICRO_DATA,
+        "train.max_steps=20",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.log_interval=5",
+        "train.eval_interval=10",
+        "train.eval_tokens=512",
+        "train.save_interval=10",
+        "optim.warmup_steps=2",
+        "optim.lr=1e-2",
+        "run.plots=false",
+        f"run.dir={tmp_path / 'run'}",
+    ]
 
 
 @pytest.fixture(scope="session")
@@ -62,22 +72,43 @@ def micro_model(micro_data, tmp_path_factory):
     from smollab.train.pretrain import train
 
     run = tmp_path_factory.mktemp("micro_model") / "run"
-    train(load_config("pretrain", None, [
-        "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA, "train.max_steps=30",
-        "train.batch_size=8", "train.seq_len=64", "optim.lr=1e-2", "optim.warmup_steps=2",
-        "run.plots=false", f"run.dir={run}",
-    ]))  # fmt: skip
+    train(
+        load_config(
+            "pretrain",
+            None,
+            [
+                "model.preset=micro",
+                f"data.dir={micro_data}",
+                *MICRO_DATA,
+                "train.max_steps=30",
+                "train.batch_size=8",
+                "train.seq_len=64",
+                "optim.lr=1e-2",
+                "optim.warmup_steps=2",
+                "run.plots=false",
+                f"run.dir={run}",
+            ],
+        )
+    )
     return run
 
 
 def micro_grpo_overrides(model, data, run) -> list[str]:
     """micro_grpo's overrides for any model, data and run dir (a module-scoped fixture's too)."""
     return [
-        f"model.path={model}", f"data.dir={data}", "train.max_steps=6",
-        "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
-        "train.eval_interval=3", "grpo.eval_prompts=4", "train.save_interval=2",
-        "optim.lr=1e-3", "run.plots=false", f"run.dir={run}",
-    ]  # fmt: skip
+        f"model.path={model}",
+        f"data.dir={data}",
+        "train.max_steps=6",
+        "train.batch_size=8",
+        "grpo.num_generations=4",
+        "grpo.max_completion_length=12",
+        "train.eval_interval=3",
+        "grpo.eval_prompts=4",
+        "train.save_interval=2",
+        "optim.lr=1e-3",
+        "run.plots=false",
+        f"run.dir={run}",
+    ]
 
 
 @pytest.fixture

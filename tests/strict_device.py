@@ -36,10 +36,24 @@ import smollab
 SRC = os.path.dirname(smollab.__file__) + os.sep
 HERE = __file__
 
-FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.arange, torch.rand,
-             torch.randn, torch.randint, torch.randperm, torch.tensor, torch.as_tensor,
-             torch.linspace, torch.logspace, torch.eye, torch.empty_strided,
-             torch.scalar_tensor}  # fmt: skip
+FACTORIES = {
+    torch.empty,
+    torch.zeros,
+    torch.ones,
+    torch.full,
+    torch.arange,
+    torch.rand,
+    torch.randn,
+    torch.randint,
+    torch.randperm,
+    torch.tensor,
+    torch.as_tensor,
+    torch.linspace,
+    torch.logspace,
+    torch.eye,
+    torch.empty_strided,
+    torch.scalar_tensor,
+}
 DEFAULT = "the default device"  # where a generator made without a device lives
 
 
@@ -85,8 +99,10 @@ class StrictDevice(TorchFunctionMode):
                 g.smollab_made_at, in_smollab = _caller()
                 g.smollab_implicit = not args and kwargs.get("device") is None
                 if g.smollab_implicit and in_smollab:
-                    mode._add(f"no device: torch.Generator() at {g.smollab_made_at}: a CPU "
-                              "generator on a GPU or Mac")  # fmt: skip
+                    mode._add(
+                        f"no device: torch.Generator() at {g.smollab_made_at}: a CPU "
+                        "generator on a GPU or Mac"
+                    )
                 return g
 
         return real, Generator
@@ -108,8 +124,10 @@ class StrictDevice(TorchFunctionMode):
             if not keeps:
                 where, in_smollab = _caller()
                 if in_smollab:
-                    self._add(f"no device: torch.{func.__name__} at {where}: lands on the CPU "
-                              "on a GPU or Mac")  # fmt: skip
+                    self._add(
+                        f"no device: torch.{func.__name__} at {where}: lands on the CPU "
+                        "on a GPU or Mac"
+                    )
         g = kwargs.get("generator")
         if g is not None:
             self._check_draw(func, args, kwargs, g)
@@ -132,9 +150,11 @@ class StrictDevice(TorchFunctionMode):
         if gen_dev != target:
             made = getattr(g, "smollab_made_at", "?")
             where, _ = _caller()
-            self._add(f"generator device: {what} at {where} draws into a tensor on {target} "
-                      f"with a generator on {gen_dev} (made at {made}); on CUDA: Expected a "
-                      "'cuda' device type for generator but found 'cpu'")  # fmt: skip
+            self._add(
+                f"generator device: {what} at {where} draws into a tensor on {target} "
+                f"with a generator on {gen_dev} (made at {made}); on CUDA: Expected a "
+                "'cuda' device type for generator but found 'cpu'"
+            )
 
     def report(self) -> str:
         return "\n".join(self.violations)
@@ -148,8 +168,9 @@ def install_in_process(report_path: str | Path) -> StrictDevice:
     mode.__enter__()
 
     def write() -> None:
-        Path(report_path).write_text(json.dumps({"violations": mode.violations,
-                                                 "draws": mode.draws}))  # fmt: skip
+        Path(report_path).write_text(
+            json.dumps({"violations": mode.violations, "draws": mode.draws})
+        )
 
     mode.on_change = write
     atexit.register(write)

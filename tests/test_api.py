@@ -15,8 +15,15 @@ from smollab.config import PretrainConfig
 from smollab.errors import UserError
 
 # measured, not computed: they differ between any two runs
-TIMINGS = ("train_seconds", "wall_seconds", "tokens_per_s", "peak_flops", "seconds_per_step",
-           "step_s", "mfu")  # fmt: skip
+TIMINGS = (
+    "train_seconds",
+    "wall_seconds",
+    "tokens_per_s",
+    "peak_flops",
+    "seconds_per_step",
+    "step_s",
+    "mfu",
+)
 
 
 def as_values(overrides: list[str]) -> dict[str, str]:
@@ -24,8 +31,9 @@ def as_values(overrides: list[str]) -> dict[str, str]:
 
 
 def comparable(summary: dict) -> dict:
-    return {k: v for k, v in summary.items()
-            if k != "environment" and not any(t in k for t in TIMINGS)}  # fmt: skip
+    return {
+        k: v for k, v in summary.items() if k != "environment" and not any(t in k for t in TIMINGS)
+    }
 
 
 def same_summary(a: dict, b: dict) -> None:
@@ -82,8 +90,14 @@ def test_the_cli_is_argument_parsing_over_the_api(monkeypatch, tmp_path):
 
     for name in ("pretrain", "grpo", "sweep", "probe", "data_prepare"):
         monkeypatch.setattr(api, name, record(name))
-    monkeypatch.setattr(api, "data_prepare", lambda *a, **kw: calls.append(("data", a, kw)) or
-                        {"dir": "d", "tokens": {"train": 1, "val": 1}, "vocab_size": 64})  # fmt: skip
+    monkeypatch.setattr(
+        api,
+        "data_prepare",
+        lambda *a, **kw: (
+            calls.append(("data", a, kw))
+            or {"dir": "d", "tokens": {"train": 1, "val": 1}, "vocab_size": 64}
+        ),
+    )
     assert main(["pretrain", "simplestories-1.25m", "train.max_steps=5"]) == 0
     assert main(["grpo", "optim.lr=1e-4"]) == 0
     assert main(["sweep", "lr-micro", "--dry-run"]) == 0
@@ -98,17 +112,28 @@ def test_the_cli_is_argument_parsing_over_the_api(monkeypatch, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: smollab.pretrain(**{"optim.learning_rate": 1e-3}),
-     "unknown config key optim.learning_rate"),
-    (lambda: smollab.grpo("happy", **{"optim.lr": -1}), "config key optim.lr"),
-    (lambda: smollab.grpo(PretrainConfig()), "grpo: got a PretrainConfig, expected a GRPOConfig"),
-    (lambda: smollab.pretrain("no-such-recipe"), "pretrain recipe no-such-recipe: no such file"),
-    (lambda: smollab.sweep("lr-micro", bogus=1), "bogus"),
-    (lambda: smollab.sample("nowhere", []), "give at least one prompt"),
-    (lambda: smollab.load_config("train"), "command 'train': one of"),
-    (lambda: smollab.doctor(timeout=0), "--timeout 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (
+            lambda: smollab.pretrain(**{"optim.learning_rate": 1e-3}),
+            "unknown config key optim.learning_rate",
+        ),
+        (lambda: smollab.grpo("happy", **{"optim.lr": -1}), "config key optim.lr"),
+        (
+            lambda: smollab.grpo(PretrainConfig()),
+            "grpo: got a PretrainConfig, expected a GRPOConfig",
+        ),
+        (
+            lambda: smollab.pretrain("no-such-recipe"),
+            "pretrain recipe no-such-recipe: no such file",
+        ),
+        (lambda: smollab.sweep("lr-micro", bogus=1), "bogus"),
+        (lambda: smollab.sample("nowhere", []), "give at least one prompt"),
+        (lambda: smollab.load_config("train"), "command 'train': one of"),
+        (lambda: smollab.doctor(timeout=0), "--timeout 0"),
+    ],
+)
 def test_bad_input_is_one_user_error_line(call, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match=match) as e:
@@ -118,8 +143,13 @@ def test_bad_input_is_one_user_error_line(call, match, tmp_path, monkeypatch):
 
 
 def test_values_are_python_values_and_mappings_stand_for_their_leaves():
-    cfg = smollab.load_config("grpo", "happy", ["optim.lr=2e-4"], train={"max_steps": 7},
-                              **{"reward": [{"name": "happy_binary", "weight": 2.0}]})  # fmt: skip
+    cfg = smollab.load_config(
+        "grpo",
+        "happy",
+        ["optim.lr=2e-4"],
+        train={"max_steps": 7},
+        **{"reward": [{"name": "happy_binary", "weight": 2.0}]},
+    )
     assert cfg.train.max_steps == 7 and cfg.optim.lr == 2e-4
     assert cfg.train.batch_size == 32 and cfg.train.eval_interval == 25  # the recipe's, kept
     assert cfg.reward[0].weight == 2.0
@@ -127,7 +157,9 @@ def test_values_are_python_values_and_mappings_stand_for_their_leaves():
 
 
 def test_import_smollab_stays_cheap():
-    code = ("import sys, smollab; f = smollab.grpo; assert callable(f); "
-            "print(sorted(m for m in ('torch', 'transformers', 'pydantic') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, smollab; f = smollab.grpo; assert callable(f); "
+        "print(sorted(m for m in ('torch', 'transformers', 'pydantic') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

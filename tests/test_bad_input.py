@@ -42,8 +42,10 @@ def needs(completions, level, **kwargs):
 """
 
 # A valid sweep spec; each bad one changes one thing.
-SPEC = (b"command: pretrain\nbase: ok.yaml\nmetric: {name: val_loss, goal: min}\n"
-        b"space: {optim.lr: [0.1, 0.2]}\n")  # fmt: skip
+SPEC = (
+    b"command: pretrain\nbase: ok.yaml\nmetric: {name: val_loss, goal: min}\n"
+    b"space: {optim.lr: [0.1, 0.2]}\n"
+)
 
 # Files each case may name, written into the working directory before it runs.
 FILES: dict[str, bytes] = {
@@ -92,37 +94,37 @@ CASES: list[tuple[str, list[str], str]] = [
         "missing data file",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[gone.txt]"],
         "gone.txt",
-    ),  # fmt: skip
+    ),
     (
         "data file not UTF-8",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[latin1.txt]"],
         "latin1.txt",
-    ),  # fmt: skip
+    ),
     (
         "data file of no stories",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[empty.txt]"],
         "empty.txt",
-    ),  # fmt: skip
+    ),
     (
         "data file of another kind",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[notes.md]"],
         "notes.md",
-    ),  # fmt: skip
+    ),
     (
         "jsonl without the text key",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[stories.jsonl]"],
         "story",
-    ),  # fmt: skip
+    ),
     (
         "jsonl that does not parse",
         ["data", "prepare", "data.dir=d", "data.source=files", "data.files=[badjson.jsonl]"],
         "badjson.jsonl",
-    ),  # fmt: skip
+    ),
     (
         "vocabulary too small",
         ["data", "prepare", "data.dir=d", "data.vocab_size=8"],
         "data.vocab_size",
-    ),  # fmt: skip
+    ),
     # ---- models
     ("model path that does not exist", ["grpo", "model.path=./gone", "data.dir={data}"], "gone"),
     ("model dir without a model", ["grpo", "model.path=nomodel", "data.dir={data}"], "nomodel"),
@@ -138,23 +140,23 @@ CASES: list[tuple[str, list[str], str]] = [
             "run.dir=r",
         ],
         "train.seq_len",
-    ),  # fmt: skip
+    ),
     # ---- prompts files
     (
         "prompts file missing",
         ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=gone.txt"],
         "gone.txt",
-    ),  # fmt: skip
+    ),
     (
         "prompts file not UTF-8",
         ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=latin1.txt"],
         "latin1.txt",
-    ),  # fmt: skip
+    ),
     (
         "prompts file empty",
         ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=empty.txt"],
         "empty.txt",
-    ),  # fmt: skip
+    ),
     # ---- rewards
     ("unknown reward", ["grpo", "reward=[{name: hapy_binary}]"], "hapy_binary"),
     ("reward module missing", ["grpo", "reward=[{name: no_such_mod:f}]"], "no_such_mod"),
@@ -165,27 +167,27 @@ CASES: list[tuple[str, list[str], str]] = [
         "reward weight not finite",
         ["grpo", "reward=[{name: happy_binary, weight: .nan}]"],
         "weight",
-    ),  # fmt: skip
+    ),
     (
         "reward that raises",
         ["grpo", "model.path={model}", "data.dir={data}", "reward=[{name: bad_rewards:boom}]"],
         "ZeroDivisionError",
-    ),  # fmt: skip
+    ),
     (
         "reward of NaN",
         ["grpo", "model.path={model}", "data.dir={data}", "reward=[{name: bad_rewards:nan}]"],
         "nan",
-    ),  # fmt: skip
+    ),
     (
         "reward of the wrong length",
         ["grpo", "model.path={model}", "data.dir={data}", "reward=[{name: bad_rewards:short}]"],
         "1 values",
-    ),  # fmt: skip
+    ),
     (
         "reward of text",
         ["grpo", "model.path={model}", "data.dir={data}", "reward=[{name: bad_rewards:text}]"],
         "bad_rewards:text",
-    ),  # fmt: skip
+    ),
     (
         "reward that hangs",
         [
@@ -196,7 +198,7 @@ CASES: list[tuple[str, list[str], str]] = [
             "reward=[{name: bad_rewards:hang}]",
         ],
         "grpo.reward_timeout_s",
-    ),  # fmt: skip
+    ),
     # ---- quantized loading (bitsandbytes, CUDA with LoRA only): before any data is prepared
     (
         "8-bit loading on the CPU",
@@ -209,17 +211,17 @@ CASES: list[tuple[str, list[str], str]] = [
             "perf.device=cpu",
         ],
         "model.load_in=8bit",
-    ),  # fmt: skip
+    ),
     (
         "4-bit loading without LoRA",
         ["grpo", "model.path={model}", "model.load_in=4bit"],
         "model.lora.enabled",
-    ),  # fmt: skip
+    ),
     (
         "quantized loading of a preset",
         ["grpo", "model.lora.enabled=true", "model.load_in=4bit"],
         "model.preset",
-    ),  # fmt: skip
+    ),
     ("quantized pretraining", ["pretrain", "model.load_in=4bit"], "model.load_in"),
     # ---- sweep specs
     ("sweep spec missing", ["sweep", "nope.yaml"], "nope.yaml"),
@@ -295,20 +297,32 @@ def test_a_changed_config_on_rerun_is_refused_and_the_run_left_as_it_was(
     assert _tree(run) == before
 
 
-PURE_CONFIG = [c for c in CASES if c[0] in ("unknown key", "min_lr above lr", "wrong type",
-                                            "key grpo does not read", "sweep overrides a list")]  # fmt: skip
+PURE_CONFIG = [
+    c
+    for c in CASES
+    if c[0]
+    in (
+        "unknown key",
+        "min_lr above lr",
+        "wrong type",
+        "key grpo does not read",
+        "sweep overrides a list",
+    )
+]
 
 
-@pytest.mark.parametrize("argv, culprit", [c[1:] for c in PURE_CONFIG],
-                         ids=[c[0] for c in PURE_CONFIG])  # fmt: skip
+@pytest.mark.parametrize(
+    "argv, culprit", [c[1:] for c in PURE_CONFIG], ids=[c[0] for c in PURE_CONFIG]
+)
 def test_a_config_error_stops_before_torch_is_imported(argv, culprit, workdir):
     probe = (
         "import sys; from smollab.cli import main; code = main(sys.argv[1:]); "
         "print('torch' in sys.modules); sys.exit(code)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path.cwd()), *sys.path])}
-    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True,
-                         env=env, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *argv], capture_output=True, text=True, env=env, timeout=120
+    )
     assert out.returncode == 2, out.stderr
     assert out.stdout.strip() == "False"
     lines = out.stderr.strip().splitlines()

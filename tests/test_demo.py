@@ -28,8 +28,10 @@ def test_quick_demo_writes_report_and_summary_then_reuses_stages(tmp_path, capsy
             assert (out / png).read_bytes()[:4] == b"\x89PNG" and f"]({png})" in report
         assert "## Samples before and after RL" in report
         assert len(summary["samples"]) == 4
-        assert all({"prompt", "before", "after", "before_reward", "after_reward"} <= set(x)
-                   for x in summary["samples"])  # fmt: skip
+        assert all(
+            {"prompt", "before", "after", "before_reward", "after_reward"} <= set(x)
+            for x in summary["samples"]
+        )
         assert "smollab pretrain configs/pretrain/simplestories-1.25m.yaml" in report
         capsys.readouterr()
 
@@ -61,13 +63,25 @@ def test_stages_are_the_recipes_with_a_few_keys_changed(tmp_path):
 
 
 def test_report_renders_odd_samples_in_one_table_row():
-    md = render({
-        "seconds": {"data": 1.0, "pretrain": 2.0, "grpo": 3.0, "report": 0.5, "total": 6.5},
-        "base_reward": 0.25, "final_reward": 0.95, "final_unique_fraction": 1.0,
-        "grpo": {"steps": 50, "status": "completed"}, "pretrain": {"steps": 500},
-        "samples": [{"prompt": "once | upon", "before": "a\ntime", "before_reward": 0.0,
-                     "after": "happy", "after_reward": 1.0}],
-    })  # fmt: skip
+    md = render(
+        {
+            "seconds": {"data": 1.0, "pretrain": 2.0, "grpo": 3.0, "report": 0.5, "total": 6.5},
+            "base_reward": 0.25,
+            "final_reward": 0.95,
+            "final_unique_fraction": 1.0,
+            "grpo": {"steps": 50, "status": "completed"},
+            "pretrain": {"steps": 500},
+            "samples": [
+                {
+                    "prompt": "once | upon",
+                    "before": "a\ntime",
+                    "before_reward": 0.0,
+                    "after": "happy",
+                    "after_reward": 1.0,
+                }
+            ],
+        }
+    )
     assert "0.25 before RL -> 0.95 after 50 GRPO steps" in md
     assert "| once \\| upon | a time | 0 | happy | 1 |" in md
 

@@ -25,8 +25,9 @@ print(max([step() for _ in range(20)][10:]))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc only")
 def test_retained_memory_is_not_faulted_in_again():
-    out = subprocess.run([sys.executable, "-c", _STEP_FAULTS], capture_output=True, text=True,
-                         check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _STEP_FAULTS], capture_output=True, text=True, check=True
+    )
     assert int(out.stdout.split()[-1]) < 100  # 32,768 pages a step if the heap were trimmed
 
 
@@ -99,8 +100,9 @@ def test_mps_has_no_tf32_and_compiles_with_aot_eager(on, monkeypatch):
         ("fp16", "2.7.1", True, "a GradScaler for MPS needs torch >= 2.8"),
     ],
 )
-def test_mps_precisions_need_their_torch_and_macos(on, monkeypatch, precision, version, macos14,
-                                                   expect):  # fmt: skip
+def test_mps_precisions_need_their_torch_and_macos(
+    on, monkeypatch, precision, version, macos14, expect
+):
     import torch
 
     on("mps")
@@ -113,8 +115,9 @@ def test_mps_precisions_need_their_torch_and_macos(on, monkeypatch, precision, v
         assert rt.describe().count(f"precision {precision} autocast") == 1
     else:
         assert rt.precision == "fp32" and rt.autocast_dtype is None and rt.scaler is None
-        assert any(s.startswith(f"{precision} ({expect}") and "running fp32" in s
-                   for s in rt.skipped)  # fmt: skip
+        assert any(
+            s.startswith(f"{precision} ({expect}") and "running fp32" in s for s in rt.skipped
+        )
 
 
 def test_cuda_bf16_only_when_native_fp16_with_a_scaler_and_tf32_as_asked(on, monkeypatch):
@@ -122,8 +125,11 @@ def test_cuda_bf16_only_when_native_fp16_with_a_scaler_and_tf32_as_asked(on, mon
 
     on("cuda")
     native = {"bf16": False}
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
-                        lambda including_emulation=True: native["bf16"] or including_emulation)  # fmt: skip
+    monkeypatch.setattr(
+        torch.cuda,
+        "is_bf16_supported",
+        lambda including_emulation=True: native["bf16"] or including_emulation,
+    )
     rt = setup_runtime(PerfConfig(precision="bf16", tf32=False))
     assert rt.precision == "fp32" and "this GPU has no native bf16" in rt.describe()
     assert torch.backends.cuda.matmul.allow_tf32 is False and "tf32 off" in rt.chosen
@@ -168,8 +174,12 @@ def test_synchronize_peak_memory_and_cache_per_device_kind(monkeypatch):
     assert device.peak_memory_mb(cuda1) == 2.0
     assert device.peak_memory_mb(mps) == 3.0 and device.peak_memory_mb(mps) == 3.0  # the peak seen
     assert device.peak_memory_mb(cpu) > 0  # the process's peak RSS
-    assert calls == [("cuda sync", cuda1), ("mps sync", None), ("mps empty", None),
-                     ("cuda peak", cuda1)]  # fmt: skip
+    assert calls == [
+        ("cuda sync", cuda1),
+        ("mps sync", None),
+        ("mps empty", None),
+        ("cuda peak", cuda1),
+    ]
 
 
 def test_to_device_copies_plainly_off_cuda():

@@ -57,11 +57,22 @@ def test_the_strict_mode_catches_the_old_grpo_generator():
 def test_pretrain_step_eval_and_resume(micro_data, tmp_path, monkeypatch):
     from smollab.train import pretrain
 
-    over = ["model.preset=micro", f"data.dir={micro_data}", "data.num_stories=400",
-            "data.vocab_size=256", "train.batch_size=2", "train.seq_len=16", "train.max_steps=2",
-            "train.eval_interval=2", "train.eval_tokens=32", "train.save_interval=1",
-            "perf.device=cpu", "optim.warmup_steps=0", "run.plots=false",
-            f"run.dir={tmp_path / 'run'}"]  # fmt: skip
+    over = [
+        "model.preset=micro",
+        f"data.dir={micro_data}",
+        "data.num_stories=400",
+        "data.vocab_size=256",
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.max_steps=2",
+        "train.eval_interval=2",
+        "train.eval_tokens=32",
+        "train.save_interval=1",
+        "perf.device=cpu",
+        "optim.warmup_steps=0",
+        "run.plots=false",
+        f"run.dir={tmp_path / 'run'}",
+    ]
     _interrupt_at_second_step(monkeypatch, pretrain)
     # The CPU's MFU peak is measured once per machine (seconds), by train/mfu.py alone.
     monkeypatch.setattr(pretrain, "peak_flops", lambda *args, **kwargs: None)
@@ -78,11 +89,22 @@ def test_pretrain_step_eval_and_resume(micro_data, tmp_path, monkeypatch):
 def test_grpo_step(micro_model, micro_data, tmp_path, monkeypatch, lora, replay):
     from smollab.train import grpo
 
-    over = [f"model.path={micro_model}", f"data.dir={micro_data}", "train.max_steps=2",
-            "train.batch_size=4", "grpo.num_generations=2", "grpo.max_completion_length=6",
-            "train.eval_interval=2", "grpo.eval_prompts=2", "train.save_interval=1",
-            f"grpo.replay={str(replay).lower()}", "perf.device=cpu", "optim.warmup_steps=0",
-            "run.plots=false", f"run.dir={tmp_path / 'grpo'}"]  # fmt: skip
+    over = [
+        f"model.path={micro_model}",
+        f"data.dir={micro_data}",
+        "train.max_steps=2",
+        "train.batch_size=4",
+        "grpo.num_generations=2",
+        "grpo.max_completion_length=6",
+        "train.eval_interval=2",
+        "grpo.eval_prompts=2",
+        "train.save_interval=1",
+        f"grpo.replay={str(replay).lower()}",
+        "perf.device=cpu",
+        "optim.warmup_steps=0",
+        "run.plots=false",
+        f"run.dir={tmp_path / 'grpo'}",
+    ]
     if lora:
         over += ["model.lora.enabled=true", "model.lora.r=2"]
     _interrupt_at_second_step(monkeypatch, grpo)
@@ -98,8 +120,22 @@ def test_sample_command(micro_model, capsys):
     from smollab.cli import main
 
     with StrictDevice() as mode:
-        code = main(["sample", str(micro_model), "--prompt", "one day", "--n", "2",
-                     "--max-new-tokens", "4", "--seed", "1", "--device", "cpu"])  # fmt: skip
+        code = main(
+            [
+                "sample",
+                str(micro_model),
+                "--prompt",
+                "one day",
+                "--n",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--seed",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
     assert code == 0 and capsys.readouterr().out.count("[one day]") == 2
     _strict_ok(mode)
 
@@ -123,8 +159,16 @@ def test_demo_samples_before_after(micro_model, micro_data):
     """The demo's own sampling (before and after RL); its stages are the pretrain and GRPO above."""
     from smollab.demo import samples_before_after
 
-    cfg = load_config("grpo", None, [f"model.path={micro_model}", f"data.dir={micro_data}",
-                                     "grpo.max_completion_length=4", "perf.device=cpu"])  # fmt: skip
+    cfg = load_config(
+        "grpo",
+        None,
+        [
+            f"model.path={micro_model}",
+            f"data.dir={micro_data}",
+            "grpo.max_completion_length=4",
+            "perf.device=cpu",
+        ],
+    )
     with StrictDevice() as mode:
         rows = samples_before_after(cfg, micro_model, micro_model)
     assert rows and all(r["before"] == r["after"] for r in rows)  # same model, same seed
@@ -153,11 +197,20 @@ def test_probe_children(micro_model, micro_data, tmp_path, monkeypatch):
     )
     src = str(Path(__import__("smollab").__file__).parent.parent)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), src]))
-    over = [f"model.path={micro_model}", f"data.dir={micro_data}", "perf.device=cpu",
-            "train.batch_size=4", "grpo.num_generations=2", "grpo.max_completion_length=6",
-            "train.max_steps=50", "train.eval_interval=0", "optim.warmup_steps=0"]  # fmt: skip
-    spec = ProbeSpec(command="grpo", dir=str(tmp_path / "probe"), max_k=1, warmup=0, steps=3,
-                     timeout_s=120)  # fmt: skip
+    over = [
+        f"model.path={micro_model}",
+        f"data.dir={micro_data}",
+        "perf.device=cpu",
+        "train.batch_size=4",
+        "grpo.num_generations=2",
+        "grpo.max_completion_length=6",
+        "train.max_steps=50",
+        "train.eval_interval=0",
+        "optim.warmup_steps=0",
+    ]
+    spec = ProbeSpec(
+        command="grpo", dir=str(tmp_path / "probe"), max_k=1, warmup=0, steps=3, timeout_s=120
+    )
     level = ProcessLevel(spec, over, tmp_path / "probe", out=lambda m: None, poll_s=0.05)
     (run,), _ = level(1, None)
     assert run.error is None and run.step_s is not None, run.error

@@ -35,12 +35,26 @@ def test_the_wheel_carries_every_recipe(tmp_path):
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(ROOT / "src", src / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))  # fmt: skip
+    shutil.copytree(
+        ROOT / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     out = tmp_path / "wheel"
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps",
-                        "--no-build-isolation", "-q", "-w", str(out)],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(src),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     (wheel,) = out.glob("smollab-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -49,17 +63,24 @@ def test_the_wheel_carries_every_recipe(tmp_path):
     assert "smollab/recipe_files.py" in names and "smollab/api.py" in names
 
 
-@pytest.mark.parametrize("ref, command, expected", [
-    ("happy", "grpo", "grpo/happy.yaml"),
-    ("happy.yaml", "grpo", "grpo/happy.yaml"),
-    ("grpo/happy", None, "grpo/happy.yaml"),
-    ("configs/grpo/happy.yaml", "grpo", "grpo/happy.yaml"),
-    ("simplestories-1.25m", "pretrain", "pretrain/simplestories-1.25m.yaml"),
-    ("lr-1.25m", "sweep", "sweeps/lr-1.25m.yaml"),
-    ("pretrain-micro", "probe", "probe/pretrain-micro.yaml"),
-    ("simplestories-1.25m", "probe", "pretrain/simplestories-1.25m.yaml"),  # a training workload
-    ("happy", "bench", "grpo/happy.yaml"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "ref, command, expected",
+    [
+        ("happy", "grpo", "grpo/happy.yaml"),
+        ("happy.yaml", "grpo", "grpo/happy.yaml"),
+        ("grpo/happy", None, "grpo/happy.yaml"),
+        ("configs/grpo/happy.yaml", "grpo", "grpo/happy.yaml"),
+        ("simplestories-1.25m", "pretrain", "pretrain/simplestories-1.25m.yaml"),
+        ("lr-1.25m", "sweep", "sweeps/lr-1.25m.yaml"),
+        ("pretrain-micro", "probe", "probe/pretrain-micro.yaml"),
+        (
+            "simplestories-1.25m",
+            "probe",
+            "pretrain/simplestories-1.25m.yaml",
+        ),  # a training workload
+        ("happy", "bench", "grpo/happy.yaml"),
+    ],
+)
 def test_names_and_documented_paths_resolve_from_any_directory(
     ref, command, expected, tmp_path, monkeypatch
 ):

@@ -35,8 +35,13 @@ def _finished_run(path, config, status="completed"):
 
 def test_a_changed_config_is_refused_naming_the_keys(tmp_path):
     _finished_run(tmp_path / "r", _cfg("run.dir=r"))
-    new = _cfg("run.dir=r", "optim.lr=3e-3", "train.max_steps=900", "train.batch_size=8",
-               "perf.precision=bf16")  # fmt: skip
+    new = _cfg(
+        "run.dir=r",
+        "optim.lr=3e-3",
+        "train.max_steps=900",
+        "train.batch_size=8",
+        "perf.precision=bf16",
+    )
     with pytest.raises(UserError) as e:
         RunDir.start(tmp_path / "r", new, "auto", "pretrain")
     msg = str(e.value)
@@ -65,8 +70,10 @@ def test_keys_free_on_rerun_and_keys_from_other_versions(tmp_path):
 
     old = _cfg("run.dir=a")
     # how to open the run, where it is and how many threads it gets are not the run
-    assert config_changes(old, _cfg("run.dir=./a", "run.resume=never", "perf.threads=3"),
-                          "pretrain") == []  # fmt: skip
+    assert (
+        config_changes(old, _cfg("run.dir=./a", "run.resume=never", "perf.threads=3"), "pretrain")
+        == []
+    )
     # a key the old config lacks counts as its default; a key removed since is not compared
     older = json.loads(json.dumps(old))
     del older["train"]["keep_last"]
@@ -91,8 +98,16 @@ def test_resume_never_starts_over_and_removes_only_the_run(tmp_path):
     run.close()
     left = {p.name for p in d.iterdir()}
     assert left == {"config.json", "training.log", CHILD_LOG, "notes.txt"}  # new config and log
-    assert set(RUN_FILES) >= {"config.json", "metrics.csv", "summary.json", "samples.jsonl",
-                              "training.log", "checkpoints", "plots", "report.md"}  # fmt: skip
+    assert set(RUN_FILES) >= {
+        "config.json",
+        "metrics.csv",
+        "summary.json",
+        "samples.jsonl",
+        "training.log",
+        "checkpoints",
+        "plots",
+        "report.md",
+    }
     assert json.loads((d / "config.json").read_text())["optim"]["lr"] == 0.5
     assert (d / "training.log").read_text().count("versions") == 1  # the old log went too
     # a directory that holds no run: nothing is removed
@@ -189,8 +204,11 @@ def test_resume_cuts_every_append_only_file_and_drops_lines_cut_short(tmp_path):
     assert [int(r["step"]) for r in read_metrics(tmp_path / "metrics.csv")] == [1, 2, 3, 4]
     samples = [json.loads(x) for x in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [(r["step"], r["completion"]) for r in samples] == [
-        (1, "c1"), (2, "c2"), (3, "c3"), (4, "again")
-    ]  # fmt: skip
+        (1, "c1"),
+        (2, "c2"),
+        (3, "c3"),
+        (4, "again"),
+    ]
     run.open_metrics(["step", "loss"], resume_step=None)  # a fresh start empties both
     run.close()
     assert read_metrics(tmp_path / "metrics.csv") == []

@@ -13,8 +13,21 @@ from typing import Any
 __version__ = "0.1.0"
 
 # the API's functions served here; `demo` and `report` would clash with smollab.demo/.report
-_API = ("bench", "data_prepare", "doctor", "grpo", "lanes", "load_config", "pretrain", "probe", "recipes",
-        "rft", "sample", "sft", "sweep")  # fmt: skip
+_API = (
+    "bench",
+    "data_prepare",
+    "doctor",
+    "grpo",
+    "lanes",
+    "load_config",
+    "pretrain",
+    "probe",
+    "recipes",
+    "rft",
+    "sample",
+    "sft",
+    "sweep",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -23,8 +23,23 @@ from smollab.errors import UserError
 if TYPE_CHECKING:
     from smollab.config import Section
 
-__all__ = ["bench", "data_prepare", "demo", "doctor", "grpo", "lanes", "load_config", "pretrain", "probe",
-           "recipes", "report", "rft", "sample", "sft", "sweep"]  # fmt: skip
+__all__ = [
+    "bench",
+    "data_prepare",
+    "demo",
+    "doctor",
+    "grpo",
+    "lanes",
+    "load_config",
+    "pretrain",
+    "probe",
+    "recipes",
+    "report",
+    "rft",
+    "sample",
+    "sft",
+    "sweep",
+]
 
 
 def _as_args(values: dict[str, Any]) -> list[str]:
@@ -35,8 +50,12 @@ def _as_args(values: dict[str, Any]) -> list[str]:
     return [f"{k}={override_value(v)}" for k, v in values.items()]
 
 
-def load_config(command: str, recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-                **values: Any) -> Section:  # fmt: skip
+def load_config(
+    command: str,
+    recipe: str | Path | Section | None = None,
+    args: Sequence[str] = (),
+    **values: Any,
+) -> Section:
     """The validated config of `command` ("pretrain", "grpo", "sft", "rft", "data"): recipe < args <
     values."""
     from smollab.config_load import SCHEMAS
@@ -54,21 +73,29 @@ def _train(command: str, recipe: Any, args: Sequence[str], values: dict[str, Any
     return importlib.import_module(f"smollab.train.{command}").train(cfg)
 
 
-def pretrain(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-             **values: Any) -> dict[str, Any]:  # fmt: skip
+def pretrain(
+    recipe: str | Path | Section | None = None, args: Sequence[str] = (), **values: Any
+) -> dict[str, Any]:
     """Pretrain (or resume, or reuse the finished) run; returns its summary (summary.json)."""
     return _train("pretrain", recipe, args, values)
 
 
-def grpo(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-         **values: Any) -> dict[str, Any]:  # fmt: skip
+def grpo(
+    recipe: str | Path | Section | None = None, args: Sequence[str] = (), **values: Any
+) -> dict[str, Any]:
     """GRPO fine-tuning; returns the run's summary (summary.json)."""
     return _train("grpo", recipe, args, values)
 
 
-def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-          lanes: Sequence[Sequence[str] | dict[str, Any]] = (), *, inbox: str | Path | None = None,
-          max_lanes: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def lanes(
+    recipe: str | Path | Section | None = None,
+    args: Sequence[str] = (),
+    lanes: Sequence[Sequence[str] | dict[str, Any]] = (),
+    *,
+    inbox: str | Path | None = None,
+    max_lanes: int | None = None,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
     """GRPO configurations (LoRA or full) trained as lanes of one batched model, one lane per entry of
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
     with `inbox`, a sweep's lanes worker (train/lane_inbox.py). `threads`: perf.threads of every
@@ -76,8 +103,10 @@ def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
     from smollab.train.grpo_lanes import train_lanes
 
     if inbox is not None and not lanes and (recipe or args):
-        raise UserError("lanes: a worker (--inbox) takes each trial's config from its inbox; give "
-                        "CONFIG and overrides with --lane, or neither")  # fmt: skip
+        raise UserError(
+            "lanes: a worker (--inbox) takes each trial's config from its inbox; give "
+            "CONFIG and overrides with --lane, or neither"
+        )
     if inbox is not None and not max_lanes:
         raise UserError(
             "lanes: --max-lanes N is required with --inbox (the lanes it trains at once)"
@@ -94,22 +123,25 @@ def lanes(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
     return train_lanes(cfgs, inbox=inbox, max_lanes=max_lanes, threads=threads)
 
 
-def sft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-        **values: Any) -> dict[str, Any]:  # fmt: skip
+def sft(
+    recipe: str | Path | Section | None = None, args: Sequence[str] = (), **values: Any
+) -> dict[str, Any]:
     """Supervised fine-tuning (full or LoRA) on prompt/completion records; returns the run's
     summary (summary.json)."""
     return _train("sft", recipe, args, values)
 
 
-def rft(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-        **values: Any) -> dict[str, Any]:  # fmt: skip
+def rft(
+    recipe: str | Path | Section | None = None, args: Sequence[str] = (), **values: Any
+) -> dict[str, Any]:
     """Rejection-sampling fine-tuning: rounds of sampling, scoring with the rewards, keeping the
     best and SFT on them, with held-out accuracy per round; returns the run's summary."""
     return _train("rft", recipe, args, values)
 
 
-def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str] = (),
-                 **values: Any) -> dict[str, Any]:  # fmt: skip
+def data_prepare(
+    recipe: str | Path | Section | None = None, args: Sequence[str] = (), **values: Any
+) -> dict[str, Any]:
     """Corpus, tokenizer and token files in data.dir (reused when prepared); returns their meta
     (meta.json) with the directory under "dir"."""
     from smollab.data.prepare import prepare
@@ -118,9 +150,18 @@ def data_prepare(recipe: str | Path | Section | None = None, args: Sequence[str]
     return {**prepare(cfg.data), "dir": cfg.data.dir}
 
 
-def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_tokens: int = 64,
-           temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
-           device: str = "auto", mode: str | None = None) -> list[dict[str, str]]:  # fmt: skip
+def sample(
+    path: str | Path,
+    prompts: str | Sequence[str],
+    n: int = 1,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    device: str = "auto",
+    mode: str | None = None,
+) -> list[dict[str, str]]:
     """Generate from a run or checkpoint directory: `n` samples per prompt, each
     {"prompt", "text"} (the text starts with its prompt). `mode` (both, retain_only,
     forget_only) picks a gradient-routing run's adapters."""
@@ -133,15 +174,25 @@ def sample(path: str | Path, prompts: str | Sequence[str], n: int = 1, max_new_t
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
     from smollab.engine.sample_texts import sample_texts
 
-    pairs = sample_texts(str(path), prompts, n, max_new_tokens, temperature, top_p, top_k, seed,
-                         device, mode)  # fmt: skip
+    pairs = sample_texts(
+        str(path), prompts, n, max_new_tokens, temperature, top_p, top_k, seed, device, mode
+    )
     return [{"prompt": p, "text": t} for p, t in pairs]
 
 
-def wordle_games(path: str | Path, games: int, max_turns: int = 6, temperature: float = 0.0,
-                 top_p: float = 1.0, top_k: int = 0, max_new_tokens: int = 64, seed: int = 0,
-                 device: str = "auto", mode: str | None = None,
-                 out: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+def wordle_games(
+    path: str | Path,
+    games: int,
+    max_turns: int = 6,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    device: str = "auto",
+    mode: str | None = None,
+    out: str | Path | None = None,
+) -> dict[str, Any]:
     """Play `games` whole Wordle games with the model of a run or checkpoint directory (greedy
     at temperature 0); writes wordle_games.json beside it (or `out`) and returns the report:
     games, solved, turns, solve_rate, mean_guesses, invalid_rate, format_error_rate, ...."""
@@ -151,13 +202,24 @@ def wordle_games(path: str | Path, games: int, max_turns: int = 6, temperature: 
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
     from smollab.engine.wordle_play import play_wordle
 
-    return play_wordle(str(path), games, max_turns=max_turns, seed=seed, temperature=temperature,
-                       top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens, device=device,
-                       mode=mode, out=out)  # fmt: skip
+    return play_wordle(
+        str(path),
+        games,
+        max_turns=max_turns,
+        seed=seed,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        mode=mode,
+        out=out,
+    )
 
 
-def sweep(spec: str | Path | None, args: Sequence[str] = (), dry_run: bool = False,
-          **values: Any) -> dict[str, Any]:  # fmt: skip
+def sweep(
+    spec: str | Path | None, args: Sequence[str] = (), dry_run: bool = False, **values: Any
+) -> dict[str, Any]:
     """Run a sweep spec (a shipped name such as "lr-micro" or a path; `values` set spec keys:
     `dir=...`, `**{"overrides.train.max_steps": 50}`); returns the sweep's result. With
     `dry_run`, prints the trials and returns {"status": "dry_run", "plan": [lines]}."""
@@ -181,20 +243,37 @@ def probe(workload: str | Path, args: Sequence[str] = (), **values: Any) -> dict
     return run_probe(spec, work)
 
 
-def bench(workload: str | Path, args: Sequence[str] = (), knobs: Sequence[str] | None = None,
-          steps: int | None = None, out: str | Path | None = None, command: str | None = None,
-          tolerance: float | None = None, min_speedup: float = 1.03, repeat: int = 1,
-          timeout: float | None = None, **values: Any) -> dict[str, Any]:  # fmt: skip
+def bench(
+    workload: str | Path,
+    args: Sequence[str] = (),
+    knobs: Sequence[str] | None = None,
+    steps: int | None = None,
+    out: str | Path | None = None,
+    command: str | None = None,
+    tolerance: float | None = None,
+    min_speedup: float = 1.03,
+    repeat: int = 1,
+    timeout: float | None = None,
+    **values: Any,
+) -> dict[str, Any]:
     """Measure each performance knob alone on a pretrain, grpo or sft workload; returns
     bench.json."""
     from smollab.lab.bench.run import run_bench
 
     if command not in (None, "pretrain", "grpo", "sft"):
         raise UserError(f"bench: command {command!r}: pretrain, grpo or sft")
-    return run_bench(str(workload), [*args, *_as_args(values)],
-                     knobs=list(knobs) if knobs is not None else None, steps=steps, out=out,
-                     kind=command, tolerance=tolerance, min_speedup=min_speedup, timeout=timeout,
-                     repeat=repeat)  # fmt: skip
+    return run_bench(
+        str(workload),
+        [*args, *_as_args(values)],
+        knobs=list(knobs) if knobs is not None else None,
+        steps=steps,
+        out=out,
+        kind=command,
+        tolerance=tolerance,
+        min_speedup=min_speedup,
+        timeout=timeout,
+        repeat=repeat,
+    )
 
 
 def report(path: str | Path, target_loss: float | None = None, mode: str | None = None) -> Path:
@@ -228,8 +307,12 @@ def demo(dir: str | Path = "demo", quick: bool = False) -> dict[str, Any]:
     return run_demo(dir, quick=quick)
 
 
-def doctor(device: str = "auto", json_path: str | Path | None = None, timeout: float = 300.0,
-           keep: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+def doctor(
+    device: str = "auto",
+    json_path: str | Path | None = None,
+    timeout: float = 300.0,
+    keep: str | Path | None = None,
+) -> dict[str, Any]:
     """What this device supports, then a micro run of every command on it; returns the report
     (`report["ok"]`: every check passed)."""
     from smollab.lab.doctor import run_doctor
@@ -238,13 +321,19 @@ def doctor(device: str = "auto", json_path: str | Path | None = None, timeout: f
         raise UserError(f"doctor: device {device!r}: one of auto, cpu, cuda, mps")
     if timeout <= 0:
         raise UserError(f"--timeout {timeout:g}: must be above 0 seconds")
-    return run_doctor(device, json_path=None if json_path is None else str(json_path),
-                      timeout=timeout, keep=None if keep is None else str(keep))  # fmt: skip
+    return run_doctor(
+        device,
+        json_path=None if json_path is None else str(json_path),
+        timeout=timeout,
+        keep=None if keep is None else str(keep),
+    )
 
 
 def recipes() -> list[dict[str, str]]:
     """The shipped recipes: name, command, path and the command line from each one's header."""
     from smollab.recipe_files import list_recipes
 
-    return [{"name": r.name, "command": r.command, "path": str(r.path), "header": r.header}
-            for r in list_recipes()]  # fmt: skip
+    return [
+        {"name": r.name, "command": r.command, "path": str(r.path), "header": r.header}
+        for r in list_recipes()
+    ]

@@ -31,9 +31,13 @@ def split_config(items: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("args", nargs="*", metavar="[CONFIG] [key=value ...]",
-                   help="YAML recipe (a path, or a name from `smollab recipes`), then dotted "
-                        "overrides such as optim.lr=3e-4")  # fmt: skip
+    p.add_argument(
+        "args",
+        nargs="*",
+        metavar="[CONFIG] [key=value ...]",
+        help="YAML recipe (a path, or a name from `smollab recipes`), then dotted "
+        "overrides such as optim.lr=3e-4",
+    )
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -50,8 +54,10 @@ def _data(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config(a.args)
         meta = api.data_prepare(path, overrides)
-        print(f"data ready in {meta['dir']}: {meta['tokens']['train']:,} train tokens, "
-              f"{meta['tokens']['val']:,} val tokens, vocab {meta['vocab_size']}")  # fmt: skip
+        print(
+            f"data ready in {meta['dir']}: {meta['tokens']['train']:,} train tokens, "
+            f"{meta['tokens']['val']:,} val tokens, vocab {meta['vocab_size']}"
+        )
         return 0
 
     prep.set_defaults(run=run)
@@ -119,8 +125,14 @@ def _lanes(p: argparse.ArgumentParser) -> None:
         import shlex
 
         path, overrides = split_config(a.args)
-        summaries = api.lanes(path, overrides, [shlex.split(x) for x in a.lane], inbox=a.inbox,
-                              max_lanes=a.max_lanes, threads=a.threads)  # fmt: skip
+        summaries = api.lanes(
+            path,
+            overrides,
+            [shlex.split(x) for x in a.lane],
+            inbox=a.inbox,
+            max_lanes=a.max_lanes,
+            threads=a.threads,
+        )
         return 0 if all(s.get("status") != "failed" for s in summaries) else 1
 
     g.set_defaults(run=run)
@@ -132,18 +144,29 @@ def _sample(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt", action="append", help="may be given several times")
     p.add_argument("--n", type=int, default=1, help="samples per prompt")
     p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=None,
-                   help="0 = greedy; default 1.0, and 0 with --wordle-games")  # fmt: skip
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="0 = greedy; default 1.0, and 0 with --wordle-games",
+    )
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
-    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"],
-                   help="a gradient-routing run: the adapters to sample with (default both)")  # fmt: skip
-    p.add_argument("--wordle-games", type=int, metavar="N",
-                   help="instead of prompts: play N whole Wordle games (secrets drawn with "
-                   "--seed); prints and writes solve rate, mean guesses and error rates to "
-                   "wordle_games.json in PATH")  # fmt: skip
+    p.add_argument(
+        "--mode",
+        choices=["both", "retain_only", "forget_only"],
+        help="a gradient-routing run: the adapters to sample with (default both)",
+    )
+    p.add_argument(
+        "--wordle-games",
+        type=int,
+        metavar="N",
+        help="instead of prompts: play N whole Wordle games (secrets drawn with "
+        "--seed); prints and writes solve rate, mean guesses and error rates to "
+        "wordle_games.json in PATH",
+    )
     p.add_argument("--max-turns", type=int, default=6, help="--wordle-games: turns per game")
     p.add_argument("--wordle-out", help="--wordle-games: the report's file instead")
 
@@ -155,8 +178,18 @@ def _sample(p: argparse.ArgumentParser) -> None:
         if a.wordle_out is not None or a.max_turns != 6:
             raise UserError("--wordle-out and --max-turns are read only with --wordle-games")
         temperature = 1.0 if a.temperature is None else a.temperature
-        for s in api.sample(a.path, a.prompt, a.n, a.max_new_tokens, temperature, a.top_p,
-                            a.top_k, a.seed, a.device, a.mode):  # fmt: skip
+        for s in api.sample(
+            a.path,
+            a.prompt,
+            a.n,
+            a.max_new_tokens,
+            temperature,
+            a.top_p,
+            a.top_k,
+            a.seed,
+            a.device,
+            a.mode,
+        ):
             print(f"[{s['prompt']}] {s['text']}\n")
         return 0
 
@@ -166,14 +199,26 @@ def _sample(p: argparse.ArgumentParser) -> None:
 def _play_wordle(a: argparse.Namespace) -> int:
     if a.prompt or a.n != 1:
         raise UserError("--wordle-games plays games from its own prompts: drop --prompt and --n")
-    r = api.wordle_games(a.path, a.wordle_games, a.max_turns,
-                         0.0 if a.temperature is None else a.temperature, a.top_p, a.top_k,
-                         a.max_new_tokens, a.seed, a.device, a.mode, a.wordle_out)  # fmt: skip
+    r = api.wordle_games(
+        a.path,
+        a.wordle_games,
+        a.max_turns,
+        0.0 if a.temperature is None else a.temperature,
+        a.top_p,
+        a.top_k,
+        a.max_new_tokens,
+        a.seed,
+        a.device,
+        a.mode,
+        a.wordle_out,
+    )
     guesses = "-" if r["mean_guesses"] is None else f"{r['mean_guesses']:.2f}"
-    print(f"wordle: {r['solved']}/{r['games']} games solved ({r['solve_rate']:.1%}), mean "
-          f"guesses {guesses}; of {r['turns']} turns {r['invalid_rate']:.1%} wasted "
-          f"({r['format_error_rate']:.1%} format errors); model {r['model']}; wrote "
-          f"{r['path']}")  # fmt: skip
+    print(
+        f"wordle: {r['solved']}/{r['games']} games solved ({r['solve_rate']:.1%}), mean "
+        f"guesses {guesses}; of {r['turns']} turns {r['invalid_rate']:.1%} wasted "
+        f"({r['format_error_rate']:.1%} format errors); model {r['model']}; wrote "
+        f"{r['path']}"
+    )
     return 0
 
 
@@ -200,8 +245,12 @@ def _models(p: argparse.ArgumentParser) -> None:
 def _config(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", required=True)
     show = sub.add_parser("show", help="print the resolved config as YAML")
-    show.add_argument("--command", dest="for_command", default=None,
-                      help="schema to use (default: grpo when the file has a grpo section, else pretrain)")  # fmt: skip
+    show.add_argument(
+        "--command",
+        dest="for_command",
+        default=None,
+        help="schema to use (default: grpo when the file has a grpo section, else pretrain)",
+    )
     _config_args(show)
 
     def run(a: argparse.Namespace) -> int:
@@ -223,16 +272,21 @@ def _config(p: argparse.ArgumentParser) -> None:
 @command("demo", "the whole loop offline in minutes: data, pretraining, GRPO, a report")
 def _demo(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", default="demo", help="where data, runs, report.md and summary.json go")
-    p.add_argument("--quick", action="store_true",
-                   help="micro settings: checks the whole path in seconds (figures meaningless)")  # fmt: skip
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="micro settings: checks the whole path in seconds (figures meaningless)",
+    )
 
     def run(a: argparse.Namespace) -> int:
         s = api.demo(a.dir, quick=a.quick)
         sec = s["seconds"]
-        print(f"\ndemo {s['status']} in {sec['total']:.0f} s (data {sec['data']:.0f}, pretrain "
-              f"{sec['pretrain']:.0f}, grpo {sec['grpo']:.0f}, report {sec['report']:.0f}); "
-              f"reward {s['base_reward']:.2f} -> {s['final_reward']:.2f}, unique "
-              f"{s['final_unique_fraction']:.2f}")  # fmt: skip
+        print(
+            f"\ndemo {s['status']} in {sec['total']:.0f} s (data {sec['data']:.0f}, pretrain "
+            f"{sec['pretrain']:.0f}, grpo {sec['grpo']:.0f}, report {sec['report']:.0f}); "
+            f"reward {s['base_reward']:.2f} -> {s['final_reward']:.2f}, unique "
+            f"{s['final_unique_fraction']:.2f}"
+        )
         print(f"report: {a.dir.rstrip('/')}/report.md")
         return 0
 
@@ -249,30 +303,61 @@ def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload"
     )
-    p.add_argument("--knobs", default=None,
-                   help=f"comma-separated subset of: {', '.join(KNOBS)} (default: all)")  # fmt: skip
-    p.add_argument("--steps", type=int, default=None,
-                   help="optimizer steps per variant (default 30 pretrain and sft, 20 grpo)")  # fmt: skip
+    p.add_argument(
+        "--knobs",
+        default=None,
+        help=f"comma-separated subset of: {', '.join(KNOBS)} (default: all)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps per variant (default 30 pretrain and sft, 20 grpo)",
+    )
     p.add_argument("--out", default=None, help="bench directory (default runs/bench/<workload>)")
-    p.add_argument("--command", dest="kind", choices=("pretrain", "grpo", "sft"), default=None,
-                   help="workload type (default: grpo when the recipe has a grpo section, sft "
-                        "with an sft section or data.train_file/hf_dataset)")  # fmt: skip
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="quality tolerance: relative for loss (default 0.02), absolute for reward (0.05)")  # fmt: skip
-    p.add_argument("--min-speedup", type=float, default=1.03,
-                   help="speedup a knob needs to count as helping (default 1.03)")  # fmt: skip
+    p.add_argument(
+        "--command",
+        dest="kind",
+        choices=("pretrain", "grpo", "sft"),
+        default=None,
+        help="workload type (default: grpo when the recipe has a grpo section, sft "
+        "with an sft section or data.train_file/hf_dataset)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="quality tolerance: relative for loss (default 0.02), absolute for reward (0.05)",
+    )
+    p.add_argument(
+        "--min-speedup",
+        type=float,
+        default=1.03,
+        help="speedup a knob needs to count as helping (default 1.03)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="runs per variant (median step time)")
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
 
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config([a.workload, *a.overrides])
         if path is None:
-            raise UserError("bench: give a workload recipe first, e.g. simplestories-1.25m or "
-                            "configs/pretrain/simplestories-1.25m.yaml")  # fmt: skip
+            raise UserError(
+                "bench: give a workload recipe first, e.g. simplestories-1.25m or "
+                "configs/pretrain/simplestories-1.25m.yaml"
+            )
         knobs = [k.strip() for k in a.knobs.split(",") if k.strip()] if a.knobs else None
-        result = api.bench(path, overrides, knobs=knobs, steps=a.steps, out=a.out, command=a.kind,
-                           tolerance=a.tolerance, min_speedup=a.min_speedup, timeout=a.timeout,
-                           repeat=a.repeat)  # fmt: skip
+        result = api.bench(
+            path,
+            overrides,
+            knobs=knobs,
+            steps=a.steps,
+            out=a.out,
+            command=a.kind,
+            tolerance=a.tolerance,
+            min_speedup=a.min_speedup,
+            timeout=a.timeout,
+            repeat=a.repeat,
+        )
         return 0 if result["baseline_ok"] else 1
 
     p.set_defaults(run=run)
@@ -280,9 +365,13 @@ def _bench(p: argparse.ArgumentParser) -> None:
 
 @command("sweep", "run a sweep spec: packed, early-stopped, resumable trials; live results")
 def _sweep(p: argparse.ArgumentParser) -> None:
-    p.add_argument("args", nargs="+", metavar="SPEC [key=value ...]",
-                   help="sweep spec (a path, or a name from `smollab recipes`), then overrides on the spec (dir=..., concurrency=4, "
-                        "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)")  # fmt: skip
+    p.add_argument(
+        "args",
+        nargs="+",
+        metavar="SPEC [key=value ...]",
+        help="sweep spec (a path, or a name from `smollab recipes`), then overrides on the spec (dir=..., concurrency=4, "
+        "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
 
     def run(a: argparse.Namespace) -> int:
@@ -296,10 +385,18 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 @command("report", "plots and report.md for a run, sweep or probe directory")
 def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a run directory or a sweep directory")
-    p.add_argument("--target-loss", type=float, default=None,
-                   help="LR sweeps: mark which learning rates reach this loss")  # fmt: skip
-    p.add_argument("--mode", choices=["both", "retain_only", "forget_only"], default=None,
-                   help="routed GRPO runs: the adapter mode the headline reports (default both)")  # fmt: skip
+    p.add_argument(
+        "--target-loss",
+        type=float,
+        default=None,
+        help="LR sweeps: mark which learning rates reach this loss",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["both", "retain_only", "forget_only"],
+        default=None,
+        help="routed GRPO runs: the adapter mode the headline reports (default both)",
+    )
 
     def run(a: argparse.Namespace) -> int:
         print(f"report: {api.report(a.path, target_loss=a.target_loss, mode=a.mode)}")
@@ -310,9 +407,13 @@ def _report(p: argparse.ArgumentParser) -> None:
 
 @command("probe", "step time and throughput vs concurrent runs: the best concurrency")
 def _probe(p: argparse.ArgumentParser) -> None:
-    p.add_argument("args", nargs="+", metavar="WORKLOAD [key=value ...]",
-                   help="a probe recipe (configs/probe/) or a pretrain/grpo config; probe settings "
-                        "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides")  # fmt: skip
+    p.add_argument(
+        "args",
+        nargs="+",
+        metavar="WORKLOAD [key=value ...]",
+        help="a probe recipe (configs/probe/) or a pretrain/grpo config; probe settings "
+        "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides",
+    )
 
     def run(a: argparse.Namespace) -> int:
         workload, overrides = split_config(a.args)
@@ -326,14 +427,26 @@ def _probe(p: argparse.ArgumentParser) -> None:
 
 @command("doctor", "self-check: what this device supports, then a micro run of every command on it")
 def _doctor(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", choices=("auto", "cpu", "cuda", "mps"), default="auto",
-                   help="device to check (default: CUDA, then MPS, else the CPU)")  # fmt: skip
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda", "mps"),
+        default="auto",
+        help="device to check (default: CUDA, then MPS, else the CPU)",
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds each check may take before it is stopped (default 300)")  # fmt: skip
-    p.add_argument("--keep", default=None, metavar="DIR",
-                   help="run the checks in DIR and keep it (each check's child.log), instead of "
-                        "a temporary directory removed afterwards")  # fmt: skip
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds each check may take before it is stopped (default 300)",
+    )
+    p.add_argument(
+        "--keep",
+        default=None,
+        metavar="DIR",
+        help="run the checks in DIR and keep it (each check's child.log), instead of "
+        "a temporary directory removed afterwards",
+    )
 
     def run(a: argparse.Namespace) -> int:
         from smollab.lab.doctor import render
@@ -355,8 +468,10 @@ def _recipes(p: argparse.ArgumentParser) -> None:
         print(f"{'name':<{width}}{'command':<10}first line")
         for r in rows:
             print(f"{r['name']:<{width}}{r['command']:<10}{r['header']}")
-        print("\nrun one by name (smollab grpo happy) or by path (configs/grpo/happy.yaml); "
-              "`smollab config show NAME` prints it resolved")  # fmt: skip
+        print(
+            "\nrun one by name (smollab grpo happy) or by path (configs/grpo/happy.yaml); "
+            "`smollab config show NAME` prints it resolved"
+        )
         return 0
 
     p.set_defaults(run=run)

@@ -62,9 +62,10 @@ class FinetuneModelConfig(ModelConfig):
 
     lora: LoraConfig = Field(default_factory=LoraConfig)
     load_in: Literal["none", "8bit", "4bit"] = Field(
-        "none", description="CUDA with LoRA: the base weights quantized as they load "
-        "(bitsandbytes; pip install 'smollab[quant]'); 4bit is NF4"
-    )  # fmt: skip
+        "none",
+        description="CUDA with LoRA: the base weights quantized as they load "
+        "(bitsandbytes; pip install 'smollab[quant]'); 4bit is NF4",
+    )
 
 
 class DataConfig(Section):
@@ -246,9 +247,10 @@ class RoutingConfig(Section):
 
     enabled: bool = False
     mode: Literal["classic", "exclusive", "none"] = Field(
-        "classic", description="flagged -> forget only; unflagged -> both (classic), retain only "
-        "(exclusive); none: both adapters learn from every completion (the matched baseline)"
-    )  # fmt: skip
+        "classic",
+        description="flagged -> forget only; unflagged -> both (classic), retain only "
+        "(exclusive); none: both adapters learn from every completion (the matched baseline)",
+    )
     retain_r: int = Field(32, ge=0, description="retain adapter rank (0: none)")
     retain_alpha: float = Field(32.0, gt=0)
     forget_r: int = Field(32, ge=0, description="forget adapter rank (0: none)")
@@ -262,15 +264,21 @@ class RoutingConfig(Section):
         None, description="key of the reward entry only eligible prompts receive"
     )
     rh_eligible_frac: float = Field(1.0, ge=0, le=1, description="prompts eligible for hack_reward")
-    routing_frac: float = Field(1.0, ge=0, le=1, description="detector-flagged completions "
-                                "routed (its recall); label noise is not thinned by it")  # fmt: skip
+    routing_frac: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="detector-flagged completions "
+        "routed (its recall); label noise is not thinned by it",
+    )
     label_noise_frac: float = Field(
         0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
     )
     retain_advantage: Literal["all", "positive"] = Field(
-        "all", description="unflagged completions that update retain: all (the classic "
-        "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)"
-    )  # fmt: skip
+        "all",
+        description="unflagged completions that update retain: all (the classic "
+        "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)",
+    )
     ablated_frac: float = Field(0.0, ge=0, le=1, description="steps trained with forget off")
     eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")
@@ -282,9 +290,10 @@ class GRPOSection(Section):
     prompt_tokens: int = Field(8, ge=1, description="prompts are the first N tokens of stories")
     prompts_file: str | None = Field(None, description="a .txt file of prompts, one per line")
     eval_prompts_file: str | None = Field(
-        None, description="held-out evaluation prompts, one per line (default: the test split's "
-        "stories, or the first eval_prompts of prompts_file, which training also draws)"
-    )  # fmt: skip
+        None,
+        description="held-out evaluation prompts, one per line (default: the test split's "
+        "stories, or the first eval_prompts of prompts_file, which training also draws)",
+    )
     num_generations: int = Field(16, ge=2)
     max_completion_length: int = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0)
@@ -292,10 +301,16 @@ class GRPOSection(Section):
     top_k: int = Field(0, ge=0, description="0 disables")
     beta: float = Field(0.02, ge=0, description="KL penalty weight (k3 estimator)")
     epsilon: float = Field(0.2, gt=0, description="ratio clip; acts with num_iterations > 1")
-    epsilon_high: float | None = Field(None, gt=0, description="upper clip (default: epsilon); "
-                                       "cispo: the weight cap (ScaleRL: 5.0)")  # fmt: skip
-    delta: float | None = Field(None, gt=1, description="two-sided clipping: cap on the "
-                                "unclipped ratio (INTELLECT-2; > 1 + epsilon)")  # fmt: skip
+    epsilon_high: float | None = Field(
+        None,
+        gt=0,
+        description="upper clip (default: epsilon); cispo: the weight cap (ScaleRL: 5.0)",
+    )
+    delta: float | None = Field(
+        None,
+        gt=1,
+        description="two-sided clipping: cap on the unclipped ratio (INTELLECT-2; > 1 + epsilon)",
+    )
     num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "luspo", "cispo", "sapo", "vespo"] = (
         Field("dapo", description="surrogate and aggregation, TRL's (docs/architecture.md, GRPO)")
@@ -312,11 +327,17 @@ class GRPOSection(Section):
     scale_rewards: Literal["group", "batch", "none"] = "group"
     mask_truncated_completions: bool = False
     ref_on_cpu: bool = Field(False, description="keep the KL reference on the CPU (beta > 0)")
-    replay: bool = Field(True, description="first policy forward of a batch replays the sampler's "
-                         "decode (no matmuls); off: computed")  # fmt: skip
+    replay: bool = Field(
+        True,
+        description="first policy forward of a batch replays the sampler's "
+        "decode (no matmuls); off: computed",
+    )
     reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
-    reward_timeout_s: float = Field(120.0, ge=0, description="limit per reward function call; "
-                                    "longer is an error naming it (0 = none)")  # fmt: skip
+    reward_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="limit per reward function call; longer is an error naming it (0 = none)",
+    )
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
     log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
     export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")

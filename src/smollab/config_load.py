@@ -109,9 +109,12 @@ def _known_keys(schema: type[BaseModel], prefix: str = "") -> list[str]:
 
 
 def _check_keys(
-    schema: type[BaseModel], tree: dict[str, Any], root: type[BaseModel], command: str | None,
+    schema: type[BaseModel],
+    tree: dict[str, Any],
+    root: type[BaseModel],
+    command: str | None,
     prefix: str = "",
-) -> None:  # fmt: skip
+) -> None:
     """Before pydantic sees them: a key another command reads is refused with the reason this
     one does not (`config_not_read.NOT_READ`); any other unknown key gets a did-you-mean over the
     full dotted keys."""
@@ -166,8 +169,10 @@ def load_config(
     schema = SCHEMAS[command]
     if isinstance(path, Section):
         if not isinstance(path, schema):
-            raise UserError(f"{command}: got a {type(path).__name__}, expected a {schema.__name__} "
-                            f"(or a recipe name or path)")  # fmt: skip
+            raise UserError(
+                f"{command}: got a {type(path).__name__}, expected a {schema.__name__} "
+                f"(or a recipe name or path)"
+            )
         tree = to_dict(path)
     else:
         tree = read_yaml(resolve_recipe(path, command)) if path else {}

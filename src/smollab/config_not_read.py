@@ -20,15 +20,38 @@ _SFT_DATA = (
     "a `smollab sft` data key (prompt/completion records); this command reads a story corpus"
 )
 # The data keys of sft's records that no corpus reads, and the corpus keys sft does not read.
-SFT_DATA_KEYS = ("train_file", "eval_file", "hf_dataset", "hf_name", "split", "eval_split",
-                 "eval_fraction", "prompt_field", "completion_field", "text_field", "num_workers",
-                 "pin_memory", "prefetch_factor")  # fmt: skip
+SFT_DATA_KEYS = (
+    "train_file",
+    "eval_file",
+    "hf_dataset",
+    "hf_name",
+    "split",
+    "eval_split",
+    "eval_fraction",
+    "prompt_field",
+    "completion_field",
+    "text_field",
+    "num_workers",
+    "pin_memory",
+    "prefetch_factor",
+)
 _SFT_ONLY = {f"data.{k}": _SFT_DATA for k in SFT_DATA_KEYS} | {"sft": _SFT}
 _RFT = "RFT settings, read by `smollab rft`"
-_CORPUS_KEYS = ("dir", "source", "files", "text_key", "num_stories", "max_stories",
-                "test_fraction", "tokenizer", "vocab_size")  # fmt: skip
-_CORPUS = ("it reads prompt/completion records (data.train_file or data.hf_dataset) with the "
-           "model's own tokenizer; corpus keys are pretrain's and grpo's")  # fmt: skip
+_CORPUS_KEYS = (
+    "dir",
+    "source",
+    "files",
+    "text_key",
+    "num_stories",
+    "max_stories",
+    "test_fraction",
+    "tokenizer",
+    "vocab_size",
+)
+_CORPUS = (
+    "it reads prompt/completion records (data.train_file or data.hf_dataset) with the "
+    "model's own tokenizer; corpus keys are pretrain's and grpo's"
+)
 
 NOT_READ: dict[str, dict[str, str]] = {
     "pretrain": {
@@ -73,7 +96,7 @@ NOT_READ: dict[str, dict[str, str]] = {
         "reward": "SFT minimizes the loss on completions; rewards are for `smollab grpo` and "
         "`smollab rft`",
         "failure": "the RL failure rules; SFT stops on divergence (train.diverge_factor)",
-    },  # fmt: skip
+    },
     "data": {
         **_SFT_ONLY,
         "model": _NO_MODEL,

@@ -21,8 +21,11 @@ class RFTTrainConfig(Section):
     """Each round's SFT: its length (epochs or steps over the round's kept records) and batches.
     No held-out loss: a round's records are all trained on; RFT measures held-out accuracy."""
 
-    epochs: float | None = Field(2.0, gt=0, description="passes over each round's kept records "
-                                 "(null: train.max_steps per round)")  # fmt: skip
+    epochs: float | None = Field(
+        2.0,
+        gt=0,
+        description="passes over each round's kept records (null: train.max_steps per round)",
+    )
     max_steps: int = Field(1000, ge=1, description="optimizer steps per round (train.epochs=null)")
     max_time: float | None = Field(None, gt=0, description="seconds of training per round")
     batch_size: int = Field(32, ge=1)
@@ -37,8 +40,11 @@ class RFTTrainConfig(Section):
 class KeepConfig(Section):
     """Which scored completions a round trains on (both rules apply when both are set)."""
 
-    threshold: float | None = Field(1.0, description="keep completions whose total reward >= "
-                                    "this (a checker's 1.0); null: no threshold")  # fmt: skip
+    threshold: float | None = Field(
+        1.0,
+        description="keep completions whose total reward >= "
+        "this (a checker's 1.0); null: no threshold",
+    )
     top_k: int | None = Field(None, ge=1, description="then at most the k best per prompt")
 
 
@@ -51,9 +57,10 @@ class RFTSection(Section):
     )
     rounds: int = Field(1, ge=1)
     restart_from: Literal["last", "base"] = Field(
-        "last", description="each round's SFT starts from the last round's model, or from "
-        "model.path (STaR); generation always samples the last model"
-    )  # fmt: skip
+        "last",
+        description="each round's SFT starts from the last round's model, or from "
+        "model.path (STaR); generation always samples the last model",
+    )
     oversample: int = Field(12, ge=1, description="completions per prompt")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -62,14 +69,18 @@ class RFTSection(Section):
         16, ge=1, description="prompts per sampler call (x oversample rows)"
     )
     keep: KeepConfig = Field(default_factory=KeepConfig)
-    dedup: bool = Field(True, description="drop a prompt's repeated completions (exact text "
-                        "after whitespace normalisation)")  # fmt: skip
+    dedup: bool = Field(
+        True,
+        description="drop a prompt's repeated completions (exact text "
+        "after whitespace normalisation)",
+    )
     eval_temperature: float = Field(0.0, ge=0, description="0: greedy")
     eval_samples: int = Field(1, ge=1, description="completions per held-out prompt")
     accuracy_reward: str | None = Field(
-        None, description="key of the reward entry that checks answers: a completion is correct "
-        "when its value >= 1 (default: the first entry)"
-    )  # fmt: skip
+        None,
+        description="key of the reward entry that checks answers: a completion is correct "
+        "when its value >= 1 (default: the first entry)",
+    )
 
 
 class RFTConfig(Section):

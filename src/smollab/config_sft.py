@@ -39,8 +39,9 @@ class SFTDataConfig(Section):
     hf_dataset: str | None = Field(None, description="datasets.load_dataset path: hub id or dir")
     hf_name: str | None = Field(None, description="the dataset's configuration name")
     split: str = Field("train", description="hf_dataset: the training split")
-    eval_split: str | None = Field(None, description="hf_dataset: held-out split (default: "
-                                   "eval_fraction carved from split)")  # fmt: skip
+    eval_split: str | None = Field(
+        None, description="hf_dataset: held-out split (default: eval_fraction carved from split)"
+    )
     eval_fraction: float = Field(
         0.05, gt=0, lt=0.5, description="held out of the training records (no eval file/split)"
     )
@@ -66,17 +67,24 @@ class SFTOptimConfig(OptimConfig):
 class SFTTrainConfig(TrainConfig):
     """SFT counts optimizer steps or epochs over the examples, in micro-batches of rows."""
 
-    epochs: float | None = Field(None, gt=0, description="passes over the data (instead of "
-                                 "train.max_steps)")  # fmt: skip
-    seq_len: int = Field(128, ge=2, description="longest row; longer examples are truncated "
-                         "(counted in the log and summary)")  # fmt: skip
+    epochs: float | None = Field(
+        None, gt=0, description="passes over the data (instead of train.max_steps)"
+    )
+    seq_len: int = Field(
+        128,
+        ge=2,
+        description="longest row; longer examples are truncated (counted in the log and summary)",
+    )
     grad_accum: int = Field(1, ge=1)
     diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
 
 
 class SFTSection(Section):
-    packing: bool = Field(False, description="several examples per row; position ids restart "
-                          "at each, so attention stays within an example")  # fmt: skip
+    packing: bool = Field(
+        False,
+        description="several examples per row; position ids restart "
+        "at each, so attention stays within an example",
+    )
     completion_only_loss: bool = Field(
         True, description="prompt tokens carry no loss (false: every token does)"
     )

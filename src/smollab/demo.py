@@ -40,19 +40,43 @@ GRPO_RECIPE = "grpo/happy.yaml"
 # recipe's LR, which reaches a reward of ~0.97 within 50 steps (~0.65 s each on 2 CPU cores)
 # with diversity intact; the time cap keeps a slow machine inside the demo's budget.
 PRETRAIN_OVERRIDES = ["train.max_steps=500", "train.eval_interval=100", "train.save_interval=100"]
-GRPO_OVERRIDES = ["optim.lr=1e-4", "train.max_steps=60", "train.eval_interval=10",
-                  "train.save_interval=20", "grpo.eval_prompts=64", "train.max_time=300"]  # fmt: skip
+GRPO_OVERRIDES = [
+    "optim.lr=1e-4",
+    "train.max_steps=60",
+    "train.eval_interval=10",
+    "train.save_interval=20",
+    "grpo.eval_prompts=64",
+    "train.max_time=300",
+]
 
 # --quick: the same path on micro settings (seconds; the figures mean nothing). One thread: on
 # a shared 2-core machine two OpenMP threads stall each other at these tiny sizes.
-QUICK_PRETRAIN = ["perf.threads=1", "model.preset=micro", "data.num_stories=400",
-                  "data.vocab_size=256", "train.max_steps=20", "train.batch_size=4",
-                  "train.seq_len=32", "train.log_interval=5", "train.eval_interval=10",
-                  "train.eval_tokens=512", "train.save_interval=10", "optim.warmup_steps=2",
-                  "optim.lr=1e-2"]  # fmt: skip
-QUICK_GRPO = ["perf.threads=1", "train.max_steps=4", "train.batch_size=8",
-              "grpo.num_generations=4", "grpo.max_completion_length=12", "train.eval_interval=2",
-              "grpo.eval_prompts=4", "train.save_interval=2", "optim.lr=1e-3"]  # fmt: skip
+QUICK_PRETRAIN = [
+    "perf.threads=1",
+    "model.preset=micro",
+    "data.num_stories=400",
+    "data.vocab_size=256",
+    "train.max_steps=20",
+    "train.batch_size=4",
+    "train.seq_len=32",
+    "train.log_interval=5",
+    "train.eval_interval=10",
+    "train.eval_tokens=512",
+    "train.save_interval=10",
+    "optim.warmup_steps=2",
+    "optim.lr=1e-2",
+]
+QUICK_GRPO = [
+    "perf.threads=1",
+    "train.max_steps=4",
+    "train.batch_size=8",
+    "grpo.num_generations=4",
+    "grpo.max_completion_length=12",
+    "train.eval_interval=2",
+    "grpo.eval_prompts=4",
+    "train.save_interval=2",
+    "optim.lr=1e-3",
+]
 
 SAMPLE_PROMPTS = 4  # held-out prompts shown before and after RL
 TAIL_STEPS = 5  # training steps averaged for the final unique fraction
@@ -69,10 +93,21 @@ def stage_overrides(out: Path, quick: bool = False) -> dict[str, list[str]]:
     """The dotted overrides each stage applies to its recipe (in precedence order)."""
     data = out / "data"
     pre_dir, grpo_dir = out / "runs" / "pretrain", out / "runs" / "grpo"
-    pretrain = [f"data.dir={data}", *PRETRAIN_OVERRIDES, *(QUICK_PRETRAIN if quick else []),
-                f"run.dir={pre_dir}", "run.resume=auto"]  # fmt: skip
-    grpo = [f"model.path={pre_dir}", f"data.dir={data}", *GRPO_OVERRIDES,
-            *(QUICK_GRPO if quick else []), f"run.dir={grpo_dir}", "run.resume=auto"]  # fmt: skip
+    pretrain = [
+        f"data.dir={data}",
+        *PRETRAIN_OVERRIDES,
+        *(QUICK_PRETRAIN if quick else []),
+        f"run.dir={pre_dir}",
+        "run.resume=auto",
+    ]
+    grpo = [
+        f"model.path={pre_dir}",
+        f"data.dir={data}",
+        *GRPO_OVERRIDES,
+        *(QUICK_GRPO if quick else []),
+        f"run.dir={grpo_dir}",
+        "run.resume=auto",
+    ]
     return {"pretrain": pretrain, "grpo": grpo}
 
 
@@ -154,8 +189,10 @@ def _refuse_other_demo(out: Path, configs: dict[str, Any]) -> None:
         old = RunView(cfg.run.dir).config()
         changes = config_changes(old, to_dict(cfg), command) if old else []
         if changes:
-            raise UserError(f"--dir {out} holds a demo with other settings ({changes[0]}); "
-                            f"give another --dir, or remove {out}")  # fmt: skip
+            raise UserError(
+                f"--dir {out} holds a demo with other settings ({changes[0]}); "
+                f"give another --dir, or remove {out}"
+            )
 
 
 def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
@@ -170,9 +207,14 @@ def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
     # again, a rerun that reuses everything): the cost of the results, beside this run's own.
     earlier = _earlier_seconds(out / SUMMARY)
     seconds_all: dict[str, float] = {}
-    summary: dict[str, Any] = {"status": "running", "quick": quick, "dir": str(out),
-                               "seconds": seconds, "seconds_all_runs": seconds_all,
-                               "reused": reused}  # fmt: skip
+    summary: dict[str, Any] = {
+        "status": "running",
+        "quick": quick,
+        "dir": str(out),
+        "seconds": seconds,
+        "seconds_all_runs": seconds_all,
+        "reused": reused,
+    }
 
     def save() -> None:
         seconds.pop("total", None)
@@ -197,22 +239,40 @@ def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
     meta = ensure_prepared(pre_cfg.data, exact=True, log=log)  # the pretraining data
     reused["data"] = any(m.startswith("data: reusing") for m in lines)
     seconds["data"] = round(time.perf_counter() - t0, 2)
-    summary["data"] = {"dir": pre_cfg.data.dir, "stories": meta["stories"],
-                       "tokens": meta["tokens"], "vocab_size": meta["vocab_size"]}  # fmt: skip
+    summary["data"] = {
+        "dir": pre_cfg.data.dir,
+        "stories": meta["stories"],
+        "tokens": meta["tokens"],
+        "vocab_size": meta["vocab_size"],
+    }
     save()
 
     # ---- 2. pretraining ---------------------------------------------------------------------
-    _banner(2, "pretrain", f"{pre_cfg.model.preset or pre_cfg.model.path}, "
-            f"{pre_cfg.train.max_steps} steps of {pre_cfg.train.batch_size} x {pre_cfg.train.seq_len} tokens")  # fmt: skip
+    _banner(
+        2,
+        "pretrain",
+        f"{pre_cfg.model.preset or pre_cfg.model.path}, "
+        f"{pre_cfg.train.max_steps} steps of {pre_cfg.train.batch_size} x {pre_cfg.train.seq_len} tokens",
+    )
     from smollab.train.pretrain import train as pretrain
 
     t0 = time.perf_counter()
     reused["pretrain"] = _finished(Path(pre_cfg.run.dir))
     pre = pretrain(pre_cfg)
     seconds["pretrain"] = round(time.perf_counter() - t0, 2)
-    summary["pretrain"] = {k: pre.get(k) for k in ("status", "steps", "tokens", "final_train_loss",
-                                                   "final_val_loss", "tokens_per_s", "train_seconds",
-                                                   "params_total")}  # fmt: skip
+    summary["pretrain"] = {
+        k: pre.get(k)
+        for k in (
+            "status",
+            "steps",
+            "tokens",
+            "final_train_loss",
+            "final_val_loss",
+            "tokens_per_s",
+            "train_seconds",
+            "params_total",
+        )
+    }
     summary["pretrain"]["run_dir"] = pre_cfg.run.dir
     save()
     if pre.get("status") != "completed":
@@ -223,8 +283,12 @@ def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
 
     # ---- 3. GRPO ------------------------------------------------------------------------------
     rewards = ", ".join(r.name for r in grpo_cfg.reward)
-    _banner(3, "grpo", f"{rewards}, full FT, lr {grpo_cfg.optim.lr:g}, up to "
-            f"{grpo_cfg.train.max_steps} steps of {grpo_cfg.train.batch_size} completions")  # fmt: skip
+    _banner(
+        3,
+        "grpo",
+        f"{rewards}, full FT, lr {grpo_cfg.optim.lr:g}, up to "
+        f"{grpo_cfg.train.max_steps} steps of {grpo_cfg.train.batch_size} completions",
+    )
     from smollab.train.grpo import train as grpo_train
 
     t0 = time.perf_counter()
@@ -274,17 +338,22 @@ def grpo_figures(run_dir: Path, rl: dict[str, Any]) -> dict[str, Any]:
     return {
         "base_reward": rl.get("base_eval_reward"),
         "final_reward": evals[-1]["eval_reward_mean"] if evals else rl.get("final_eval_reward"),
-        "final_unique_fraction": mean([r["unique_fraction"] for r in tail
-                                       if r.get("unique_fraction") is not None]),
+        "final_unique_fraction": mean(
+            [r["unique_fraction"] for r in tail if r.get("unique_fraction") is not None]
+        ),
         "final_eval_unique_fraction": evals[-1].get("eval_unique_fraction") if evals else None,
         "train_reward_start": rl.get("base_reward"),
         "train_reward_end": rl.get("final_reward"),
-        "grpo": {"status": rl.get("status"), "evidence": rl.get("evidence"),
-                 "steps": rl.get("steps"), "seconds_per_step": rl.get("seconds_per_step"),
-                 "final_kl": tail[-1].get("kl") if tail else None,
-                 "eval_steps": [int(r["step"]) for r in evals],
-                 "eval_rewards": [r["eval_reward_mean"] for r in evals]},
-    }  # fmt: skip
+        "grpo": {
+            "status": rl.get("status"),
+            "evidence": rl.get("evidence"),
+            "steps": rl.get("steps"),
+            "seconds_per_step": rl.get("seconds_per_step"),
+            "final_kl": tail[-1].get("kl") if tail else None,
+            "eval_steps": [int(r["step"]) for r in evals],
+            "eval_rewards": [r["eval_reward_mean"] for r in evals],
+        },
+    }
 
 
 def copy_plots(out: Path, pre_dir: Path, grpo_dir: Path) -> list[str]:
@@ -330,8 +399,14 @@ def samples_before_after(cfg, base_dir: Path, rl_dir: Path) -> list[dict[str, An
             model = build_model(ModelConfig(preset=None, path=str(where))).to(device).eval()
             sampler = Sampler(model, eos_token_id=eos, pad_token_id=eos)
             gen = torch.Generator(device=sampler.device).manual_seed(cfg.run.seed + 1234)
-            r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                                 top_p=g.top_p, top_k=g.top_k, generator=gen)  # fmt: skip
+            r = sampler.generate(
+                prompts,
+                g.max_completion_length,
+                temperature=g.temperature,
+                top_p=g.top_p,
+                top_k=g.top_k,
+                generator=gen,
+            )
             texts = r.completion_texts(tokenizer)
             total, _ = pool(prompt_texts, texts, r.completion_rows())
             for i, (text, reward) in enumerate(zip(texts, total.tolist(), strict=True)):

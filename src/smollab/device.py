@@ -93,12 +93,16 @@ def precision_unsupported(device: torch.device, precision: str) -> str | None:
         if precision == "bf16" and not torch.backends.mps.is_macos_or_newer(14, 0):
             return "bf16 on MPS needs macOS 14 or newer"
         if precision == "fp16" and not _torch_at_least(MPS_GRAD_SCALER_TORCH):
-            return (f"a GradScaler for MPS needs torch >= {MPS_GRAD_SCALER_TORCH}, this is "
-                    f"{torch.__version__}")  # fmt: skip
+            return (
+                f"a GradScaler for MPS needs torch >= {MPS_GRAD_SCALER_TORCH}, this is "
+                f"{torch.__version__}"
+            )
         return None
     if device.type == "cpu" and not cpu_has_native_matmul(precision):
-        return (f"this CPU has no native {precision} matmul, and PyTorch's fallback is ~50x "
-                "slower than fp32")  # fmt: skip
+        return (
+            f"this CPU has no native {precision} matmul, and PyTorch's fallback is ~50x "
+            "slower than fp32"
+        )
     return None
 
 
@@ -151,8 +155,9 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
         if backend == "aot_eager":
             chosen.append("compile aot_eager (inductor does not target MPS well)")
             if compile_mode != "default":
-                skipped.append(f"compile_mode {compile_mode} (an inductor mode; MPS compiles "
-                               "with aot_eager)")  # fmt: skip
+                skipped.append(
+                    f"compile_mode {compile_mode} (an inductor mode; MPS compiles with aot_eager)"
+                )
         else:
             chosen.append(f"compile {compile_mode}")
 
@@ -170,10 +175,17 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
         chosen.append("MPS cache emptied after rollouts and evaluations (unified memory)")
 
     return Runtime(
-        device=device, precision=precision, autocast_dtype=autocast_dtype, scaler=scaler,
-        compile=use_compile, compile_mode=compile_mode, optimizer_impl=impl,
-        compile_backend=backend, chosen=chosen, skipped=skipped,
-    )  # fmt: skip
+        device=device,
+        precision=precision,
+        autocast_dtype=autocast_dtype,
+        scaler=scaler,
+        compile=use_compile,
+        compile_mode=compile_mode,
+        optimizer_impl=impl,
+        compile_backend=backend,
+        chosen=chosen,
+        skipped=skipped,
+    )
 
 
 def cpu_has_native_matmul(precision: str) -> bool:

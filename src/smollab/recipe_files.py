@@ -24,8 +24,14 @@ from smollab.errors import UserError
 
 # The command that runs the recipes of each directory, and the directories a command's bare
 # names are looked up in (the probe and bench also take training recipes as workloads).
-COMMAND_OF_DIR = {"pretrain": "pretrain", "grpo": "grpo", "sft": "sft", "rft": "rft",
-                  "sweeps": "sweep", "probe": "probe"}  # fmt: skip
+COMMAND_OF_DIR = {
+    "pretrain": "pretrain",
+    "grpo": "grpo",
+    "sft": "sft",
+    "rft": "rft",
+    "sweeps": "sweep",
+    "probe": "probe",
+}
 RECIPE_DIRS: dict[str, tuple[str, ...]] = {
     "pretrain": ("pretrain",),
     "grpo": ("grpo",),
@@ -103,13 +109,16 @@ def resolve_recipe(ref: str | Path, command: str | None = None) -> Path:
         return hits[0]
     if len(hits) > 1:
         where = ", ".join(f"configs/{h.relative_to(root)}" for h in hits)
-        raise UserError(f"recipe {text}: more than one shipped recipe has that name ({where}); "
-                        f"give its path")  # fmt: skip
+        raise UserError(
+            f"recipe {text}: more than one shipped recipe has that name ({where}); give its path"
+        )
     if p.suffix in SUFFIXES and len(parts) == 1:
         return p  # `my.yaml` that is not here and not shipped: a missing file, as written
     names = [r.name for r in list_recipes() if r.path.parent.name in dirs]
     close = difflib.get_close_matches(stem, names, n=1, cutoff=0.5)
     hint = f"did you mean {close[0]}? " if close else ""
     what = f"{command} recipe" if command else "recipe"
-    raise UserError(f"{what} {text}: no such file and no shipped recipe of that name ({hint}"
-                    f"shipped: {', '.join(names) or 'none'}; `smollab recipes` lists them)")  # fmt: skip
+    raise UserError(
+        f"{what} {text}: no such file and no shipped recipe of that name ({hint}"
+        f"shipped: {', '.join(names) or 'none'}; `smollab recipes` lists them)"
+    )

@@ -59,9 +59,12 @@ def git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
             timeout=5,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
@@ -167,8 +170,9 @@ class RunDir:
         fresh start, so a resumed run logs each step once."""
         cut_samples(self.path / SAMPLES, resume_step)
         cut_samples(self.path / ROUTING_EVAL, resume_step)
-        self.metrics = Metrics(self.path / METRICS, columns, resume_step,
-                               on_row=self.sink.row if self.sink else None)  # fmt: skip
+        self.metrics = Metrics(
+            self.path / METRICS, columns, resume_step, on_row=self.sink.row if self.sink else None
+        )
         return self.metrics
 
     def append_samples(self, records: Iterable[dict[str, Any]]) -> None:
@@ -203,9 +207,13 @@ class RunDir:
     # ---- checkpoints ----------------------------------------------------------------------
 
     def save_checkpoint(
-        self, name: str, model, tokenizer=None, state: dict[str, Any] | None = None,
+        self,
+        name: str,
+        model,
+        tokenizer=None,
+        state: dict[str, Any] | None = None,
         keep_last: int | None = None,
-    ) -> Path:  # fmt: skip
+    ) -> Path:
         """Write checkpoints/<name>/ in HF layout (+ trainer state) atomically.
 
         The directory is written under a temporary name, fsynced and renamed, so a reader (or a

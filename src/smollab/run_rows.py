@@ -25,9 +25,12 @@ class Metrics:
     """
 
     def __init__(
-        self, path: Path, columns: list[str], resume_step: int | None,
+        self,
+        path: Path,
+        columns: list[str],
+        resume_step: int | None,
         on_row: Callable[[dict[str, float]], None] | None = None,
-    ):  # fmt: skip
+    ):
         self.path = path
         self.columns = columns
         self.on_row = on_row  # sees each row once it is in the file, as `read_metrics` reads it

@@ -100,28 +100,37 @@ def test_move_prompts_come_after_the_other_files_and_change_none(tmp_path):
     # every prompt is a position the reward reads: its own legal moves score 1
     legal = [next(iter(chess.Board(f).legal_moves)).uci() for f in fens]
     assert chess_legal_move(legal, lines) == [1.0] * 60
-    assert main(["--out", str(tmp_path / "m"), "--prompts", "0", "--corpus", "0",
-                 "--move-prompts", "4"]) == 0  # fmt: skip
+    assert (
+        main(
+            ["--out", str(tmp_path / "m"), "--prompts", "0", "--corpus", "0", "--move-prompts", "4"]
+        )
+        == 0
+    )
     assert [p.name for p in (tmp_path / "m").iterdir()] == ["move_prompts.txt"]
 
 
 def test_exclude_makes_a_held_out_set_that_no_training_file_shows(tmp_path, capsys):
     train = write_all(tmp_path / "train", prompts=20, corpus=400, seed=0, move_prompts=100)
     files = [str(train[k]) for k in ("corpus", "prompts", "move_prompts")]
-    held = write_all(tmp_path / "held", prompts=0, corpus=0, seed=1, move_prompts=80,
-                     exclude=files)["move_prompts"]  # fmt: skip
+    held = write_all(
+        tmp_path / "held", prompts=0, corpus=0, seed=1, move_prompts=80, exclude=files
+    )["move_prompts"]
     seen = set()
     for line in train["corpus"].read_text().splitlines():  # both FENs of a transition
         before, _, after = line.removeprefix("FEN: ").partition(" Move: ")
         seen |= {position(before), position(after.partition(" Next FEN: ")[2])}
     for f in files[1:]:
-        seen |= {position(line.removeprefix("FEN: ").split(" Move:")[0])
-                 for line in Path(f).read_text().splitlines()}  # fmt: skip
+        seen |= {
+            position(line.removeprefix("FEN: ").split(" Move:")[0])
+            for line in Path(f).read_text().splitlines()
+        }
     got = [position(MOVE_PROMPT_RE.match(p)["fen"]) for p in held.read_text().splitlines()]
     assert len(got) == 80 and not set(got) & seen
     unfiltered = write_all(tmp_path / "raw", prompts=0, corpus=0, seed=1, move_prompts=80)
-    raw = [position(MOVE_PROMPT_RE.match(p)["fen"])
-           for p in unfiltered["move_prompts"].read_text().splitlines()]  # fmt: skip
+    raw = [
+        position(MOVE_PROMPT_RE.match(p)["fen"])
+        for p in unfiltered["move_prompts"].read_text().splitlines()
+    ]
     assert set(raw) & seen  # without --exclude the opening positions come back
     with pytest.raises(UserError, match="--exclude .*nope.txt: cannot read it"):
         write_all(tmp_path / "x", 0, 0, move_prompts=5, exclude=[tmp_path / "nope.txt"])

@@ -98,12 +98,25 @@ def test_files_txt_and_jsonl(tmp_path):
     lines.write_text("one.\ntwo.\nthree.\n")
     js = tmp_path / "s.jsonl"
     js.write_text("\n".join(json.dumps({"body": f"j{i}", "n": i}) for i in range(4)) + "\n\n")
-    cfg = DataConfig(source="files", files=[str(blank), str(lines), str(js)], text_key="body",
-                     test_fraction=0.2)  # fmt: skip
+    cfg = DataConfig(
+        source="files", files=[str(blank), str(lines), str(js)], text_key="body", test_fraction=0.2
+    )
     train, test = load_corpus(cfg)
     everything = sorted(train + test)
-    assert everything == sorted(["first story still first.", "second story.", "third.",
-                                 "one.", "two.", "three.", "j0", "j1", "j2", "j3"])  # fmt: skip
+    assert everything == sorted(
+        [
+            "first story still first.",
+            "second story.",
+            "third.",
+            "one.",
+            "two.",
+            "three.",
+            "j0",
+            "j1",
+            "j2",
+            "j3",
+        ]
+    )
     assert len(test) == 2 and load_corpus(cfg) == (train, test)
 
 

@@ -22,8 +22,14 @@ def test_prepare_writes_all_and_reuses(tmp_path):
     d = tmp_path / "data"
     logs = []
     meta = prepare(_cfg(d), log=logs.append)
-    for name in ("train.jsonl", "test.jsonl", "tokenizer/tokenizer.json", "train.bin", "val.bin",
-                 "meta.json"):  # fmt: skip
+    for name in (
+        "train.jsonl",
+        "test.jsonl",
+        "tokenizer/tokenizer.json",
+        "train.bin",
+        "val.bin",
+        "meta.json",
+    ):
         assert (d / name).is_file(), name
     assert meta == load_meta(d) == json.loads((d / "meta.json").read_text())
     assert meta["stories"] == {"train": 285, "test": 15}

@@ -29,8 +29,13 @@ def test_same_seed_same_problems_other_seed_others():
 
 
 def test_the_split_is_a_fixed_tenth_of_the_combinations_and_streams_keep_to_theirs():
-    keys = [(t, n, a, b) for t in TEMPLATES for n in ("lily", "tom", "mia")
-            for a in range(1, 21) for b in range(1, 21)]  # fmt: skip
+    keys = [
+        (t, n, a, b)
+        for t in TEMPLATES
+        for n in ("lily", "tom", "mia")
+        for a in range(1, 21)
+        for b in range(1, 21)
+    ]
     share = sum(is_heldout(*k) for k in keys) / len(keys)
     assert 0.07 < share < 0.13
     assert is_heldout("add", "lily", 3, 4) == is_heldout("add", "lily", 3, 4)
@@ -48,8 +53,9 @@ def test_every_generated_prompt_parses_back_to_its_numbers():
 
 
 def test_write_all_files_read_back_and_no_training_file_holds_a_heldout_problem(tmp_path):
-    paths = write_all(tmp_path / "wp", prompts=60, heldout=40, corpus=500, stories=20, sft=50,
-                      seed=2)  # fmt: skip
+    paths = write_all(
+        tmp_path / "wp", prompts=60, heldout=40, corpus=500, stories=20, sft=50, seed=2
+    )
     prompts = paths["prompts"].read_text().splitlines()
     heldout = paths["heldout"].read_text().splitlines()
     assert len(prompts) == len(set(prompts)) == 60 and len(heldout) == len(set(heldout)) == 40
@@ -70,27 +76,56 @@ def test_write_all_files_read_back_and_no_training_file_holds_a_heldout_problem(
     assert not set(heldout) & set(train)
     # the corpus's worked answers and sft's completions are what the checker accepts
     assert word_problem_correct([c for _, c in worked], [p for p, _ in worked]) == [1.0] * 500
-    assert word_problem_correct([r["completion"] for r in records],
-                                [r["prompt"] for r in records]) == [1.0] * 50  # fmt: skip
+    assert (
+        word_problem_correct([r["completion"] for r in records], [r["prompt"] for r in records])
+        == [1.0] * 50
+    )
     assert all(" = " in r["completion"] for r in records)
 
 
 def test_counts_change_only_their_own_file_and_the_answer_form(tmp_path):
     a = write_all(tmp_path / "a", prompts=10, heldout=5, corpus=30, stories=3, sft=8, seed=1)
-    b = write_all(tmp_path / "b", prompts=10, heldout=9, corpus=30, stories=3, sft=8, seed=1,
-                  sft_form="answer")  # fmt: skip
+    b = write_all(
+        tmp_path / "b",
+        prompts=10,
+        heldout=9,
+        corpus=30,
+        stories=3,
+        sft=8,
+        seed=1,
+        sft_form="answer",
+    )
     assert a["prompts"].read_text() == b["prompts"].read_text()
     assert a["corpus"].read_text() == b["corpus"].read_text()
     assert b["heldout"].read_text().startswith(a["heldout"].read_text())
     bare = [json.loads(x) for x in b["sft"].read_text().splitlines()]
     assert all(r["completion"].strip().isdigit() for r in bare)
-    assert word_problem_correct([r["completion"] for r in bare],
-                                [r["prompt"] for r in bare]) == [1.0] * 8  # fmt: skip
+    assert (
+        word_problem_correct([r["completion"] for r in bare], [r["prompt"] for r in bare])
+        == [1.0] * 8
+    )
 
 
 def test_the_module_command_and_bad_values(tmp_path, capsys):
-    assert main(["--out", str(tmp_path), "--prompts", "3", "--heldout", "0", "--corpus", "0",
-                 "--stories", "0", "--sft", "0"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--out",
+                str(tmp_path),
+                "--prompts",
+                "3",
+                "--heldout",
+                "0",
+                "--corpus",
+                "0",
+                "--stories",
+                "0",
+                "--sft",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "prompts.txt" in capsys.readouterr().out
     assert [p.name for p in tmp_path.iterdir()] == ["prompts.txt"]
     assert main(["--out", str(tmp_path), "--corpus", "-1"]) == 2

@@ -109,8 +109,15 @@ def test_play_games_counts_wasted_turns_and_unsolved_games():
         return [f"<guess>{'apple' if 'none' in p else 'zebra'}</guess>" for p in prompts]
 
     got = games.play_games(apple_then_zebra, secrets, 6)
-    assert got == {"games": 2, "solved": 2, "turns": 3, "solve_rate": 1.0, "mean_guesses": 1.5,
-                   "invalid_rate": 0.0, "format_error_rate": 0.0}  # fmt: skip
+    assert got == {
+        "games": 2,
+        "solved": 2,
+        "turns": 3,
+        "solve_rate": 1.0,
+        "mean_guesses": 1.5,
+        "invalid_rate": 0.0,
+        "format_error_rate": 0.0,
+    }
 
 
 def test_transcripts_and_prompts_files(tmp_path):

@@ -67,8 +67,9 @@ def test_each_lane_gets_its_policys_logits(targets):
         ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
         real = mask.bool()
         for lane, policy in enumerate(policies):
-            ref = policy(input_ids=ids, attention_mask=mask,
-                         position_ids=positions_from_mask(mask)).logits  # fmt: skip
+            ref = policy(
+                input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)
+            ).logits
             torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
         base = LeanLlama.hidden(lanes, ids, mask)  # the inherited forward is the bare base
         with policies[0].disable_adapter():
@@ -119,8 +120,9 @@ def test_each_lanes_gradient_is_its_own():
                 torch.testing.assert_close(got[name].grad, p.grad, atol=1e-4, rtol=1e-4)
                 n += 1
         assert n == 2 * len(TARGETS) * 2  # A and B of every target in both layers
-        assert all(p.grad is None for name, p in policies[lane].named_parameters()
-                   if not p.requires_grad)  # fmt: skip
+        assert all(
+            p.grad is None for name, p in policies[lane].named_parameters() if not p.requires_grad
+        )
 
 
 def test_a_seed_per_lane_draws_what_each_lane_alone_would():
@@ -160,20 +162,23 @@ def test_full_lanes_compute_each_policys_logits_decode_and_gradients(tie):
     with torch.inference_mode():
         ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
         for lane, policy in enumerate(policies):
-            ref = policy(input_ids=ids, attention_mask=mask,
-                         position_ids=positions_from_mask(mask)).logits  # fmt: skip
+            ref = policy(
+                input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)
+            ).logits
             torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
     prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
     together = Sampler(lanes, eos_token_id=2).generate(prompts * N, 6, temperature=0)
     P = 5
-    weights = torch.randn(N, ids.shape[0], ids.shape[1] - P,
-                          generator=torch.Generator().manual_seed(3))  # fmt: skip
+    weights = torch.randn(
+        N, ids.shape[0], ids.shape[1] - P, generator=torch.Generator().manual_seed(3)
+    )
     lanes.load_lanes(policies)  # with grad
     lp = logprobs(lanes, ids.repeat(N, 1), mask.repeat(N, 1), P, 0.7, share_prompts=False)
     (lp.view(N, *weights.shape[1:]) * weights).sum().backward()
     for lane, policy in enumerate(alone):
-        solo = Sampler(LeanLlama.from_hf(policy), eos_token_id=2).generate(prompts, 6,
-                                                                           temperature=0)  # fmt: skip
+        solo = Sampler(LeanLlama.from_hf(policy), eos_token_id=2).generate(
+            prompts, 6, temperature=0
+        )
         assert torch.equal(together.completion_ids[lane * 3 : lane * 3 + 3], solo.completion_ids)
         (logprobs(policy, ids, mask, P, 0.7, share_prompts=False) * weights[lane]).sum().backward()
         got = dict(policies[lane].named_parameters())
@@ -203,8 +208,9 @@ def test_the_lanes_replay_gives_the_computed_forwards_gradients(kind):
     prompts = [a, a, b, a, b, c, c, c, c]  # lanes repeat prompts differently (shared per lane)
     N = len(policies)
     # 36: an id these lanes draw early in some rows, so completions end at different steps
-    r = Sampler(lanes, eos_token_id=36).generate(prompts, 7, temperature=1.5, seed=[1, 2, 3],
-                                                 record=True)  # fmt: skip
+    r = Sampler(lanes, eos_token_id=36).generate(
+        prompts, 7, temperature=1.5, seed=[1, 2, 3], record=True
+    )
     assert r.record is not None
     assert r.completion_lengths.min() < 7 and r.completion_lengths.max() == 7
     weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(4))
@@ -217,13 +223,20 @@ def test_the_lanes_replay_gives_the_computed_forwards_gradients(kind):
         if mode != "computed":
             lp = lanes_logprobs(lanes, r, 1.5)
         else:
-            lp = logprobs(lanes, r.input_ids, r.attention_mask, r.prompt_ids.shape[1], 1.5,
-                          share_prompts=False)  # fmt: skip
+            lp = logprobs(
+                lanes,
+                r.input_ids,
+                r.attention_mask,
+                r.prompt_ids.shape[1],
+                1.5,
+                share_prompts=False,
+            )
         real = r.completion_mask.bool()
         torch.testing.assert_close(lp[real], r.logprobs[real], atol=TOL, rtol=0)
         (lp * weights * r.completion_mask).sum().backward()
-        grads.append([p.grad.clone() for pol in policies for p in pol.parameters()
-                      if p.requires_grad])  # fmt: skip
+        grads.append(
+            [p.grad.clone() for pol in policies for p in pol.parameters() if p.requires_grad]
+        )
     per_lane = len(list(policies[0].parameters())) if kind == "full" else 2 * len(targets) * 2
     assert len(grads[0]) == N * per_lane
     for got, *want in zip(*grads, strict=True):

@@ -17,11 +17,20 @@ TOL = 1e-5
 def micro_llama(tie: bool = True, seed: int = 0):
     torch.manual_seed(seed)
     cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=45, max_position_embeddings=64,
-        rms_norm_eps=1e-6, rope_theta=500.0, tie_word_embeddings=tie,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=45,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        rope_theta=500.0,
+        tie_word_embeddings=tie,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     model = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # non-trivial norms, so a mixed-up norm weight shows
         for name, p in model.named_parameters():

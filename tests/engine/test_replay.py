@@ -19,8 +19,9 @@ def _lora(model, dropout=0.0):
     from peft import LoraConfig, get_peft_model
 
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    cfg = LoraConfig(r=4, lora_alpha=8, target_modules=targets, lora_dropout=dropout,
-                     init_lora_weights=False)  # fmt: skip
+    cfg = LoraConfig(
+        r=4, lora_alpha=8, target_modules=targets, lora_dropout=dropout, init_lora_weights=False
+    )
     return get_peft_model(model, cfg)
 
 
@@ -29,8 +30,18 @@ def _loss_grads(model, r, logp_fn, temperature):
     logp = logp_fn(model, r, temperature)
     adv = torch.linspace(-1, 1, r.completion_ids.shape[0])
     ref = (r.logprobs - 0.1).detach()
-    loss, _ = grpo_loss(logp, None, ref, adv, r.completion_mask, beta=0.05, epsilon=0.2,
-                        epsilon_high=0.2, loss_type="dapo", max_completion_length=16)  # fmt: skip
+    loss, _ = grpo_loss(
+        logp,
+        None,
+        ref,
+        adv,
+        r.completion_mask,
+        beta=0.05,
+        epsilon=0.2,
+        epsilon_high=0.2,
+        loss_type="dapo",
+        max_completion_length=16,
+    )
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     return logp.detach(), grads

@@ -2,8 +2,22 @@ from smollab.cli import main
 
 
 def test_sample_from_run_dir(micro_model, capsys):
-    code = main(["sample", str(micro_model), "--prompt", "once upon a time", "--prompt", "one day",
-                 "--n", "2", "--max-new-tokens", "8", "--seed", "3"])  # fmt: skip
+    code = main(
+        [
+            "sample",
+            str(micro_model),
+            "--prompt",
+            "once upon a time",
+            "--prompt",
+            "one day",
+            "--n",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--seed",
+            "3",
+        ]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert out.count("[once upon a time] once upon a time") == 2

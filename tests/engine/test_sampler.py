@@ -19,10 +19,19 @@ def micro_llama(seed: int = 0, **kw):
     torch.manual_seed(seed)
     kw = {"tie_word_embeddings": False, **kw}
     cfg = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, intermediate_size=45, max_position_embeddings=64,
-        rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, pad_token_id=0, **kw,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=45,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        **kw,
+    )
     model = transformers.LlamaForCausalLM(cfg).eval()
     with torch.no_grad():  # a peakier distribution than the default init, like a trained model
         model.lm_head.weight.mul_(30.0)
@@ -32,9 +41,15 @@ def micro_llama(seed: int = 0, **kw):
 def micro_gpt2():
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64,
-        bos_token_id=1, eos_token_id=2, pad_token_id=0,
-    )  # fmt: skip
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=64,
+        n_positions=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     return transformers.GPT2LMHeadModel(cfg).eval()
 
 
@@ -42,9 +57,13 @@ def hf_greedy(model, prompts, n, eos):
     ids, mask = left_pad(prompts, 0)
     with torch.inference_mode():
         out = model.generate(
-            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=n,
-            pad_token_id=0, eos_token_id=eos,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=False,
+            max_new_tokens=n,
+            pad_token_id=0,
+            eos_token_id=eos,
+        )
     return out[:, ids.shape[1] :]
 
 
@@ -181,8 +200,9 @@ def test_repeated_prompts_share_one_prefill_with_the_same_samples(monkeypatch):
     assert u_ids.shape[0] == len(PROMPTS) and torch.equal(u_ids[rows], ids)
     assert torch.equal(u_mask[rows], mask)
     shared = Sampler(model).generate(prompts, 10, temperature=0.8, seed=5)
-    monkeypatch.setattr(lean_module, "distinct_prompts",
-                        lambda i, m: (i, m, torch.arange(i.shape[0])))  # fmt: skip
+    monkeypatch.setattr(
+        lean_module, "distinct_prompts", lambda i, m: (i, m, torch.arange(i.shape[0]))
+    )
     alone = Sampler(model).generate(prompts, 10, temperature=0.8, seed=5)
     assert torch.equal(shared.completion_ids, alone.completion_ids)
     torch.testing.assert_close(shared.logprobs, alone.logprobs, atol=1e-5, rtol=0)

@@ -60,8 +60,9 @@ def test_selected_logprobs_keeps_batch_shape_and_refuses_a_second_backward():
 
 def _policy_case(model, repeats: int = 1):
     """Left-padded prompts; with repeats, rows 0 and 1 also end early (right padding)."""
-    r = Sampler(model).generate([p for p in PROMPTS for _ in range(repeats)], 6, seed=0,
-                                stop_at_eos=False)  # fmt: skip
+    r = Sampler(model).generate(
+        [p for p in PROMPTS for _ in range(repeats)], 6, seed=0, stop_at_eos=False
+    )
     if repeats > 1:
         r.completion_mask[0, 2:] = 0
         r.completion_mask[1, 4:] = 0
@@ -78,8 +79,9 @@ def test_lean_reference_shares_prompts_to_float_rounding():
         alone = logprobs(lean, r.input_ids, r.attention_mask, P, 0.9, share_prompts=False)
     m = r.completion_mask.bool()
     torch.testing.assert_close(shared[m], alone[m], atol=1e-5, rtol=0)
-    torch.testing.assert_close(shared[m], _reference_logprobs(model, r, P, 0.9)[m].detach(),
-                               atol=1e-5, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        shared[m], _reference_logprobs(model, r, P, 0.9)[m].detach(), atol=1e-5, rtol=0
+    )
 
 
 def _reference_logprobs(model, r, P, temperature):
@@ -101,8 +103,12 @@ def test_rollout_logprobs_and_grads_equal_the_full_logits_path(lora, repeats):
     if lora:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                 init_lora_weights=False))  # fmt: skip
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+            ),
+        )
     assert tl._decoder_and_head(model) is not None
     r, P = _policy_case(model, repeats)
     assert (shared_prompts(r.input_ids, r.attention_mask, P) is not None) == (repeats > 1)

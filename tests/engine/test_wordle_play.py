@@ -10,14 +10,38 @@ from smollab.data.wordle_games import solver_generate
 from smollab.engine import wordle_play
 from smollab.engine.sample_texts import load_sampler
 
-KEYS = {"games", "solved", "turns", "solve_rate", "mean_guesses", "invalid_rate",
-        "format_error_rate", "max_turns", "model", "temperature", "seed", "wall_s"}  # fmt: skip
+KEYS = {
+    "games",
+    "solved",
+    "turns",
+    "solve_rate",
+    "mean_guesses",
+    "invalid_rate",
+    "format_error_rate",
+    "max_turns",
+    "model",
+    "temperature",
+    "seed",
+    "wall_s",
+}
 
 
 def test_micro_model_plays_games_and_writes_the_report_beside_it(micro_model, tmp_path, capsys):
     ckpt = shutil.copytree(micro_model / "checkpoints" / "final", tmp_path / "final")
-    code = main(["sample", str(ckpt), "--wordle-games", "3", "--max-turns", "2",
-                 "--max-new-tokens", "6", "--device", "cpu"])  # fmt: skip
+    code = main(
+        [
+            "sample",
+            str(ckpt),
+            "--wordle-games",
+            "3",
+            "--max-turns",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--device",
+            "cpu",
+        ]
+    )
     assert code == 0
     assert "0/3 games solved" in capsys.readouterr().out
     report = json.loads((ckpt / "wordle_games.json").read_text())
@@ -53,8 +77,9 @@ def test_generate_fn_batches_and_is_reproducible(micro_model):
     prompts = [f"next guess {i}:" for i in range(5)]
 
     def run(temperature):
-        fn = wordle_play.sampler_generate_fn(sampler, tokenizer, max_new_tokens=4,
-                                             temperature=temperature, seed=1, batch_size=2)  # fmt: skip
+        fn = wordle_play.sampler_generate_fn(
+            sampler, tokenizer, max_new_tokens=4, temperature=temperature, seed=1, batch_size=2
+        )
         return fn(prompts), fn(prompts)
 
     first, second = run(1.0)

@@ -15,9 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def bench(workload, overrides, knobs, tmp_path):
     knobs = knobs + (["bf16"] if bf16_ok() else [])
-    result = run_bench(str(ROOT / workload), [*overrides, "perf.device=cuda"], knobs=knobs,
-                       steps=6, out=tmp_path / "bench", recheck=False, min_speedup=100.0,
-                       echo=lambda _: None)  # fmt: skip
+    result = run_bench(
+        str(ROOT / workload),
+        [*overrides, "perf.device=cuda"],
+        knobs=knobs,
+        steps=6,
+        out=tmp_path / "bench",
+        recheck=False,
+        min_speedup=100.0,
+        echo=lambda _: None,
+    )
     assert result["baseline_ok"] and result["device"] == "cuda"
     assert result["skipped"] == []
     by = {r["variant"]: r for r in result["results"]}
@@ -27,8 +34,12 @@ def bench(workload, overrides, knobs, tmp_path):
 
 
 def test_bench_pretrain_on_cuda(micro_pretrain, tmp_path):
-    bench("configs/pretrain/simplestories-1.25m.yaml", micro_pretrain,
-          ["tf32", "fused", "compile", "fp16"], tmp_path)  # fmt: skip
+    bench(
+        "configs/pretrain/simplestories-1.25m.yaml",
+        micro_pretrain,
+        ["tf32", "fused", "compile", "fp16"],
+        tmp_path,
+    )
 
 
 def test_bench_grpo_on_cuda(micro_grpo, tmp_path):

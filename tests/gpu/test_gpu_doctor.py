@@ -18,7 +18,13 @@ def test_doctor_on_cuda(tmp_path, capsys):
     print(capsys.readouterr().out)  # the table, for the log of a GPU run
     assert code == 0 and report["ok"], report
     assert [c["item"] for c in report["checks"]] == [
-        "data", "pretrain", "grpo full", "grpo lora", "sample", "probe k=1,2"]  # fmt: skip
+        "data",
+        "pretrain",
+        "grpo full",
+        "grpo lora",
+        "sample",
+        "probe k=1,2",
+    ]
     by = {it["item"]: it for it in report["items"]}
     assert by["precision fp32"]["status"] == "native"
     ampere = torch.cuda.get_device_capability() >= (8, 0)

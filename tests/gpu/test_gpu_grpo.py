@@ -15,8 +15,11 @@ from tests.gpu.marks import GPU, bf16_ok
 
 pytestmark = GPU
 
-REWARD = {"reward": [{"name": "sentence_length",
-                      "params": {"target": 6, "unit": "words", "mode": "smooth"}}]}  # fmt: skip
+REWARD = {
+    "reward": [
+        {"name": "sentence_length", "params": {"target": 6, "unit": "words", "mode": "smooth"}}
+    ]
+}
 
 
 def grpo(tmp_path, micro_grpo, *extra):

@@ -81,8 +81,10 @@ def test_reduced_precision_stays_close_to_fp32(precision):
         ref = hf(ids, attention_mask=mask, position_ids=positions_from_mask(mask)).logits[real]
         if precision == "tf32":
             torch.backends.cuda.matmul.allow_tf32 = True
-            got, hf_got = lean(ids, mask), hf(ids, attention_mask=mask,
-                                                position_ids=positions_from_mask(mask)).logits  # fmt: skip
+            got, hf_got = (
+                lean(ids, mask),
+                hf(ids, attention_mask=mask, position_ids=positions_from_mask(mask)).logits,
+            )
         else:
             dtype = torch.bfloat16 if precision == "bf16" else torch.float16
             with torch.autocast("cuda", dtype=dtype):

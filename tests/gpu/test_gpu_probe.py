@@ -21,10 +21,26 @@ def test_probe_on_cuda(mps, micro_data, tmp_path, monkeypatch):
     if mps and shutil.which(CONTROL) is None:
         pytest.skip(f"{CONTROL} not found: no CUDA MPS daemon on this machine")
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
-    overrides = ["model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA,
-                 "train.batch_size=8", "train.seq_len=64", "perf.device=cuda"]  # fmt: skip
-    spec = ProbeSpec(command="pretrain", ks=[1, 2], max_k=2, warmup=2, steps=5, split=False,
-                     cache=False, mps=mps, timeout_s=180, dir=str(tmp_path / "probe"))  # fmt: skip
+    overrides = [
+        "model.preset=micro",
+        f"data.dir={micro_data}",
+        *MICRO_DATA,
+        "train.batch_size=8",
+        "train.seq_len=64",
+        "perf.device=cuda",
+    ]
+    spec = ProbeSpec(
+        command="pretrain",
+        ks=[1, 2],
+        max_k=2,
+        warmup=2,
+        steps=5,
+        split=False,
+        cache=False,
+        mps=mps,
+        timeout_s=180,
+        dir=str(tmp_path / "probe"),
+    )
     said: list[str] = []
     result = run_probe(spec, overrides, out=said.append)
     assert result["device"]["kind"] == "cuda"

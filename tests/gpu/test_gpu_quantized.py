@@ -19,8 +19,9 @@ pytestmark = GPU
 
 def test_4bit_base_with_lora_runs_grpo_steps(micro_grpo, micro_model, tmp_path):
     bnb = pytest.importorskip("bitsandbytes", reason="pip install 'smollab[quant]'")
-    cfg = FinetuneModelConfig(preset=None, path=str(micro_model), load_in="4bit",
-                              lora={"enabled": True})  # fmt: skip
+    cfg = FinetuneModelConfig(
+        preset=None, path=str(micro_model), load_in="4bit", lora={"enabled": True}
+    )
     model = build_model(cfg, device=torch.device("cuda"))
     linears = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert linears and all(m.weight.device.type == "cuda" for m in linears)
@@ -28,8 +29,14 @@ def test_4bit_base_with_lora_runs_grpo_steps(micro_grpo, micro_model, tmp_path):
     trainable = [p for p in peft.parameters() if p.requires_grad]
     assert trainable and all(p.device.type == "cuda" for p in trainable)
 
-    run = grpo(tmp_path, micro_grpo, "model.lora.enabled=true", "model.load_in=4bit",
-               "train.max_steps=2", "train.save_interval=0")  # fmt: skip
+    run = grpo(
+        tmp_path,
+        micro_grpo,
+        "model.lora.enabled=true",
+        "model.load_in=4bit",
+        "train.max_steps=2",
+        "train.save_interval=0",
+    )
     log = "\n".join(run.log_lines())
     assert "HF sampler" in log, log  # no lean copy of 4-bit weights
     assert all(r["peak_mem_mb"] > 0 for r in run.metrics())

@@ -11,8 +11,11 @@ pytestmark = GPU
 
 def test_sample_on_cuda_is_seeded(micro_model):
     def texts(seed):
-        return list(sample_texts(str(micro_model), ["Once upon a time", "The dog"], 3, 12, 1.0,
-                                 0.9, 0, seed, "cuda"))  # fmt: skip
+        return list(
+            sample_texts(
+                str(micro_model), ["Once upon a time", "The dog"], 3, 12, 1.0, 0.9, 0, seed, "cuda"
+            )
+        )
 
     a = texts(7)
     assert len(a) == 6 and a == texts(7)
@@ -21,8 +24,18 @@ def test_sample_on_cuda_is_seeded(micro_model):
 
 
 def test_sample_command_on_cuda(micro_model, capsys):
-    argv = ["sample", str(micro_model), "--prompt", "Once upon a time", "--n", "2",
-            "--temperature", "0", "--device", "cuda"]  # fmt: skip
+    argv = [
+        "sample",
+        str(micro_model),
+        "--prompt",
+        "Once upon a time",
+        "--n",
+        "2",
+        "--temperature",
+        "0",
+        "--device",
+        "cuda",
+    ]
     assert main(argv) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]
     assert len(lines) == 2 and lines[0] == lines[1]  # greedy: both the same

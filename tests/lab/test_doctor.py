@@ -83,8 +83,11 @@ def test_every_check_command_line_is_valid(tmp_path, micro_model):
     from smollab.config_load import load_config
     from smollab.lab.probe.spec import load_probe
 
-    for c in [pretrain_check(tmp_path, "cpu"), grpo_check(tmp_path, "cpu", micro_model, False),
-              grpo_check(tmp_path, "cpu", None, True)]:  # fmt: skip
+    for c in [
+        pretrain_check(tmp_path, "cpu"),
+        grpo_check(tmp_path, "cpu", micro_model, False),
+        grpo_check(tmp_path, "cpu", None, True),
+    ]:
         load_config(c.command, c.base, c.args)
     spec, work = load_probe(probe_check(tmp_path, "cpu", 60).base, [])
     assert spec.ks == [1, 2] and not spec.cache and "perf.device=cpu" in work
@@ -98,8 +101,14 @@ def test_every_check_command_line_is_valid(tmp_path, micro_model):
 def test_real_grpo_and_sample_checks_side_by_side(tmp_path, micro_model, micro_data):
     (tmp_path / "data").symlink_to(micro_data)
     said: list[str] = []
-    items = run_stage([grpo_check(tmp_path, "cpu", micro_model, lora=False),
-                       sample_check(tmp_path, "cpu", micro_model)], 300, said.append)  # fmt: skip
+    items = run_stage(
+        [
+            grpo_check(tmp_path, "cpu", micro_model, lora=False),
+            sample_check(tmp_path, "cpu", micro_model),
+        ],
+        300,
+        said.append,
+    )
     assert [it["status"] for it in items] == ["ok", "ok"], items
     assert items[0]["detail"].startswith("3 steps: reward ")
     assert "of 8,784 parameters trained" in items[0]["detail"]
@@ -176,8 +185,13 @@ def fake(tmp_path, monkeypatch):
 
     def device(work, want):
         d = work / "device"
-        return Check("device", "device", [want, str(d / doctor_checks.DEVICE_JSON)], d,
-                     doctor_checks._verify_device)  # fmt: skip
+        return Check(
+            "device",
+            "device",
+            [want, str(d / doctor_checks.DEVICE_JSON)],
+            d,
+            doctor_checks._verify_device,
+        )
 
     monkeypatch.setattr(children, "smollab_argv", argv)
     monkeypatch.setattr(doctor_checks, "device_check", device)
@@ -234,8 +248,11 @@ def test_a_wrong_result_fails_and_later_checks_adapt(fake, tmp_path, capsys, mon
     monkeypatch.setenv("FAKE_BAD", "pretrain,grpo-lora")
     code, report, checks, _ = doctor(tmp_path, capsys, "--keep", str(tmp_path / "w"))
     assert code == 1
-    assert checks["pretrain"] == {**checks["pretrain"], "status": "failed",
-                                  "detail": "the loss did not fall: 5.000 -> 6.000"}  # fmt: skip
+    assert checks["pretrain"] == {
+        **checks["pretrain"],
+        "status": "failed",
+        "detail": "the loss did not fall: 5.000 -> 6.000",
+    }
     assert checks["grpo lora"]["status"] == "failed"
     assert checks["grpo lora"]["detail"].startswith("rewards missing or not finite: [nan")
     assert (

@@ -32,8 +32,11 @@ def test_quantized_loading_off_cuda_names_the_device_and_the_key(kind):
 
 def test_a_missing_bitsandbytes_names_the_extra(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "bitsandbytes" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "bitsandbytes" else real(name, *a),
+    )
     with pytest.raises(UserError) as e:
         check_load_in("4bit", torch.device("cuda", 0))
     assert "bitsandbytes" in str(e.value) and f"smollab[{QUANT_EXTRA}]" in str(e.value)
@@ -44,11 +47,14 @@ def test_none_loads_as_before():
     assert quantized_load_kwargs("none", torch.device("mps"), None) == {}
 
 
-@pytest.mark.parametrize("extra, culprit", [
-    ([], "model.lora.enabled is false"),  # the quantized base cannot train
-    (["grpo.routing.enabled=true"], "grpo.routing"),
-    (["model.lora.enabled=true", "grpo.export_merged=true"], "grpo.export_merged"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "extra, culprit",
+    [
+        ([], "model.lora.enabled is false"),  # the quantized base cannot train
+        (["grpo.routing.enabled=true"], "grpo.routing"),
+        (["model.lora.enabled=true", "grpo.export_merged=true"], "grpo.export_merged"),
+    ],
+)
 def test_config_rules_refuse_what_a_quantized_base_cannot_do(extra, culprit):
     with pytest.raises(UserError, match=culprit):
         load_config("grpo", None, ["model.path=some/run", "model.load_in=4bit", *extra])

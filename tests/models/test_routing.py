@@ -57,8 +57,11 @@ def _per_sample_loss(model, ids, mask):
 
 
 def _grads(model, adapter: str) -> dict[str, torch.Tensor]:
-    return {n: p.grad.clone() for n, p in model.named_parameters()
-            if f".{adapter}." in n and p.grad is not None}  # fmt: skip
+    return {
+        n: p.grad.clone()
+        for n, p in model.named_parameters()
+        if f".{adapter}." in n and p.grad is not None
+    }
 
 
 @pytest.mark.parametrize("mode", ["classic", "exclusive"])
@@ -130,14 +133,30 @@ def routed_run(micro_model, micro_data, tmp_path_factory) -> Path:
     here = os.getcwd()
     os.chdir(micro_model.parent)
     try:
-        grpo.train(load_config("grpo", None, [
-            f"model.path={micro_model.name}", f"data.dir={micro_data}", "train.max_steps=2",
-            "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=8",
-            "train.eval_interval=0", "optim.lr=3e-2", f"run.dir={out}",
-            "grpo.routing.enabled=true", "grpo.routing.retain_r=4", "grpo.routing.forget_r=2",
-            "grpo.routing.layer_stride=2", "grpo.routing.targets=[q,v,down]",
-            "grpo.routing.eval_interval=0", "reward=[{name: happy_binary}]",
-        ]))  # fmt: skip
+        grpo.train(
+            load_config(
+                "grpo",
+                None,
+                [
+                    f"model.path={micro_model.name}",
+                    f"data.dir={micro_data}",
+                    "train.max_steps=2",
+                    "train.batch_size=8",
+                    "grpo.num_generations=4",
+                    "grpo.max_completion_length=8",
+                    "train.eval_interval=0",
+                    "optim.lr=3e-2",
+                    f"run.dir={out}",
+                    "grpo.routing.enabled=true",
+                    "grpo.routing.retain_r=4",
+                    "grpo.routing.forget_r=2",
+                    "grpo.routing.layer_stride=2",
+                    "grpo.routing.targets=[q,v,down]",
+                    "grpo.routing.eval_interval=0",
+                    "reward=[{name: happy_binary}]",
+                ],
+            )
+        )
     finally:
         os.chdir(here)
     return out
@@ -161,8 +180,9 @@ def test_saved_adapters_load_into_peft_and_reproduce_each_mode(routed_run, tmp_p
             torch.testing.assert_close(logprobs(merged, ids, mask, P), want, rtol=1e-5, atol=1e-5)
         assert not torch.allclose(out["retain_only"], out["forget_only"])  # trained apart
         whole = build_model(ModelConfig(preset=None, path=str(routed_run)))  # both merged
-        torch.testing.assert_close(logprobs(whole, ids, mask, P), logprobs(both, ids, mask, P),
-                                   rtol=1e-5, atol=1e-5)  # fmt: skip
+        torch.testing.assert_close(
+            logprobs(whole, ids, mask, P), logprobs(both, ids, mask, P), rtol=1e-5, atol=1e-5
+        )
     names = [n for n, _ in both.named_parameters() if "lora_A" in n]
     assert names and all(".layers.0." in n for n in names)  # layer_stride=2 on 2 layers
 
@@ -178,8 +198,9 @@ def _base(final: Path):
     return AutoModelForCausalLM.from_pretrained(cfg["base_model_name_or_path"])
 
 
-def test_sample_a_routed_run_from_another_working_directory(routed_run, tmp_path, monkeypatch,
-                                                           capsys):  # fmt: skip
+def test_sample_a_routed_run_from_another_working_directory(
+    routed_run, tmp_path, monkeypatch, capsys
+):
     from smollab.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -200,8 +221,11 @@ def test_wrapping_in_peft_prints_no_checkpointing_deprecation():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        apply_routing(build_model(ModelConfig(preset="micro"), vocab_size=300),
-                      RoutingConfig(enabled=True, retain_r=2, forget_r=2))  # fmt: skip
-        apply_lora(build_model(ModelConfig(preset="micro"), vocab_size=300),
-                   LoraConfig(enabled=True, r=2))  # fmt: skip
+        apply_routing(
+            build_model(ModelConfig(preset="micro"), vocab_size=300),
+            RoutingConfig(enabled=True, retain_r=2, forget_r=2),
+        )
+        apply_lora(
+            build_model(ModelConfig(preset="micro"), vocab_size=300), LoraConfig(enabled=True, r=2)
+        )
     assert not [w for w in caught if "is_gradient_checkpointing" in str(w.message)]

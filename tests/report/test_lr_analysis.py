@@ -10,8 +10,15 @@ STEPS = [float(s) for s in range(0, 101, 10)]
 
 
 def curve(name, lr, losses, status="completed", seed=0, final=None):
-    return RunCurve(name=name, lr=lr, seed=seed, status=status, steps=STEPS[: len(losses)],
-                    loss=losses, final=final)  # fmt: skip
+    return RunCurve(
+        name=name,
+        lr=lr,
+        seed=seed,
+        status=status,
+        steps=STEPS[: len(losses)],
+        loss=losses,
+        final=final,
+    )
 
 
 def decay(start, end, n=11, rate=0.5):
@@ -29,8 +36,14 @@ UP = curve("up", 1e-1, [8, 9, 12, 15])  # no NaN and not flagged by the run: sti
 def test_patterns():
     a = analyze([SLOW, GOOD, GOOD2, SPIKY, NAN, UP])
     patterns = {r.name: r.pattern for r in a.runs}
-    assert patterns == {"slow": "too slow", "good": "converged", "good2": "converged",
-                        "spiky": "unstable", "nan": "diverged", "up": "diverged"}  # fmt: skip
+    assert patterns == {
+        "slow": "too slow",
+        "good": "converged",
+        "good2": "converged",
+        "spiky": "unstable",
+        "nan": "diverged",
+        "up": "diverged",
+    }
     why = {r.name: r.why for r in a.runs}
     assert "still falling" in why["slow"] and "above its start" in why["up"]
 
@@ -44,9 +57,12 @@ def test_best_first_diverging_and_ratio():
 
 
 def test_seeds_average_and_any_diverged_seed_disqualifies():
-    runs = [curve("a0", 1e-3, decay(8, 2.2), seed=0), curve("a1", 1e-3, decay(8, 2.0), seed=1),
-            curve("b0", 3e-3, decay(8, 1.9), seed=0), curve("b1", 3e-3, [8, float("inf")], seed=1,
-                                                              status="diverged")]  # fmt: skip
+    runs = [
+        curve("a0", 1e-3, decay(8, 2.2), seed=0),
+        curve("a1", 1e-3, decay(8, 2.0), seed=1),
+        curve("b0", 3e-3, decay(8, 1.9), seed=0),
+        curve("b1", 3e-3, [8, float("inf")], seed=1, status="diverged"),
+    ]
     a = analyze(runs)
     per = {p["lr"]: p for p in a.per_lr}
     assert math.isclose(per[1e-3]["mean"], 2.14, rel_tol=1e-2) and per[1e-3]["n"] == 2

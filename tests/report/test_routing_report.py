@@ -13,17 +13,24 @@ from smollab.report.routing import final_by_mode, read_routing_eval, task_reward
 from smollab.report.run_report import write_run_report
 from tests.report.test_sweep_report import fake_run
 
-CONFIG = {"model": {"path": "runs/base"}, "optim": {"lr": 3e-4}, "train": {"batch_size": 8},
-          "run": {"seed": 0},
-          "reward": [{"name": "sentence_length", "weight": 1.0},
-                     {"name": "happy_binary", "weight": 0.5}],
-          "grpo": {"routing": {"enabled": True, "mode": "classic",
-                               "hack_reward": "happy_binary"}}}  # fmt: skip
+CONFIG = {
+    "model": {"path": "runs/base"},
+    "optim": {"lr": 3e-4},
+    "train": {"batch_size": 8},
+    "run": {"seed": 0},
+    "reward": [{"name": "sentence_length", "weight": 1.0}, {"name": "happy_binary", "weight": 0.5}],
+    "grpo": {"routing": {"enabled": True, "mode": "classic", "hack_reward": "happy_binary"}},
+}
 
 # (step, mode) -> (sentence_length, happy_binary, hack_rate)
-EVAL = {(10, "both"): (0.2, 0.3, 0.3), (10, "retain_only"): (0.2, 0.2, 0.2),
-        (10, "forget_only"): (0.1, 0.3, 0.3), (20, "both"): (0.5, 0.9, 0.9),
-        (20, "retain_only"): (0.45, 0.0, 0.0), (20, "forget_only"): (0.1, 1.0, 1.0)}  # fmt: skip
+EVAL = {
+    (10, "both"): (0.2, 0.3, 0.3),
+    (10, "retain_only"): (0.2, 0.2, 0.2),
+    (10, "forget_only"): (0.1, 0.3, 0.3),
+    (20, "both"): (0.5, 0.9, 0.9),
+    (20, "retain_only"): (0.45, 0.0, 0.0),
+    (20, "forget_only"): (0.1, 1.0, 1.0),
+}
 
 
 def routed_run(d: Path, torn: bool = False) -> Path:
@@ -31,9 +38,16 @@ def routed_run(d: Path, torn: bool = False) -> Path:
     (d / "config.json").write_text(json.dumps(CONFIG))
     lines = []
     for (step, mode), (task, hack_r, rate) in EVAL.items():
-        row = {"step": step, "mode": mode, "reward_mean": task + 0.5 * hack_r,
-               "reward/sentence_length": task, "reward/happy_binary": hack_r,
-               "hack_rate": rate, "unique_fraction": 0.75, "jaccard": 0.125}  # fmt: skip
+        row = {
+            "step": step,
+            "mode": mode,
+            "reward_mean": task + 0.5 * hack_r,
+            "reward/sentence_length": task,
+            "reward/happy_binary": hack_r,
+            "hack_rate": rate,
+            "unique_fraction": 0.75,
+            "jaccard": 0.125,
+        }
         lines.append(json.dumps(row))
     text = "\n".join(lines) + "\n" + ('{"step": 30, "mo' if torn else "")
     (d / "routing_eval.jsonl").write_text(text)

@@ -13,8 +13,19 @@ from smollab.report.run_report import write_run_report
 from smollab.report.sweep_data import load_sweep
 from smollab.report.sweep_report import write_sweep_report
 
-COLS = ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "grad_norm",
-        "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
+COLS = [
+    "step",
+    "tokens",
+    "wall_s",
+    "train_s",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "grad_norm",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_mb",
+]
 
 
 def fake_run(d: Path, lr: float, losses: list[float], status: str = "completed", evidence=None):
@@ -24,11 +35,29 @@ def fake_run(d: Path, lr: float, losses: list[float], status: str = "completed",
         w.writeheader()
         for i, loss in enumerate(losses):
             step = 10 * (i + 1)
-            w.writerow({"step": step, "tokens": step * 4096, "wall_s": step / 10, "train_s": step / 10,
-                        "lr": lr, "train_loss": loss, "val_loss": loss + 0.05 if i % 2 else "",
-                        "tokens_per_s": 8000, "peak_mem_mb": 300})  # fmt: skip
-    (d / "summary.json").write_text(json.dumps({"status": status, "evidence": evidence,
-                                                "command": "pretrain", "steps": 10 * len(losses)}))  # fmt: skip
+            w.writerow(
+                {
+                    "step": step,
+                    "tokens": step * 4096,
+                    "wall_s": step / 10,
+                    "train_s": step / 10,
+                    "lr": lr,
+                    "train_loss": loss,
+                    "val_loss": loss + 0.05 if i % 2 else "",
+                    "tokens_per_s": 8000,
+                    "peak_mem_mb": 300,
+                }
+            )
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "status": status,
+                "evidence": evidence,
+                "command": "pretrain",
+                "steps": 10 * len(losses),
+            }
+        )
+    )
 
 
 def fake_lr_sweep(d: Path, seeds=(0, 1)) -> Path:
@@ -46,18 +75,34 @@ def fake_lr_sweep(d: Path, seeds=(0, 1)) -> Path:
                 status, ev = "completed", None
             fake_run(d / "trials" / name, lr, losses, status, ev)
             final = losses[-1] + 0.05 if status == "completed" else ""
-            rows.append({"trial": f"{n:03d}", "optim.lr": lr, "seed": seed, "status": status,
-                         "val_loss": final, "steps": 10 * len(losses), "wall_s": 3.0,
-                         "reason": ev or "", "run_dir": f"trials/{name}"})  # fmt: skip
+            rows.append(
+                {
+                    "trial": f"{n:03d}",
+                    "optim.lr": lr,
+                    "seed": seed,
+                    "status": status,
+                    "val_loss": final,
+                    "steps": 10 * len(losses),
+                    "wall_s": 3.0,
+                    "reason": ev or "",
+                    "run_dir": f"trials/{name}",
+                }
+            )
             n += 1
     with open(d / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    spec = {"command": "pretrain", "base": "configs/pretrain/simplestories-1.25m.yaml",
-            "overrides": {"train.max_steps": 100}, "space": {"optim.lr": lrs},
-            "sampler": "grid", "seeds": list(seeds), "metric": {"name": "val_loss", "goal": "min"},
-            "pruner": {"type": "none"}}  # fmt: skip
+    spec = {
+        "command": "pretrain",
+        "base": "configs/pretrain/simplestories-1.25m.yaml",
+        "overrides": {"train.max_steps": 100},
+        "space": {"optim.lr": lrs},
+        "sampler": "grid",
+        "seeds": list(seeds),
+        "metric": {"name": "val_loss", "goal": "min"},
+        "pruner": {"type": "none"},
+    }
     (d / "sweep.json").write_text(json.dumps({"spec": spec, "identity": spec}))
     return d
 
@@ -130,8 +175,16 @@ def test_running_rows_of_a_dead_sweep_read_as_their_runs_ended(tmp_path):
 def test_run_report_and_the_cli(tmp_path, capsys):
     run = tmp_path / "run"
     fake_run(run, 1e-3, [8, 6, 4, 3], status="completed")
-    (run / "config.json").write_text(json.dumps({"model": {"preset": "micro"}, "optim": {"lr": 1e-3},
-                                                 "train": {"batch_size": 4}, "run": {"seed": 0}}))  # fmt: skip
+    (run / "config.json").write_text(
+        json.dumps(
+            {
+                "model": {"preset": "micro"},
+                "optim": {"lr": 1e-3},
+                "train": {"batch_size": 4},
+                "run": {"seed": 0},
+            }
+        )
+    )
     text = write_run_report(run).read_text()
     assert "status: **completed**" in text and "plots/loss_curves.png" in text
     assert (run / "plots" / "loss_curves.png").exists()

@@ -27,16 +27,28 @@ CASES = {
     "pawn push": (START, "e2e4", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"),
     "pawn push san": (START, "e4", "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq e3 0 1"),
     "knight": (START, "Nf3", "rnbqkbnr/pppppppp/8/8/8/5N2/PPPPPPPP/RNBQKB1R b KQkq - 1 1"),
-    "castling": ("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", "e1g1",
-                 "r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1"),
-    "castling long san": ("r3k2r/8/8/8/8/8/8/R3K2R b KQkq - 3 7", "O-O-O",
-                          "2kr3r/8/8/8/8/8/8/R3K2R w KQ - 4 8"),
-    "en passant": ("rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", "e5f6",
-                   "rnbqkbnr/ppp1p1pp/5P2/3p4/8/8/PPPP1PPP/RNBQKBNR b KQkq - 0 3"),
+    "castling": (
+        "r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1",
+        "e1g1",
+        "r3k2r/8/8/8/8/8/8/R4RK1 b kq - 1 1",
+    ),
+    "castling long san": (
+        "r3k2r/8/8/8/8/8/8/R3K2R b KQkq - 3 7",
+        "O-O-O",
+        "2kr3r/8/8/8/8/8/8/R3K2R w KQ - 4 8",
+    ),
+    "en passant": (
+        "rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3",
+        "e5f6",
+        "rnbqkbnr/ppp1p1pp/5P2/3p4/8/8/PPPP1PPP/RNBQKBNR b KQkq - 0 3",
+    ),
     "promotion": ("8/P7/8/8/8/8/8/k6K w - - 0 50", "a7a8q", "Q7/8/8/8/8/8/8/k6K b - - 0 50"),
-    "underpromotion san": ("8/P7/8/8/8/8/8/k6K w - - 5 50", "a8=N",
-                           "N7/8/8/8/8/8/8/k6K b - - 0 50"),
-}  # fmt: skip
+    "underpromotion san": (
+        "8/P7/8/8/8/8/8/k6K w - - 5 50",
+        "a8=N",
+        "N7/8/8/8/8/8/8/k6K b - - 0 50",
+    ),
+}
 
 
 def prompt(fen: str, move: str) -> str:
@@ -77,7 +89,11 @@ def test_fen_exact_without_clocks_compares_four_fields():
     wrong_castle = after.replace(" kq ", " KQkq ")
     assert fen_exact([four, wrong_clock, wrong_castle], [p] * 3) == [0.0, 0.0, 0.0]
     assert fen_exact([four, wrong_clock, wrong_castle, four + " x"], [p] * 4, clocks=False) == [
-        1.0, 1.0, 0.0, 0.0]  # fmt: skip
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+    ]
 
 
 CORRUPT = {
@@ -125,12 +141,18 @@ def test_each_completion_is_scored_against_its_own_prompt():
     assert d[:2] == [1.0, 1.0] and max(d[2:]) < 0.8
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("Once upon a time", "is not 'FEN: <fen> Move: <move> Next FEN:'"),
-    (prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1", "e2e4"), "is not a valid position"),
-    (prompt(START.lower(), "e2e4"), "data.tokenizer=bpe"),
-    (prompt(START, "e2e5"), "move 'e2e5' is not legal"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("Once upon a time", "is not 'FEN: <fen> Move: <move> Next FEN:'"),
+        (
+            prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1", "e2e4"),
+            "is not a valid position",
+        ),
+        (prompt(START.lower(), "e2e4"), "data.tokenizer=bpe"),
+        (prompt(START, "e2e5"), "move 'e2e5' is not legal"),
+    ],
+)
 def test_a_prompt_that_is_not_a_chess_prompt_is_one_line(bad, match):
     with pytest.raises(UserError, match=match) as e:
         fen_exact(["x"], [bad])
@@ -143,8 +165,13 @@ def test_a_prompt_that_is_not_a_chess_prompt_is_one_line(bad, match):
 
 
 def test_registered_and_validated_with_a_chess_probe():
-    r = validate_specs([{"name": "fen_valid"}, {"name": "fen_exact", "params": {"clocks": False}},
-                        {"name": "fen_distance", "weight": 0.5}])  # fmt: skip
+    r = validate_specs(
+        [
+            {"name": "fen_valid"},
+            {"name": "fen_exact", "params": {"clocks": False}},
+            {"name": "fen_distance", "weight": 0.5},
+        ]
+    )
     fen, move, after = CASES["knight"]
     out = compute_rewards(r, [prompt(fen, move)], [after])
     assert out == {"fen_valid": [1.0], "fen_exact": [1.0], "fen_distance": [1.0]}

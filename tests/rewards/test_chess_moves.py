@@ -93,12 +93,15 @@ def test_registered_and_own_piece_validated_by_the_registry():
         validate_specs([{"name": "chess_legal_move", "params": {"own": 0.1}}])
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("Once upon a time", "is not 'FEN: <fen> Move:'"),
-    (prompt(START) + " e2e4 Next FEN:", "is not 'FEN: <fen> Move:'"),  # a FEN-transition prompt
-    (prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1"), "is not a valid position"),
-    (prompt(START.lower()), "data.tokenizer=bpe"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("Once upon a time", "is not 'FEN: <fen> Move:'"),
+        (prompt(START) + " e2e4 Next FEN:", "is not 'FEN: <fen> Move:'"),  # a FEN-transition prompt
+        (prompt("rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP w KQkq - 0 1"), "is not a valid position"),
+        (prompt(START.lower()), "data.tokenizer=bpe"),
+    ],
+)
 def test_a_prompt_that_is_not_a_move_prompt_is_one_line(bad, match):
     with pytest.raises(UserError, match=match) as e:
         chess_legal_move([""], [bad])

@@ -11,23 +11,27 @@ from smollab.rewards.word_problems import final_answer, word_problem_correct
 
 ADD = "lily has 3 apples. she finds 4 more. how many apples does lily have now? answer:"
 TAKE = "tom has 12 shells. he gives 5 to mia. how many shells does tom have now? answer:"
-GROUPS = ("ava has 3 boxes with 6 marbles in each box. how many marbles does ava have in all? "
-          "answer:")  # fmt: skip
+GROUPS = (
+    "ava has 3 boxes with 6 marbles in each box. how many marbles does ava have in all? answer:"
+)
 
 
-@pytest.mark.parametrize("completion, expected", [
-    (" 7", 7),
-    (" 3 + 4 = 7", 7),
-    ("3+4=7 and then lily smiled.", 7),
-    (" 12 - 5 = -7", -7),
-    (" lily has 7 apples now.", 7),
-    ("\n\n 7\n 9", 7),  # the first non-empty line only
-    (" 3 + 4 =", None),  # an "=" with nothing after it: no answer, even though 3 is there
-    (" 3 + 4 = seven", None),
-    (" seven", None),
-    ("", None),
-    (" 7 = 3 + 4", 3),  # after the first "=": the integer right there
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        (" 7", 7),
+        (" 3 + 4 = 7", 7),
+        ("3+4=7 and then lily smiled.", 7),
+        (" 12 - 5 = -7", -7),
+        (" lily has 7 apples now.", 7),
+        ("\n\n 7\n 9", 7),  # the first non-empty line only
+        (" 3 + 4 =", None),  # an "=" with nothing after it: no answer, even though 3 is there
+        (" 3 + 4 = seven", None),
+        (" seven", None),
+        ("", None),
+        (" 7 = 3 + 4", 3),  # after the first "=": the integer right there
+    ],
+)
 def test_final_answer(completion, expected):
     assert final_answer(completion) == expected
 
@@ -48,12 +52,15 @@ def test_a_decoded_prompt_with_other_case_and_spacing_still_parses():
     assert word_problem_correct([" 7", " 7"], [spaced, capital]) == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("prompt", [
-    "Once upon a time",
-    "lily has 3 apples. she finds 4 more. how many pears does lily have now? answer:",
-    "lily has 3 apples. she finds 4 more. how many apples does tom have now? answer:",
-    "lily has 3 apples. she finds 4 more. how many apples does lily have now?",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "Once upon a time",
+        "lily has 3 apples. she finds 4 more. how many pears does lily have now? answer:",
+        "lily has 3 apples. she finds 4 more. how many apples does tom have now? answer:",
+        "lily has 3 apples. she finds 4 more. how many apples does lily have now?",
+    ],
+)
 def test_a_prompt_of_no_template_is_refused_in_one_line(prompt):
     with pytest.raises(UserError, match="^word problems: prompt .* matches no template") as e:
         word_problem_correct([" 7"], [prompt])

@@ -85,8 +85,9 @@ def test_tensorboard_pretrain_equals_metrics_csv(micro_pretrain, tmp_path):
     assert b'"lr": 0.01' in config.tensor_proto.string_val[0]
 
 
-def test_tensorboard_after_a_crash_and_resume_equals_metrics_csv(micro_pretrain, tmp_path,
-                                                                 monkeypatch):  # fmt: skip
+def test_tensorboard_after_a_crash_and_resume_equals_metrics_csv(
+    micro_pretrain, tmp_path, monkeypatch
+):
     """The crashed process logged step 15 past its step-10 checkpoint; the resumed one logs 15
     again: TensorBoard, like metrics.csv, holds each step once, the resumed value."""
     pytest.importorskip("tensorboard")
@@ -226,8 +227,9 @@ def _wandb_attempt(file: Path) -> tuple[object, dict[str, dict[int, float]]]:
     return info, series
 
 
-def test_wandb_resume_is_a_new_run_holding_the_steps_it_logged(micro_pretrain, tmp_path,
-                                                               monkeypatch):  # fmt: skip
+def test_wandb_resume_is_a_new_run_holding_the_steps_it_logged(
+    micro_pretrain, tmp_path, monkeypatch
+):
     """W&B ignores steps at or below a run's last: a resumed attempt (from the step-10 checkpoint,
     after a crash past step 15) is a run of its own, `run-resume10`, in the same group."""
     pytest.importorskip("wandb")
@@ -247,7 +249,8 @@ def test_wandb_resume_is_a_new_run_holding_the_steps_it_logged(micro_pretrain, t
     csv = csv_series(run)
     assert sorted(dead["train_loss"]) == [1, 5, 10, 15]
     assert {k: {s: v for s, v in d.items() if s <= 10} for k, d in dead.items()} == {
-        k: {s: v for s, v in d.items() if s <= 10} for k, d in csv.items()}  # fmt: skip
+        k: {s: v for s, v in d.items() if s <= 10} for k, d in csv.items()
+    }
     assert resumed == {k: {s: v for s, v in d.items() if s > 10} for k, d in csv.items()}
 
 
@@ -276,8 +279,14 @@ def test_trackio_equals_metrics_csv(micro_pretrain, tmp_path):
         ),
     }
     overrides = [*micro_pretrain, "run.report_to=trackio", "run.group=sweep-x"]
-    out = subprocess.run([sys.executable, "-c", TRACKIO_RUN, json.dumps(overrides)], env=env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", TRACKIO_RUN, json.dumps(overrides)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(
         x.split("=", 1) for x in out.stdout.splitlines() if x.startswith(("LOGS=", "CONFIG="))
@@ -322,8 +331,9 @@ def test_missing_package_is_one_line_before_any_work(micro_pretrain, tmp_path, m
     from smollab.lab.sweep.spec_load import load_spec
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "wandb" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
     line = "run.report_to wandb: the wandb package is not installed; pip install 'smollab[wandb]'"
     fresh = [x for x in micro_pretrain if not x.startswith("data.dir=")]
     fresh.append(f"data.dir={tmp_path / 'data'}")  # not prepared: preparing it would be work
@@ -332,10 +342,17 @@ def test_missing_package_is_one_line_before_any_work(micro_pretrain, tmp_path, m
     assert str(e.value) == f"config: {line}"
     assert not (tmp_path / "run").exists() and not (tmp_path / "data").exists()
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump(dict(
-        command="pretrain", overrides={"model.preset": "micro", "run.report_to": ["wandb"]},
-        space={"optim.lr": [1e-2, 3e-3]}, metric={"name": "val_loss", "goal": "min"},
-        dir=str(tmp_path / "sweep"))))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            dict(
+                command="pretrain",
+                overrides={"model.preset": "micro", "run.report_to": ["wandb"]},
+                space={"optim.lr": [1e-2, 3e-3]},
+                metric={"name": "val_loss", "goal": "min"},
+                dir=str(tmp_path / "sweep"),
+            )
+        )
+    )
     with pytest.raises(UserError, match=line.replace("[", r"\[").replace("]", r"\]")):
         load_spec(spec)
     assert not (tmp_path / "sweep").exists()
@@ -362,8 +379,7 @@ def test_tracker_error_keeps_every_csv_row(micro_pretrain, tmp_path, monkeypatch
     run = RunView(tmp_path / "run")
     assert summary["status"] == "completed" and Flaky.rows == 2
     assert [r["step"] for r in run.metrics()] == [1, 5, 10, 15, 20]
-    assert run.summary()["tracker_errors"] == {
-        "tensorboard": "ConnectionError: upload refused"}  # fmt: skip
+    assert run.summary()["tracker_errors"] == {"tensorboard": "ConnectionError: upload refused"}
     assert sum("tracker tensorboard failed" in x for x in run.log_lines()) == 1
 
 
@@ -381,13 +397,25 @@ def test_sweep_trials_log_as_runs_grouped_by_the_study(micro_pretrain, tmp_path,
 
     monkeypatch.setenv("WANDB_MODE", "offline")  # the children inherit it
     monkeypatch.setenv("WANDB_CONSOLE", "off")
-    overrides = {k: yaml.safe_load(v) for k, v in (x.split("=", 1) for x in micro_pretrain)
-                 if k not in ("run.dir", "optim.lr")}  # fmt: skip
+    overrides = {
+        k: yaml.safe_load(v)
+        for k, v in (x.split("=", 1) for x in micro_pretrain)
+        if k not in ("run.dir", "optim.lr")
+    }
     overrides.update({"train.max_steps": 10, "run.report_to": ["tensorboard", "wandb"]})
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(yaml.safe_dump(dict(
-        command="pretrain", overrides=overrides, space={"optim.lr": [1e-2, 3e-3]},
-        metric={"name": "val_loss", "goal": "min"}, concurrency=2, dir=str(tmp_path / "sweep"))))  # fmt: skip
+    spec_path.write_text(
+        yaml.safe_dump(
+            dict(
+                command="pretrain",
+                overrides=overrides,
+                space={"optim.lr": [1e-2, 3e-3]},
+                metric={"name": "val_loss", "goal": "min"},
+                concurrency=2,
+                dir=str(tmp_path / "sweep"),
+            )
+        )
+    )
     assert run_sweep(load_spec(spec_path)) == {"completed": 2}
     study = open_study(load_spec(spec_path), tmp_path / "sweep").study_name
     trials = sorted((tmp_path / "sweep" / "trials").iterdir())

@@ -113,28 +113,63 @@ def _sft_runs(tmp, micro_model) -> list[list[str]]:
     stories = generate_stories(40, seed=2)
     pairs = [{"q": " ".join(s.split()[:6]), "a": " " + " ".join(s.split()[6:14])} for s in stories]
     jl, ev, ds = tmp / "sft.jsonl", tmp / "sft_eval.jsonl", tmp / "sft_ds"
-    jl.write_text("".join(json.dumps({"prompt": p["q"], "completion": p["a"]}) + "\n"
-                          for p in pairs))  # fmt: skip
+    jl.write_text(
+        "".join(json.dumps({"prompt": p["q"], "completion": p["a"]}) + "\n" for p in pairs)
+    )
     ds.mkdir()
     for name, part in (("train", stories[:30]), ("test", stories[30:])):
         (ds / f"{name}.jsonl").write_text("".join(json.dumps({"story": t}) + "\n" for t in part))
     (tmp / "sft_q.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs[:30]))
     ev.write_text("".join(json.dumps(p) + "\n" for p in pairs[30:]))
-    common = [f"model.path={micro_model}", "train.batch_size=4", "train.seq_len=32",
-              "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
-              "train.log_interval=1", "optim.warmup_steps=1"]  # fmt: skip
+    common = [
+        f"model.path={micro_model}",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.eval_interval=2",
+        "train.save_interval=2",
+        "train.keep_last=1",
+        "train.log_interval=1",
+        "optim.warmup_steps=1",
+    ]
     return [
-        ["sft", *common, f"data.train_file={jl}", "data.eval_fraction=0.2", "data.seed=1",
-         "sft.packing=true", "data.num_workers=1", "data.prefetch_factor=2", "train.epochs=0.5",
-         f"run.dir={tmp / 'sft1'}"],
-        ["sft", *common, "train.max_steps=3", "model.lora.enabled=true", "model.lora.r=2",
-         f"data.hf_dataset={ds}", "data.split=train", "data.eval_split=test",
-         "data.text_field=story", "sft.completion_only_loss=false", "run.name=keys-sft"],
-        ["sft", *common, "train.max_steps=3", f"data.train_file={tmp / 'sft_q.jsonl'}",
-         f"data.eval_file={ev}", "data.prompt_field=q", "data.completion_field=a",
-         "optim.schedule=wsd", "optim.decay_fraction=0.5",
-         f"run.dir={tmp / 'sft3'}"],
-    ]  # fmt: skip
+        [
+            "sft",
+            *common,
+            f"data.train_file={jl}",
+            "data.eval_fraction=0.2",
+            "data.seed=1",
+            "sft.packing=true",
+            "data.num_workers=1",
+            "data.prefetch_factor=2",
+            "train.epochs=0.5",
+            f"run.dir={tmp / 'sft1'}",
+        ],
+        [
+            "sft",
+            *common,
+            "train.max_steps=3",
+            "model.lora.enabled=true",
+            "model.lora.r=2",
+            f"data.hf_dataset={ds}",
+            "data.split=train",
+            "data.eval_split=test",
+            "data.text_field=story",
+            "sft.completion_only_loss=false",
+            "run.name=keys-sft",
+        ],
+        [
+            "sft",
+            *common,
+            "train.max_steps=3",
+            f"data.train_file={tmp / 'sft_q.jsonl'}",
+            f"data.eval_file={ev}",
+            "data.prompt_field=q",
+            "data.completion_field=a",
+            "optim.schedule=wsd",
+            "optim.decay_fraction=0.5",
+            f"run.dir={tmp / 'sft3'}",
+        ],
+    ]
 
 
 def _rft_runs(tmp, micro_model) -> list[list[str]]:
@@ -146,30 +181,70 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
     openings = [" ".join(s.split()[:4]) for s in generate_stories(9, seed=4)]
     (tmp / "rft_train.txt").write_text("\n".join(openings[:6]) + "\n")
     (tmp / "rft_eval.txt").write_text("\n".join(openings[6:]) + "\n")
-    common = ["rft", f"model.path={micro_model}", f"rft.prompts_file={tmp / 'rft_train.txt'}",
-              f"rft.eval_prompts_file={tmp / 'rft_eval.txt'}", "rft.rounds=2", "rft.oversample=3",
-              "rft.max_new_tokens=6", "rft.gen_batch_size=4", "train.batch_size=4",
-              "train.seq_len=32", "train.log_interval=1", "train.save_interval=2",
-              "train.keep_last=1", "optim.warmup_steps=1"]  # fmt: skip
+    common = [
+        "rft",
+        f"model.path={micro_model}",
+        f"rft.prompts_file={tmp / 'rft_train.txt'}",
+        f"rft.eval_prompts_file={tmp / 'rft_eval.txt'}",
+        "rft.rounds=2",
+        "rft.oversample=3",
+        "rft.max_new_tokens=6",
+        "rft.gen_batch_size=4",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.log_interval=1",
+        "train.save_interval=2",
+        "train.keep_last=1",
+        "optim.warmup_steps=1",
+    ]
     return [
-        [*common, "rft.restart_from=base", "rft.keep.threshold=null", "rft.keep.top_k=2",
-         "rft.dedup=false", "rft.temperature=1.2", "rft.top_p=0.9", "rft.eval_temperature=1.0",
-         "rft.eval_samples=2", "rft.accuracy_reward=sentence_length",
-         "reward=[{name: sentence_length, weight: 2.0, params: {target: 3}}]",
-         "train.epochs=0.5", "sft.packing=true", "sft.completion_only_loss=false",
-         f"run.dir={tmp / 'rft1'}"],
-        [*common, "rft.keep.threshold=-1000", "reward=[{name: sentence_length}]",
-         "train.epochs=null", "train.max_steps=3", "train.max_time=600",
-         "train.diverge_factor=50", "train.grad_accum=2", "model.lora.enabled=true",
-         "model.lora.r=2", "model.lora.alpha=4", "model.lora.dropout=0.1",
-         "model.lora.targets=[q,v]", "optim.schedule=wsd", "optim.decay_fraction=0.5",
-         "run.name=keys-rft"],
-    ]  # fmt: skip
+        [
+            *common,
+            "rft.restart_from=base",
+            "rft.keep.threshold=null",
+            "rft.keep.top_k=2",
+            "rft.dedup=false",
+            "rft.temperature=1.2",
+            "rft.top_p=0.9",
+            "rft.eval_temperature=1.0",
+            "rft.eval_samples=2",
+            "rft.accuracy_reward=sentence_length",
+            "reward=[{name: sentence_length, weight: 2.0, params: {target: 3}}]",
+            "train.epochs=0.5",
+            "sft.packing=true",
+            "sft.completion_only_loss=false",
+            f"run.dir={tmp / 'rft1'}",
+        ],
+        [
+            *common,
+            "rft.keep.threshold=-1000",
+            "reward=[{name: sentence_length}]",
+            "train.epochs=null",
+            "train.max_steps=3",
+            "train.max_time=600",
+            "train.diverge_factor=50",
+            "train.grad_accum=2",
+            "model.lora.enabled=true",
+            "model.lora.r=2",
+            "model.lora.alpha=4",
+            "model.lora.dropout=0.1",
+            "model.lora.targets=[q,v]",
+            "optim.schedule=wsd",
+            "optim.decay_fraction=0.5",
+            "run.name=keys-rft",
+        ],
+    ]
 
 
-MICRO = ["data.vocab_size=256", "train.max_steps=3",
-         "train.eval_interval=2", "train.save_interval=2", "train.keep_last=1",
-         "train.log_interval=1", "run.plots=false"]  # fmt: skip
+MICRO = [
+    "data.vocab_size=256",
+    "train.max_steps=3",
+    "train.eval_interval=2",
+    "train.save_interval=2",
+    "train.keep_last=1",
+    "train.log_interval=1",
+    "run.plots=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -178,47 +253,109 @@ def covered(micro_model, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("keys")
     files = _story_files(tmp)
     files_data = ["data.source=files", f"data.files=[{','.join(files)}]", "data.vocab_size=256"]
-    pretrain = ["model.preset=micro", *MICRO, "train.batch_size=2", "train.seq_len=16",
-                "train.eval_tokens=64", "optim.warmup_steps=1"]  # fmt: skip
-    grpo = [*MICRO, "train.batch_size=8", "grpo.num_generations=4",
-            "grpo.max_completion_length=8", "grpo.eval_prompts=2", "optim.schedule=wsd",
-            "optim.min_lr=1e-6", "optim.lr=1e-4"]  # fmt: skip
+    pretrain = [
+        "model.preset=micro",
+        *MICRO,
+        "train.batch_size=2",
+        "train.seq_len=16",
+        "train.eval_tokens=64",
+        "optim.warmup_steps=1",
+    ]
+    grpo = [
+        *MICRO,
+        "train.batch_size=8",
+        "grpo.num_generations=4",
+        "grpo.max_completion_length=8",
+        "grpo.eval_prompts=2",
+        "optim.schedule=wsd",
+        "optim.min_lr=1e-6",
+        "optim.lr=1e-4",
+    ]
     runs = {
         "data": [
-            ["data", "prepare", f"data.dir={tmp / 'd1'}", "data.num_stories=100",
-             "data.vocab_size=256"],
+            [
+                "data",
+                "prepare",
+                f"data.dir={tmp / 'd1'}",
+                "data.num_stories=100",
+                "data.vocab_size=256",
+            ],
             ["data", "prepare", f"data.dir={tmp / 'd2'}", *files_data],
         ],
         "pretrain": [  # offline data and cosine; files data, wsd and the default run dir
-            ["pretrain", *pretrain, f"data.dir={tmp / 'p1'}", "data.num_stories=400",
-             f"run.dir={tmp / 'pre1'}"],
-            ["pretrain", *pretrain, f"data.dir={tmp / 'p2'}", *files_data[:2],
-             "optim.schedule=wsd", "optim.decay_fraction=0.5", "run.name=keys"],
+            [
+                "pretrain",
+                *pretrain,
+                f"data.dir={tmp / 'p1'}",
+                "data.num_stories=400",
+                f"run.dir={tmp / 'pre1'}",
+            ],
+            [
+                "pretrain",
+                *pretrain,
+                f"data.dir={tmp / 'p2'}",
+                *files_data[:2],
+                "optim.schedule=wsd",
+                "optim.decay_fraction=0.5",
+                "run.name=keys",
+            ],
         ],
         "grpo": [  # full fine-tuning with a failure flagged; LoRA on a preset and files data,
             # each batch used twice
-            ["grpo", *grpo, f"model.path={micro_model}", f"data.dir={tmp / 'g1'}",
-             "data.num_stories=400", f"run.dir={tmp / 'grpo1'}", "failure.max_jaccard=0",
-             "failure.patience=1", "failure.action=flag"],
-            ["grpo", *grpo, "model.preset=micro", f"data.dir={tmp / 'g2'}", *files_data[:2],
-             "model.lora.enabled=true",
-             "model.lora.r=2", "grpo.export_merged=true", "grpo.num_iterations=2",
-             "grpo.epsilon_high=0.3", "run.name=keys"],
+            [
+                "grpo",
+                *grpo,
+                f"model.path={micro_model}",
+                f"data.dir={tmp / 'g1'}",
+                "data.num_stories=400",
+                f"run.dir={tmp / 'grpo1'}",
+                "failure.max_jaccard=0",
+                "failure.patience=1",
+                "failure.action=flag",
+            ],
+            [
+                "grpo",
+                *grpo,
+                "model.preset=micro",
+                f"data.dir={tmp / 'g2'}",
+                *files_data[:2],
+                "model.lora.enabled=true",
+                "model.lora.r=2",
+                "grpo.export_merged=true",
+                "grpo.num_iterations=2",
+                "grpo.epsilon_high=0.3",
+                "run.name=keys",
+            ],
             # gradient routing, every key of grpo.routing set
-            ["grpo", *grpo, f"model.path={micro_model}", f"data.dir={tmp / 'g1'}",
-             "data.num_stories=400", f"run.dir={tmp / 'grpo3'}", "grpo.routing.enabled=true",
-             "grpo.routing.mode=exclusive", "grpo.routing.retain_r=2",
-             "grpo.routing.retain_alpha=4", "grpo.routing.forget_r=1",
-             "grpo.routing.forget_alpha=2", "grpo.routing.targets=[q,v]",
-             "grpo.routing.layer_stride=2", "grpo.routing.detector.name=happy_count",
-             "grpo.routing.detector.params={}", "grpo.routing.detector.threshold=1",
-             "grpo.routing.hack_reward=happy_binary", "grpo.routing.rh_eligible_frac=0.5",
-             "grpo.routing.routing_frac=0.5", "grpo.routing.label_noise_frac=0.1",
-             "grpo.routing.ablated_frac=0.5", "grpo.routing.retain_advantage=positive",
-             "grpo.routing.eval_interval=2",
-             "grpo.routing.eval_prompts=2"],
+            [
+                "grpo",
+                *grpo,
+                f"model.path={micro_model}",
+                f"data.dir={tmp / 'g1'}",
+                "data.num_stories=400",
+                f"run.dir={tmp / 'grpo3'}",
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=exclusive",
+                "grpo.routing.retain_r=2",
+                "grpo.routing.retain_alpha=4",
+                "grpo.routing.forget_r=1",
+                "grpo.routing.forget_alpha=2",
+                "grpo.routing.targets=[q,v]",
+                "grpo.routing.layer_stride=2",
+                "grpo.routing.detector.name=happy_count",
+                "grpo.routing.detector.params={}",
+                "grpo.routing.detector.threshold=1",
+                "grpo.routing.hack_reward=happy_binary",
+                "grpo.routing.rh_eligible_frac=0.5",
+                "grpo.routing.routing_frac=0.5",
+                "grpo.routing.label_noise_frac=0.1",
+                "grpo.routing.ablated_frac=0.5",
+                "grpo.routing.retain_advantage=positive",
+                "grpo.routing.eval_interval=2",
+                "grpo.routing.eval_prompts=2",
+            ],
         ],
-    }  # fmt: skip
+    }
     runs["sft"] = _sft_runs(tmp, micro_model)
     runs["rft"] = _rft_runs(tmp, micro_model)
     out: dict[str, set[str]] = {}
@@ -301,15 +438,23 @@ def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micr
     from smollab.train import grpo, pretrain
 
     off = ["train.eval_interval=0", "train.save_interval=0"]
-    s = pretrain.train(load_config("pretrain", None, [
-        *_without(micro_pretrain, "train.eval_tokens"), *off, "train.max_steps=7"]))  # fmt: skip
+    s = pretrain.train(
+        load_config(
+            "pretrain",
+            None,
+            [*_without(micro_pretrain, "train.eval_tokens"), *off, "train.max_steps=7"],
+        )
+    )
     run = RunView(tmp_path / "run")
     assert s["status"] == "completed" and s["final_val_loss"] is None and s["best_val_loss"] is None
     assert [int(r["step"]) for r in run.metrics()] == [1, 5, 7]  # the last step is logged
     assert all(r["val_loss"] is None for r in run.metrics())
     assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["final"]  # no best/, step_N/
-    s = grpo.train(load_config("grpo", None, [
-        *_without(micro_grpo, "grpo.eval_prompts"), *off, "train.max_steps=3"]))  # fmt: skip
+    s = grpo.train(
+        load_config(
+            "grpo", None, [*_without(micro_grpo, "grpo.eval_prompts"), *off, "train.max_steps=3"]
+        )
+    )
     run = RunView(tmp_path / "grpo")
     assert s["status"] == "completed" and s["base_eval_reward"] is None
     assert all(r["eval_reward_mean"] is None for r in run.metrics())

@@ -48,19 +48,33 @@ def _env() -> dict[str, str]:
 
 
 def _torchrun(*entry: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            *entry, "pretrain"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        *entry,
+        "pretrain",
+    ]
 
 
 def _ddp_args(micro_pretrain: list[str], run: Path) -> list[str]:
-    return [*micro_pretrain, "train.max_steps=40", "train.save_interval=5",
-            "train.log_interval=1", "perf.threads=1", f"run.dir={run}"]  # fmt: skip
+    return [
+        *micro_pretrain,
+        "train.max_steps=40",
+        "train.save_interval=5",
+        "train.log_interval=1",
+        "perf.threads=1",
+        f"run.dir={run}",
+    ]
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     """Run to the end; past the guard, kill torchrun and its workers (a hang) and fail."""
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         stdout, stderr = proc.communicate(timeout=GUARD_S)
     except subprocess.TimeoutExpired:
@@ -96,10 +110,17 @@ def ddp_reference(micro_data, tmp_path_factory):
     conftest's micro_pretrain, which is per test)."""
     base = tmp_path_factory.mktemp("ddp")
     micro = [
-        "model.preset=micro", f"data.dir={micro_data}", *MICRO_DATA, "train.batch_size=4",
-        "train.seq_len=32", "train.eval_interval=10", "train.eval_tokens=512",
-        "optim.warmup_steps=2", "optim.lr=1e-2", "run.plots=false",
-    ]  # fmt: skip
+        "model.preset=micro",
+        f"data.dir={micro_data}",
+        *MICRO_DATA,
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.eval_interval=10",
+        "train.eval_tokens=512",
+        "optim.warmup_steps=2",
+        "optim.lr=1e-2",
+        "run.plots=false",
+    ]
     _run([*_torchrun("-m", "smollab"), *_ddp_args(micro, base / "ref")])
     return base / "ref", micro
 

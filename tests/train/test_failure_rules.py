@@ -47,8 +47,16 @@ def test_rl_watch_reports_each_status_once_and_reads_old_json_flags():
 
     from smollab.train.failure_rules import RLWatch
 
-    limits = SimpleNamespace(max_kl=1.0, min_unique=0.5, max_jaccard=0.9, max_repetition=0.9,
-                             patience=1, baseline_steps=2, stuck_grace_steps=100, stuck_margin=0.0)  # fmt: skip
+    limits = SimpleNamespace(
+        max_kl=1.0,
+        min_unique=0.5,
+        max_jaccard=0.9,
+        max_repetition=0.9,
+        patience=1,
+        baseline_steps=2,
+        stuck_grace_steps=100,
+        stuck_margin=0.0,
+    )
     row = dict(kl=5.0, loss=0.1, unique_fraction=1.0, jaccard=0.1, repetition=0.0)
     watch = RLWatch(limits)
     assert watch.new_failure(row, [0.1], 3).status == "diverged"

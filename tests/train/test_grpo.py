@@ -46,8 +46,9 @@ def test_full_finetune_end_to_end(micro_grpo, tmp_path):
 
 
 def test_lora_saves_adapter_and_merged_export(micro_grpo, tmp_path):
-    summary = _run([*micro_grpo, "model.lora.enabled=true", "model.lora.r=2",
-                    "grpo.export_merged=true"])  # fmt: skip
+    summary = _run(
+        [*micro_grpo, "model.lora.enabled=true", "model.lora.r=2", "grpo.export_merged=true"]
+    )
     assert summary["status"] == "completed"
     final = tmp_path / "grpo" / "checkpoints" / "final"
     assert (final / "adapter_model.safetensors").exists()
@@ -131,8 +132,14 @@ def test_bad_reward_stops_before_writing(micro_grpo, tmp_path, capsys):
 def test_replayed_policy_forward_trains_like_the_computed_one(micro_grpo, tmp_path):
     runs = {}
     for replay in ("true", "false"):
-        _run([*micro_grpo, f"grpo.replay={replay}", f"run.dir={tmp_path / replay}",
-              "train.max_steps=2"])  # fmt: skip
+        _run(
+            [
+                *micro_grpo,
+                f"grpo.replay={replay}",
+                f"run.dir={tmp_path / replay}",
+                "train.max_steps=2",
+            ]
+        )
         runs[replay] = read_metrics(tmp_path / replay / "metrics.csv")[0]
         log = (tmp_path / replay / "training.log").read_text()
         assert ("policy forward replayed from the decode" in log) == (replay == "true")
@@ -152,8 +159,9 @@ def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp
     from types import SimpleNamespace
 
     clock = itertools.count()
-    monkeypatch.setattr(grpo, "time", SimpleNamespace(time=time.time,
-                                                      perf_counter=lambda: float(next(clock))))  # fmt: skip
+    monkeypatch.setattr(
+        grpo, "time", SimpleNamespace(time=time.time, perf_counter=lambda: float(next(clock)))
+    )
     over = [*micro_grpo, "train.max_time=10", "train.save_interval=1"]
     real, calls = grpo.lr_at, []
 
@@ -184,8 +192,16 @@ def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp
 def test_trl_loss_family_trains_off_policy(micro_grpo, tmp_path, loss):
     """Each of TRL's newer loss types through the loop, each batch used twice (ratio != 1)."""
     base = [o for o in micro_grpo if not o.startswith("grpo.eval_prompts")]
-    summary = _run([*base, "train.max_steps=2", "train.eval_interval=0",
-                    "train.save_interval=0", "grpo.num_iterations=2", *loss])  # fmt: skip
+    summary = _run(
+        [
+            *base,
+            "train.max_steps=2",
+            "train.eval_interval=0",
+            "train.save_interval=0",
+            "grpo.num_iterations=2",
+            *loss,
+        ]
+    )
     assert summary["status"] == "completed"
     rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)

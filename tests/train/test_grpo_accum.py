@@ -22,8 +22,18 @@ from smollab.train.grpo_loss import LOSS_TYPES
 
 GROUPS, GEN, LEN = 4, 3, 10  # 12 completions: 1, 2 or 4 micro-batches of whole groups
 LR = 1e-3
-STATS = ("policy_loss", "kl", "clip_low", "clip_high", "clip_region", "ratio_mean", "ratio_min",
-         "ratio_max", "advantage_mean", "num_tokens")  # fmt: skip
+STATS = (
+    "policy_loss",
+    "kl",
+    "clip_low",
+    "clip_high",
+    "clip_region",
+    "ratio_mean",
+    "ratio_min",
+    "ratio_max",
+    "advantage_mean",
+    "num_tokens",
+)
 
 
 def _policy(micro_model, wrap=None):
@@ -53,8 +63,14 @@ def _batch(policy, micro_model):
 
 def _options(loss_type: str, level: str = "token") -> dict:
     eps_high = 1.1 if loss_type == "cispo" else 0.28  # cispo: a cap some weights pass
-    return dict(beta=0.05, epsilon=0.2, epsilon_high=eps_high, loss_type=loss_type,
-                max_completion_length=LEN, importance_sampling_level=level)  # fmt: skip
+    return dict(
+        beta=0.05,
+        epsilon=0.2,
+        epsilon_high=eps_high,
+        loss_type=loss_type,
+        max_completion_length=LEN,
+        importance_sampling_level=level,
+    )
 
 
 def _step(policy, batch, accum, options, train_pass=None):
@@ -67,8 +83,9 @@ def _step(policy, batch, accum, options, train_pass=None):
     r, adv, mask, old, ref = batch
     micro = micro_batches(GROUPS * GEN, GEN, accum)
     tp = None if train_pass is None else functools.partial(train_pass, adv)
-    loss, stats = loss_backward(policy, r, adv, mask, old, ref, micro, temperature=1.0,
-                                loss_options=options, train_pass=tp)  # fmt: skip
+    loss, stats = loss_backward(
+        policy, r, adv, mask, old, ref, micro, temperature=1.0, loss_options=options, train_pass=tp
+    )
     grads = [p.grad.clone() for p in trainable]
     opt.step()
     after = [p.detach().clone() for p in trainable]
@@ -139,10 +156,21 @@ def test_grpo_end_to_end_with_grad_accum(micro_grpo, tmp_path):
     rows = {}
     for accum in (1, 2):
         out = tmp_path / f"a{accum}"
-        summary = grpo.train(load_config("grpo", None, [
-            *micro_grpo, f"train.grad_accum={accum}", "train.max_steps=3", "grpo.replay=false"
-            if accum == 1 else "grpo.replay=true", "grpo.beta=0.04", "train.eval_interval=100",
-            f"run.dir={out}"]))  # fmt: skip
+        summary = grpo.train(
+            load_config(
+                "grpo",
+                None,
+                [
+                    *micro_grpo,
+                    f"train.grad_accum={accum}",
+                    "train.max_steps=3",
+                    "grpo.replay=false" if accum == 1 else "grpo.replay=true",
+                    "grpo.beta=0.04",
+                    "train.eval_interval=100",
+                    f"run.dir={out}",
+                ],
+            )
+        )
         assert summary["status"] == "completed" and summary["steps"] == 3
         rows[accum] = read_metrics(out / "metrics.csv")
         log = (out / "training.log").read_text()
@@ -174,9 +202,22 @@ def test_gradient_checkpointing_trains_lora(micro_model, micro_grpo, tmp_path):
         torch.testing.assert_close(g, g0, rtol=1e-4, atol=1e-7)
 
     out = tmp_path / "ckpt"
-    summary = grpo.train(load_config("grpo", None, [
-        *micro_grpo, "model.lora.enabled=true", "model.lora.r=4", "perf.grad_checkpointing=true",
-        "train.grad_accum=2", "train.max_steps=2", "train.eval_interval=100", f"run.dir={out}"]))  # fmt: skip
+    summary = grpo.train(
+        load_config(
+            "grpo",
+            None,
+            [
+                *micro_grpo,
+                "model.lora.enabled=true",
+                "model.lora.r=4",
+                "perf.grad_checkpointing=true",
+                "train.grad_accum=2",
+                "train.max_steps=2",
+                "train.eval_interval=100",
+                f"run.dir={out}",
+            ],
+        )
+    )
     assert summary["status"] == "completed"
     assert all(r["grad_norm"] > 0 for r in read_metrics(out / "metrics.csv"))
     assert "activation checkpointing" in (out / "training.log").read_text()

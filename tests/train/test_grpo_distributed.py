@@ -106,13 +106,27 @@ sys.exit(main())
 def _torchrun(script: Path, *args: str) -> list[str]:
     import sys
 
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            str(script), *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(script),
+        *args,
+    ]
 
 
 def _grpo_args(micro_grpo: list[str], run: Path) -> list[str]:
-    return ["grpo", *micro_grpo, "train.batch_size=16", "grpo.beta=0.04", "train.log_interval=1",
-            "perf.threads=1", f"run.dir={run}"]  # fmt: skip
+    return [
+        "grpo",
+        *micro_grpo,
+        "train.batch_size=16",
+        "grpo.beta=0.04",
+        "train.log_interval=1",
+        "perf.threads=1",
+        f"run.dir={run}",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +137,25 @@ def two_rank_torchrun(micro_model, micro_data, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grpo_ddp")
     policy = _policy(micro_model)
     r, adv, mask, old, ref = _batch(policy, micro_model)
-    fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs",
-              "truncated")  # fmt: skip
+    fields = (
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "logprobs",
+        "truncated",
+    )
     batch_file = tmp / "batch.pt"
-    torch.save({"rollout": {k: getattr(r, k) for k in fields}, "adv": adv, "mask": mask,
-                "old": old, "ref": ref}, batch_file)  # fmt: skip
+    torch.save(
+        {
+            "rollout": {k: getattr(r, k) for k in fields},
+            "adv": adv,
+            "mask": mask,
+            "old": old,
+            "ref": ref,
+        },
+        batch_file,
+    )
     step_script, script, out = tmp / "step.py", tmp / "each_rank.py", tmp / "two.json"
     step_script.write_text(STEP + EACH_RANK)
     script.write_text(EACH_RANK)
@@ -139,8 +167,14 @@ def two_rank_torchrun(micro_model, micro_data, tmp_path_factory):
         mp.setenv("WEIGHTS_DIR", str(weights))
         mp.setenv("PYTHONPATH", root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         _run(_torchrun(step_script, str(micro_model), str(batch_file), str(out), *grpo))
-    return SimpleNamespace(policy=policy, batch=(r, adv, mask, old, ref), step_out=out,
-                           ref=tmp / "ref", weights=weights, script=script)  # fmt: skip
+    return SimpleNamespace(
+        policy=policy,
+        batch=(r, adv, mask, old, ref),
+        step_out=out,
+        ref=tmp / "ref",
+        weights=weights,
+        script=script,
+    )
 
 
 def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
@@ -159,8 +193,17 @@ def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
         for loss_type in LOSS_TYPES:
             if loss_type == "vespo" and level == "sequence":
                 continue
-            loss, stats = loss_backward(policy, r, adv, mask, old, ref, micro, temperature=1.0,
-                                        loss_options=_options(loss_type, level))  # fmt: skip
+            loss, stats = loss_backward(
+                policy,
+                r,
+                adv,
+                mask,
+                old,
+                ref,
+                micro,
+                temperature=1.0,
+                loss_options=_options(loss_type, level),
+            )
             norm = float(torch.nn.utils.clip_grad_norm_(trainable, float("inf")))
             policy.zero_grad(set_to_none=True)
             assert norm > 0
@@ -177,8 +220,9 @@ def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
     start = {k: v.detach().clone() for k, v in policy.state_dict().items()}
     trainable = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, **ADAMW)
-    loss_backward(policy, r, adv, mask, old, ref, micro, temperature=1.0,
-                  loss_options=_options("grpo"))  # fmt: skip
+    loss_backward(
+        policy, r, adv, mask, old, ref, micro, temperature=1.0, loss_options=_options("grpo")
+    )
     assert policy.unused.grad is None
     opt.step()
     one, stepped = policy.state_dict(), torch.load(str(out) + ".pt", weights_only=True)
@@ -265,10 +309,24 @@ def test_sigint_to_one_rank_stops_both_together_with_lora(micro_grpo, tmp_path):
     import sys
 
     run = tmp_path / "int"
-    args = [*_grpo_args(micro_grpo, run), "train.max_steps=500", "train.save_interval=0",
-            "train.eval_interval=1000", "model.lora.enabled=true", "model.lora.r=2"]  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "smollab", *args]  # fmt: skip
+    args = [
+        *_grpo_args(micro_grpo, run),
+        "train.max_steps=500",
+        "train.save_interval=0",
+        "train.eval_interval=1000",
+        "model.lora.enabled=true",
+        "model.lora.r=2",
+    ]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "-m",
+        "smollab",
+        *args,
+    ]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + GUARD_S
     try:

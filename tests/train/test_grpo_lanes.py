@@ -46,10 +46,14 @@ def rows(run_dir) -> list[dict]:
 
 def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    summaries = api.lanes(None, shared_args(micro_grpo), [
-        [f"run.dir={a}", "optim.lr=1e-3"],
-        [f"run.dir={b}", "optim.lr=3e-3", "grpo.beta=0.1", "model.lora.r=2", "run.seed=7"],
-    ])  # fmt: skip
+    summaries = api.lanes(
+        None,
+        shared_args(micro_grpo),
+        [
+            [f"run.dir={a}", "optim.lr=1e-3"],
+            [f"run.dir={b}", "optim.lr=3e-3", "grpo.beta=0.1", "model.lora.r=2", "run.seed=7"],
+        ],
+    )
     assert [s["status"] for s in summaries] == ["completed", "completed"]
     for d, lr, r in ((a, 1e-3, 4), (b, 3e-3, 2)):
         summary = json.loads((d / "summary.json").read_text())
@@ -69,8 +73,10 @@ def test_full_lanes_train_and_resume_as_full_fine_tuning_runs(micro_grpo, tmp_pa
     has the loss, KL and gradient norm of `smollab grpo` alone; interrupted, it resumes."""
     from smollab.train import grpo_lanes
 
-    full = [*[a for a in shared_args(micro_grpo) if not a.startswith("model.lora")],
-            "grpo.beta=0.1"]  # fmt: skip
+    full = [
+        *[a for a in shared_args(micro_grpo) if not a.startswith("model.lora")],
+        "grpo.beta=0.1",
+    ]
     solo = tmp_path / "solo"
     main(["grpo", *full, "optim.lr=1e-3", f"run.dir={solo}"])
     a, b = tmp_path / "a", tmp_path / "b"
@@ -99,8 +105,9 @@ def test_full_lanes_train_and_resume_as_full_fine_tuning_runs(micro_grpo, tmp_pa
 
 
 @pytest.mark.parametrize("iterations", [1, 2])
-def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo, tmp_path,
-                                                                     iterations):  # fmt: skip
+def test_lanes_replay_the_decode_as_the_computed_forward_would_train(
+    micro_grpo, tmp_path, iterations
+):
     """The default replays each batch's first policy forward from the decode record; its first
     step (same rollouts) has the loss, KL and gradient norm of the computed forward (with two
     passes over the batch, the second computed in both)."""
@@ -108,10 +115,17 @@ def test_lanes_replay_the_decode_as_the_computed_forward_would_train(micro_grpo,
     first = {}
     for replay in ("true", "false"):
         dirs = [tmp_path / f"{replay}{i}" for i in range(len(lanes))]
-        api.lanes(None, [*shared_args(micro_grpo), f"grpo.replay={replay}", "train.max_steps=1",
-                         f"grpo.num_iterations={iterations}",
-                         "train.save_interval=0"],
-                  [[f"run.dir={d}", *extra] for d, extra in zip(dirs, lanes, strict=True)])  # fmt: skip
+        api.lanes(
+            None,
+            [
+                *shared_args(micro_grpo),
+                f"grpo.replay={replay}",
+                "train.max_steps=1",
+                f"grpo.num_iterations={iterations}",
+                "train.save_interval=0",
+            ],
+            [[f"run.dir={d}", *extra] for d, extra in zip(dirs, lanes, strict=True)],
+        )
         first[replay] = [rows(d)[0] for d in dirs]
         log = (dirs[0] / LOG).read_text()
         assert ("policy forward replayed from the decode" in log) == (replay == "true")
@@ -128,9 +142,14 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     of a full lane) are a standalone run's."""
     policies = full_policies() if full else lane_policies(ranks=(2, 4, 4))
     alone = [copy.deepcopy(p) for p in policies]
-    opts = [dict(loss_options(SimpleNamespace(**g)), max_completion_length=6) for g in (
-        dict(_grpo(), beta=0.0), dict(_grpo(), beta=0.1), dict(_grpo(), beta=0.05, loss_type="grpo"),
-    )]  # fmt: skip
+    opts = [
+        dict(loss_options(SimpleNamespace(**g)), max_completion_length=6)
+        for g in (
+            dict(_grpo(), beta=0.0),
+            dict(_grpo(), beta=0.1),
+            dict(_grpo(), beta=0.05, loss_type="grpo"),
+        )
+    ]
     lanes = [SimpleNamespace(policy=p, loss_options=o) for p, o in zip(policies, opts, strict=True)]
     model = LaneLlama.from_hf(policies[0], adapters=False)
     with torch.no_grad():
@@ -144,9 +163,17 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     got = loss_backward(model, lanes, r, adv, mask, None, ref, spans, 0.9)
     for i, s in enumerate(spans):
         lone_ref = ref[s] if opts[i]["beta"] else None  # beta 0: no reference, as in grpo
-        loss, stats = grpo_accum.loss_backward(alone[i], grpo_accum.rollout_rows(r, s), adv[s],
-                                               mask[s], None, lone_ref, [slice(None)],
-                                               temperature=0.9, loss_options=opts[i])  # fmt: skip
+        loss, stats = grpo_accum.loss_backward(
+            alone[i],
+            grpo_accum.rollout_rows(r, s),
+            adv[s],
+            mask[s],
+            None,
+            lone_ref,
+            [slice(None)],
+            temperature=0.9,
+            loss_options=opts[i],
+        )
         assert got[i][0] == pytest.approx(loss, abs=1e-5)
         assert got[i][1].get("kl", 0.0) == pytest.approx(stats.get("kl", 0.0), abs=1e-6)
         mine = dict(policies[i].named_parameters())
@@ -156,18 +183,34 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
 
 
 def _grpo() -> dict:
-    return dict(beta=0.0, epsilon=0.2, epsilon_high=None, loss_type="dapo",
-                max_completion_length=6, importance_sampling_level="token", delta=None,
-                sapo_temperature_pos=1.0, sapo_temperature_neg=1.05, vespo_k_pos=2.0,
-                vespo_lambda_pos=3.0, vespo_k_neg=3.0, vespo_lambda_neg=2.0)  # fmt: skip
+    return dict(
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=None,
+        loss_type="dapo",
+        max_completion_length=6,
+        importance_sampling_level="token",
+        delta=None,
+        sapo_temperature_pos=1.0,
+        sapo_temperature_neg=1.05,
+        vespo_k_pos=2.0,
+        vespo_lambda_pos=3.0,
+        vespo_k_neg=3.0,
+        vespo_lambda_neg=2.0,
+    )
 
 
 def test_a_diverging_lane_ends_alone_and_the_others_are_unaffected(micro_grpo, tmp_path):
     args = shared_args(micro_grpo)
     api.lanes(None, args, [[f"run.dir={tmp_path / 'solo'}", "optim.lr=1e-3"]])
-    summaries = api.lanes(None, args, [[f"run.dir={tmp_path / 'calm'}", "optim.lr=1e-3"],
-                                       [f"run.dir={tmp_path / 'wild'}", "optim.lr=30",
-                                        "grpo.beta=0"]])  # fmt: skip
+    summaries = api.lanes(
+        None,
+        args,
+        [
+            [f"run.dir={tmp_path / 'calm'}", "optim.lr=1e-3"],
+            [f"run.dir={tmp_path / 'wild'}", "optim.lr=30", "grpo.beta=0"],
+        ],
+    )
     wild = json.loads((tmp_path / "wild/summary.json").read_text())
     calm = json.loads((tmp_path / "calm/summary.json").read_text())
     assert wild["status"] == "diverged" and wild["steps"] < 6 and wild["evidence"]
@@ -176,16 +219,23 @@ def test_a_diverging_lane_ends_alone_and_the_others_are_unaffected(micro_grpo, t
     calm_rows = rows(tmp_path / "calm")
     assert [x["reward_mean"] for x in calm_rows] == [x["reward_mean"] for x in solo]
     # the reference ran on the calm lane's rows alone while the wild one (beta 0) was there
-    assert [float(x["kl"]) for x in calm_rows] == pytest.approx([float(x["kl"]) for x in solo],
-                                                                rel=1e-4)  # fmt: skip
+    assert [float(x["kl"]) for x in calm_rows] == pytest.approx(
+        [float(x["kl"]) for x in solo], rel=1e-4
+    )
     assert sorted(s["status"] for s in summaries) == ["completed", "diverged"]
 
 
 def test_lanes_refuse_what_they_cannot_share_in_one_line(micro_grpo, tmp_path):
     args = shared_args(micro_grpo)
     with pytest.raises(UserError, match=r"train.batch_size=16 differs from the first lane's 8"):
-        api.lanes(None, args, [[f"run.dir={tmp_path / 'a'}"],
-                               {"run.dir": str(tmp_path / "b"), "train.batch_size": 16}])  # fmt: skip
+        api.lanes(
+            None,
+            args,
+            [
+                [f"run.dir={tmp_path / 'a'}"],
+                {"run.dir": str(tmp_path / "b"), "train.batch_size": 16},
+            ],
+        )
     with pytest.raises(UserError, match=r"--max-lanes N is required with --inbox"):
         api.lanes(inbox=tmp_path / "inbox")
     with pytest.raises(UserError, match=r"takes each trial's config from its inbox"):
@@ -195,8 +245,20 @@ def test_lanes_refuse_what_they_cannot_share_in_one_line(micro_grpo, tmp_path):
     with pytest.raises(UserError, match=r"two lanes would write .*same: give each its own run.dir"):
         api.lanes(None, args, [[f"run.dir={tmp_path / 'same'}"], [f"run.dir={tmp_path / 'same'}"]])
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()
-    assert main(["lanes", "grpo", *args, "--lane", f"run.dir={tmp_path / 'd'} grpo.top_k=3",
-                 "--lane", f"run.dir={tmp_path / 'e'}"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "lanes",
+                "grpo",
+                *args,
+                "--lane",
+                f"run.dir={tmp_path / 'd'} grpo.top_k=3",
+                "--lane",
+                f"run.dir={tmp_path / 'e'}",
+            ]
+        )
+        == 2
+    )
 
 
 def test_worker_refills_freed_lanes_and_honours_stop_requests(micro_grpo, tmp_path):

@@ -332,8 +332,9 @@ def test_vespo_hand_values():
     assert stats["vespo_phi_mean"] == pytest.approx((0.19914827 + 0.33978523 + 1) / 3, abs=1e-6)
     # other parameters, row 0: k_pos 1, lambda_pos 1: phi = e^(1 + ln 2 - 2) = 2 / e
     logp.grad = None
-    loss, _ = grpo_loss(logp, old, None, adv, mask, loss_type="vespo", vespo_k_pos=1.0,
-                        vespo_lambda_pos=1.0)  # fmt: skip
+    loss, _ = grpo_loss(
+        logp, old, None, adv, mask, loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_pos=1.0
+    )
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([-2 / math.e / 4] * 2, abs=1e-6)
 

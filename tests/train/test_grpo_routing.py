@@ -19,15 +19,30 @@ from smollab.train import grpo
 from tests.train.test_grpo import crash_grpo_at_step
 
 ROUTED = [
-    "reward=[{name: happy_binary}, {name: happy_count}]", "grpo.routing.enabled=true",
-    "grpo.routing.retain_r=2", "grpo.routing.forget_r=2", "grpo.routing.eval_interval=3",
-    "grpo.routing.eval_prompts=3", "grpo.routing.detector.threshold=1",
-    "grpo.routing.hack_reward=happy_count", "grpo.routing.rh_eligible_frac=0.5",
-    "grpo.routing.routing_frac=0.5", "grpo.routing.label_noise_frac=0.25",
-    "grpo.routing.ablated_frac=0.3", "grpo.beta=0.05",
-]  # fmt: skip
-KEYS = {"step", "mode", "reward_mean", "reward/happy_binary", "reward/happy_count", "hack_rate",
-        "unique_fraction", "jaccard"}  # fmt: skip
+    "reward=[{name: happy_binary}, {name: happy_count}]",
+    "grpo.routing.enabled=true",
+    "grpo.routing.retain_r=2",
+    "grpo.routing.forget_r=2",
+    "grpo.routing.eval_interval=3",
+    "grpo.routing.eval_prompts=3",
+    "grpo.routing.detector.threshold=1",
+    "grpo.routing.hack_reward=happy_count",
+    "grpo.routing.rh_eligible_frac=0.5",
+    "grpo.routing.routing_frac=0.5",
+    "grpo.routing.label_noise_frac=0.25",
+    "grpo.routing.ablated_frac=0.3",
+    "grpo.beta=0.05",
+]
+KEYS = {
+    "step",
+    "mode",
+    "reward_mean",
+    "reward/happy_binary",
+    "reward/happy_count",
+    "hack_rate",
+    "unique_fraction",
+    "jaccard",
+}
 
 
 def _run(overrides):
@@ -99,29 +114,74 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["grpo.routing.forget_r=4"], "grpo.routing.forget_r is set but grpo.routing.enabled is false"),
+        (
+            ["grpo.routing.forget_r=4"],
+            "grpo.routing.forget_r is set but grpo.routing.enabled is false",
+        ),
         (["grpo.routing.enabled=true", "model.lora.enabled=true"], "turn model.lora.enabled off"),
-        (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.forget_r=0"],
-         "no adapter to train"),
-        (["grpo.routing.enabled=true", "grpo.routing.hack_reward=nope"],
-         "grpo.routing.hack_reward=nope names no reward entry"),
-        (["grpo.routing.enabled=true", "grpo.routing.detector.name=nope_detector"], "nope_detector"),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.forget_r=0"],
+            "no adapter to train",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.hack_reward=nope"],
+            "grpo.routing.hack_reward=nope names no reward entry",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.detector.name=nope_detector"],
+            "nope_detector",
+        ),
         (["grpo.routing.enabled=true", "grpo.routing.detector.params={bogus: 1}"], "bogus"),
-        (["grpo.routing.enabled=true", "grpo.routing.routing_frac=1.5"], "grpo.routing.routing_frac"),
-        (["grpo.routing.enabled=true", "grpo.routing.mode=none", "grpo.routing.routing_frac=0.2"],
-         "grpo.routing.routing_frac thins the detector's routed flags, and grpo.routing.mode=none"),
-        (["grpo.routing.enabled=true", "grpo.routing.mode=none",
-          "grpo.routing.label_noise_frac=0.1"], "grpo.routing.label_noise_frac routes unflagged"),
-        (["grpo.routing.enabled=true", "grpo.routing.mode=none",
-          "grpo.routing.retain_advantage=positive"], "grpo.routing.retain_advantage picks which"),
-        (["grpo.routing.enabled=true", "grpo.routing.forget_r=0", "grpo.routing.ablated_frac=0.3"],
-         "grpo.routing.forget_r=0 has none"),
-        (["grpo.routing.enabled=true", "grpo.routing.retain_r=0", "grpo.routing.ablated_frac=0.3"],
-         "grpo.routing.retain_r=0 leaves nothing to train"),
-        (["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
-         "grpo.routing.ablated_frac needs grpo.num_iterations=1"),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.routing_frac=1.5"],
+            "grpo.routing.routing_frac",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=none",
+                "grpo.routing.routing_frac=0.2",
+            ],
+            "grpo.routing.routing_frac thins the detector's routed flags, and grpo.routing.mode=none",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=none",
+                "grpo.routing.label_noise_frac=0.1",
+            ],
+            "grpo.routing.label_noise_frac routes unflagged",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=none",
+                "grpo.routing.retain_advantage=positive",
+            ],
+            "grpo.routing.retain_advantage picks which",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.forget_r=0",
+                "grpo.routing.ablated_frac=0.3",
+            ],
+            "grpo.routing.forget_r=0 has none",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_r=0",
+                "grpo.routing.ablated_frac=0.3",
+            ],
+            "grpo.routing.retain_r=0 leaves nothing to train",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
+            "grpo.routing.ablated_frac needs grpo.num_iterations=1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, message):
     assert main(["grpo", *micro_grpo, *extra]) == 2
     err = capsys.readouterr().err
@@ -158,17 +218,22 @@ def test_stream_seeds_keep_their_values():
     from smollab.train.seeds import stream_seed
 
     assert [stream_seed(0, 3, 1), stream_seed(7, -1, 2), stream_seed(123, 0, 0)] == [
-        12594353677284, 65475787151265, 2294707569123
-    ]  # fmt: skip
+        12594353677284,
+        65475787151265,
+        2294707569123,
+    ]
     assert stream_seed(0, 3, 12) == 135739267588116
     assert random.Random(stream_seed(0, 5, 11)).random() == 0.48412740812309496
 
 
-@pytest.mark.parametrize("which, mode, retain_rows, forget_rows", [
-    ("all", "classic", [0, 2, 3], None),  # unflagged rows, whatever their advantage
-    ("positive", "classic", [0], None),  # unflagged rows that beat their group's mean
-    ("positive", "exclusive", [0], [1]),  # forget keeps the flagged rows either way
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "which, mode, retain_rows, forget_rows",
+    [
+        ("all", "classic", [0, 2, 3], None),  # unflagged rows, whatever their advantage
+        ("positive", "classic", [0], None),  # unflagged rows that beat their group's mean
+        ("positive", "exclusive", [0], [1]),  # forget keeps the flagged rows either way
+    ],
+)
 def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
     monkeypatch, which, mode, retain_rows, forget_rows
 ):

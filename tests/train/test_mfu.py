@@ -41,12 +41,17 @@ H100 = "NVIDIA H100 80GB HBM3"
         ("NVIDIA GeForce RTX 3090", "float16", False, 71.0),
         ("NVIDIA GeForce RTX 3090", "float32", True, 35.6),
         ("Tesla V100-SXM2-16GB", "float16", False, 125.0),
-        ("Tesla V100-SXM2-16GB", "float32", True, 15.7),  # no TF32 on Volta: the flag changes nothing
+        (
+            "Tesla V100-SXM2-16GB",
+            "float32",
+            True,
+            15.7,
+        ),  # no TF32 on Volta: the flag changes nothing
         ("Tesla V100-PCIE-32GB", "float16", False, 112.0),
         ("Tesla T4", "float16", False, 65.0),
         ("Tesla T4", "float32", True, 8.1),
     ],
-)  # fmt: skip
+)
 def test_gpu_peak_by_name_precision_and_tf32(name, dtype, tf32, tflops):
     assert mfu.gpu_peak_flops(name, dtype, tf32) == pytest.approx(tflops * 1e12)
 
@@ -188,8 +193,10 @@ def test_a_child_launched_by_the_lab_reports_no_peak_without_a_cache(tmp_path, m
     from smollab.lab import children as ch
 
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
-    code = ("import torch; from smollab.train.mfu import peak_flops; "
-            "print('peak', peak_flops(torch.device('cpu'), None))")  # fmt: skip
+    code = (
+        "import torch; from smollab.train.mfu import peak_flops; "
+        "print('peak', peak_flops(torch.device('cpu'), None))"
+    )
     child = ch.launch("peak", [sys.executable, "-c", code], tmp_path / "run", threads=1)
     assert child.wait(120) == 0
     assert "peak None" in (tmp_path / "run" / CHILD_LOG).read_text()

@@ -39,8 +39,11 @@ def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, 
     g = GRPOSection(prompts_file=str(tmp_path / "train.txt"), eval_prompts=2)
     train, evals = grpo_prompts(g, micro_data, tok)
     assert evals == train[:2]  # without a held-out file: the first of the training prompts
-    g = GRPOSection(prompts_file=str(tmp_path / "train.txt"), eval_prompts=2,
-                    eval_prompts_file=str(tmp_path / "held.txt"))  # fmt: skip
+    g = GRPOSection(
+        prompts_file=str(tmp_path / "train.txt"),
+        eval_prompts=2,
+        eval_prompts_file=str(tmp_path / "held.txt"),
+    )
     train, evals = grpo_prompts(g, micro_data, tok)
     assert len(train) == 3 and evals == file_prompts(tmp_path / "held.txt", tok)
     assert not set(map(tuple, evals)) & set(map(tuple, train))
@@ -49,14 +52,20 @@ def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, 
         grpo_prompts(g, micro_data, tok)
 
 
-TRICKY = ["Once upon\na time  there\twas a cat.", "  two\r\nlines \u00a0nbsp here, and more",
-          "the\x1cn went home, then the end", "can't won't 's 42 3.5 !! ?? end of it",
-          "Émile est là, über alles; 日本語のテキスト too", "short"]  # fmt: skip
+TRICKY = [
+    "Once upon\na time  there\twas a cat.",
+    "  two\r\nlines \u00a0nbsp here, and more",
+    "the\x1cn went home, then the end",
+    "can't won't 's 42 3.5 !! ?? end of it",
+    "Émile est là, über alles; 日本語のテキスト too",
+    "short",
+]
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe", "bert", "metaspace"])
-def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(tmp_path, micro_data,
-                                                                               kind, monkeypatch):  # fmt: skip
+def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(
+    tmp_path, micro_data, kind, monkeypatch
+):
     """Tokenizers that split at spaces, tabs and newlines (both of smollab's kinds, BERT's) get,
     from a story's first words, the prompt the whole story gives, on micro stories and on texts
     with newlines, tabs, odd spaces and control characters; Metaspace (split at spaces only)
@@ -77,8 +86,12 @@ def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(tm
             raw.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         else:
             raw.pre_tokenizer = pre_tokenizers.Metaspace()
-        raw.train_from_iterator(texts + TRICKY, trainers.BpeTrainer(
-            vocab_size=300, special_tokens=["[UNK]", "[EOS]"], show_progress=False))  # fmt: skip
+        raw.train_from_iterator(
+            texts + TRICKY,
+            trainers.BpeTrainer(
+                vocab_size=300, special_tokens=["[UNK]", "[EOS]"], show_progress=False
+            ),
+        )
         tok = wrap(raw, "wordpiece")
     assert pr._splits_at_whitespace(tok) == (kind != "metaspace")
     data = tmp_path / "d"

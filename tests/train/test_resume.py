@@ -77,19 +77,31 @@ def _kill_after_checkpoint(cmd: list[str], run: Path, ckpt_step: int) -> None:
 
 
 @pytest.mark.parametrize("kind", ["pretrain", "grpo-full", "grpo-lora"])
-def test_kill_9_then_rerun_matches_an_uninterrupted_run(kind, micro_pretrain, request, tmp_path,
-                                                       capsys):  # fmt: skip
+def test_kill_9_then_rerun_matches_an_uninterrupted_run(
+    kind, micro_pretrain, request, tmp_path, capsys
+):
     """The killed run is a real `python -m smollab` child; the rerun is the CLI in this process
     (a fresh start all the same: nothing of the killed process's memory reaches it), which
     spares a second interpreter start."""
     if kind == "pretrain":
-        args = [*micro_pretrain, "train.max_steps=24", "train.save_interval=6",
-                "train.log_interval=1", "train.keep_last=1"]  # fmt: skip
+        args = [
+            *micro_pretrain,
+            "train.max_steps=24",
+            "train.save_interval=6",
+            "train.log_interval=1",
+            "train.keep_last=1",
+        ]
         run, ckpt_step, loss_key = tmp_path / "run", 12, "train_loss"
     else:
         lora = ["model.lora.enabled=true", "model.lora.r=2"] if kind == "grpo-lora" else []
-        args = [*request.getfixturevalue("micro_grpo"), *lora, "train.max_steps=10",
-                "train.save_interval=3", "train.log_interval=1", "grpo.log_samples=2"]  # fmt: skip
+        args = [
+            *request.getfixturevalue("micro_grpo"),
+            *lora,
+            "train.max_steps=10",
+            "train.save_interval=3",
+            "train.log_interval=1",
+            "grpo.log_samples=2",
+        ]
         run, ckpt_step, loss_key = tmp_path / "grpo", 6, "loss"
     command = kind.split("-")[0]
     ref = tmp_path / "ref"  # uninterrupted, in this process
@@ -123,8 +135,9 @@ def fails_at_step_5(completions, **kwargs):
 """
 
 
-def test_reward_that_raises_fails_the_run_and_records_why(micro_grpo, tmp_path, monkeypatch,
-                                                          capsys):  # fmt: skip
+def test_reward_that_raises_fails_the_run_and_records_why(
+    micro_grpo, tmp_path, monkeypatch, capsys
+):
     (tmp_path / "failing_reward.py").write_text(FAILING_REWARD)
     monkeypatch.syspath_prepend(str(tmp_path))
     args = [*micro_grpo, "reward=[{name: 'failing_reward:fails_at_step_5'}]"]
@@ -148,8 +161,9 @@ def test_reward_that_raises_fails_the_run_and_records_why(micro_grpo, tmp_path, 
     assert summary["status"] == "completed" and summary["evidence"] is None
 
 
-def test_an_interrupt_before_the_loop_is_recorded_as_interrupted(micro_pretrain, tmp_path,
-                                                                  monkeypatch):  # fmt: skip
+def test_an_interrupt_before_the_loop_is_recorded_as_interrupted(
+    micro_pretrain, tmp_path, monkeypatch
+):
     from smollab.train import checkpoints
 
     def interrupted(*a, **k):
@@ -217,8 +231,7 @@ def test_no_usable_checkpoint_is_one_line_naming_it(crashed_pretrain, tmp_path, 
             return (print, ("pwned",))
 
     for step in (5, 10, 15):
-        torch.save({"x": Evil()}, ckpts / f"step_{step}" / "trainer_state.pt",
-                   pickle_module=pickle)  # fmt: skip
+        torch.save({"x": Evil()}, ckpts / f"step_{step}" / "trainer_state.pt", pickle_module=pickle)
     assert main(["pretrain", *args]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "weights_only=False" not in err and "pwned" not in err

@@ -45,12 +45,26 @@ def prompt_files(tmp_path_factory) -> tuple[Path, Path]:
 def micro_rft(micro_model, prompt_files, tmp_path, monkeypatch) -> list[str]:
     monkeypatch.syspath_prepend(str(prompt_files[0].parent))
     sys.modules.pop("rft_test_rewards", None)
-    return [f"model.path={micro_model}", f"rft.prompts_file={prompt_files[0]}",
-            f"rft.eval_prompts_file={prompt_files[1]}", "rft.rounds=2", "rft.oversample=4",
-            "rft.max_new_tokens=8", "rft.gen_batch_size=3", "reward=[{name: rft_test_rewards:has_e}]",
-            "train.epochs=null", "train.max_steps=4", "train.batch_size=4", "train.seq_len=32",
-            "train.log_interval=1", "train.save_interval=2", "optim.lr=3e-3",
-            "optim.warmup_steps=1", "run.plots=false", f"run.dir={tmp_path / 'rft'}"]  # fmt: skip
+    return [
+        f"model.path={micro_model}",
+        f"rft.prompts_file={prompt_files[0]}",
+        f"rft.eval_prompts_file={prompt_files[1]}",
+        "rft.rounds=2",
+        "rft.oversample=4",
+        "rft.max_new_tokens=8",
+        "rft.gen_batch_size=3",
+        "reward=[{name: rft_test_rewards:has_e}]",
+        "train.epochs=null",
+        "train.max_steps=4",
+        "train.batch_size=4",
+        "train.seq_len=32",
+        "train.log_interval=1",
+        "train.save_interval=2",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=1",
+        "run.plots=false",
+        f"run.dir={tmp_path / 'rft'}",
+    ]
 
 
 def _run(args: list[str]) -> dict:
@@ -62,8 +76,15 @@ def _s(i: int, text: str, reward: float) -> Scored:
 
 
 def test_keep_threshold_top_k_and_dedup():
-    scored = [_s(0, "a b", 1.0), _s(0, " a  b ", 1.0), _s(0, "c", 0.5), _s(0, "d", 1.0),
-              _s(1, "x", 0.0), _s(1, "y", 2.0), _s(1, "y", 2.0)]  # fmt: skip
+    scored = [
+        _s(0, "a b", 1.0),
+        _s(0, " a  b ", 1.0),
+        _s(0, "c", 0.5),
+        _s(0, "d", 1.0),
+        _s(1, "x", 0.0),
+        _s(1, "y", 2.0),
+        _s(1, "y", 2.0),
+    ]
     kept = select(scored, 1.0, None, dedup=True)
     assert [(s.prompt_index, s.completion) for s in kept] == [(0, "a b"), (0, "d"), (1, "y")]
     assert len(select(scored, 1.0, None, dedup=False)) == 5
@@ -122,8 +143,15 @@ def test_resume_mid_round_equals_an_uninterrupted_run(micro_rft, tmp_path, monke
     log = (got / "training.log").read_text()
     assert "round 2: data reused" in log and "round 1: data reused" not in log
     assert "resumed from step_2" in (got / "rounds" / "2" / "sft" / "training.log").read_text()
-    keys = ("step", "accuracy", "eval_reward_mean", "generated", "kept", "sft_steps",
-            "sft_train_loss")  # fmt: skip
+    keys = (
+        "step",
+        "accuracy",
+        "eval_reward_mean",
+        "generated",
+        "kept",
+        "sft_steps",
+        "sft_train_loss",
+    )
     want_rows, got_rows = read_metrics(ref / "metrics.csv"), read_metrics(got / "metrics.csv")
     assert [[r[k] for k in keys] for r in got_rows] == [[r[k] for k in keys] for r in want_rows]
     for n in ("1", "2"):
@@ -147,8 +175,15 @@ def test_a_round_that_keeps_nothing_ends_stuck(micro_rft, tmp_path):
 
 
 def test_lora_rounds_merge_their_adapters(micro_rft, tmp_path):
-    summary = _run([*micro_rft, "model.lora.enabled=true", "model.lora.r=2",
-                    "rft.restart_from=base", "rft.keep.top_k=1"])  # fmt: skip
+    summary = _run(
+        [
+            *micro_rft,
+            "model.lora.enabled=true",
+            "model.lora.r=2",
+            "rft.restart_from=base",
+            "rft.keep.top_k=1",
+        ]
+    )
     assert summary["status"] == "completed"
     for n in ("1", "2"):
         assert (tmp_path / "rft" / "rounds" / n / "model" / "model.safetensors").exists()
@@ -158,20 +193,23 @@ def test_lora_rounds_merge_their_adapters(micro_rft, tmp_path):
     assert not (tmp_path / "rft" / "report.md").exists()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["data.train_file=x.jsonl"], "rft does not read it"),
-    (["train.eval_interval=5"], "rft does not read it"),
-    (["model.preset=micro"], "rft does not read it"),
-    (["rft.keep.threshold=null"], "rft.keep: set threshold, top_k or both"),
-    (["rft.eval_samples=2"], "rft.eval_temperature=0 is greedy"),
-    (["train.max_steps=5", "train.epochs=1"], "both set"),
-    (["rft.accuracy_reward=nope"], "names no reward entry"),
-    (["rft.rounds=0"], "rft.rounds"),
-    (["rft.prompts_file=/no/such.txt"], "rft.prompts_file: no such file"),
-    (["reward=[]"], "reward: rft scores completions"),
-    (["reward=[{name: rft_test_rewards:nope}]"], "has no attribute"),
-    (["model.path=null"], "model.path"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["data.train_file=x.jsonl"], "rft does not read it"),
+        (["train.eval_interval=5"], "rft does not read it"),
+        (["model.preset=micro"], "rft does not read it"),
+        (["rft.keep.threshold=null"], "rft.keep: set threshold, top_k or both"),
+        (["rft.eval_samples=2"], "rft.eval_temperature=0 is greedy"),
+        (["train.max_steps=5", "train.epochs=1"], "both set"),
+        (["rft.accuracy_reward=nope"], "names no reward entry"),
+        (["rft.rounds=0"], "rft.rounds"),
+        (["rft.prompts_file=/no/such.txt"], "rft.prompts_file: no such file"),
+        (["reward=[]"], "reward: rft scores completions"),
+        (["reward=[{name: rft_test_rewards:nope}]"], "has no attribute"),
+        (["model.path=null"], "model.path"),
+    ],
+)
 def test_bad_config_is_refused_in_one_line(micro_rft, tmp_path, args, expected):
     with pytest.raises(UserError, match=expected) as e:
         _run([*micro_rft, *args])
@@ -201,10 +239,18 @@ def test_sweeps_take_rft_and_probes_refuse_it(micro_rft, tmp_path):
     overrides = dict(parse_override(a) for a in micro_rft if not a.startswith(("run.", "optim.lr")))
     overrides["reward"] = [{"name": "sentence_length"}]
     spec_file = tmp_path / "sweep.yaml"
-    spec_file.write_text(yaml.safe_dump({
-        "command": "rft", "overrides": overrides, "space": {"optim.lr": [1e-3, 3e-3]},
-        "sampler": "grid", "metric": {"name": "accuracy", "goal": "max"},
-        "dir": str(tmp_path / "sw")}))  # fmt: skip
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "command": "rft",
+                "overrides": overrides,
+                "space": {"optim.lr": [1e-3, 3e-3]},
+                "sampler": "grid",
+                "metric": {"name": "accuracy", "goal": "max"},
+                "dir": str(tmp_path / "sw"),
+            }
+        )
+    )
     spec = load_spec(str(spec_file), [])
     assert spec.command == "rft" and len(spec.grid_points()) == 2
     assert metric_names("rft") == rft.COLUMNS

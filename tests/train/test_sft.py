@@ -35,11 +35,21 @@ def records_file(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def micro_sft(micro_model, records_file, tmp_path) -> list[str]:
-    return [f"model.path={micro_model}", f"data.train_file={records_file}",
-            "data.eval_fraction=0.1", "train.max_steps=8", "train.batch_size=4",
-            "train.seq_len=64", "train.log_interval=1", "train.eval_interval=4",
-            "train.save_interval=2", "optim.lr=3e-3", "optim.warmup_steps=2",
-            "run.plots=false", f"run.dir={tmp_path / 'sft'}"]  # fmt: skip
+    return [
+        f"model.path={micro_model}",
+        f"data.train_file={records_file}",
+        "data.eval_fraction=0.1",
+        "train.max_steps=8",
+        "train.batch_size=4",
+        "train.seq_len=64",
+        "train.log_interval=1",
+        "train.eval_interval=4",
+        "train.save_interval=2",
+        "optim.lr=3e-3",
+        "optim.warmup_steps=2",
+        "run.plots=false",
+        f"run.dir={tmp_path / 'sft'}",
+    ]
 
 
 def _run(args: list[str]) -> dict:
@@ -127,9 +137,11 @@ def test_prompt_tokens_carry_no_loss(model_and_tokenizer):
 
 def test_packed_examples_do_not_see_each_other(model_and_tokenizer):
     model, tok = model_and_tokenizer
-    recs = [Record("a cat sat on the mat", " and slept all day"),
-            Record(None, "the dog ran to the park and played with a ball"),
-            Record("the sun was warm", " so they went outside")]  # fmt: skip
+    recs = [
+        Record("a cat sat on the mat", " and slept all day"),
+        Record(None, "the dog ran to the park and played with a ball"),
+        Record("the sun was warm", " so they went outside"),
+    ]
     alone = tokenize(recs, tok, 64, True, packing=False).rows
     packed = tokenize(recs, tok, 64, True, packing=True).rows
     assert len(packed) == 1 and packed[0].ids == [t for r in alone for t in r.ids]
@@ -139,8 +151,9 @@ def test_packed_examples_do_not_see_each_other(model_and_tokenizer):
     assert all(packed[0].positions[s] == 0 and packed[0].labels[s] == IGNORE for s in starts)
     b = collate(packed, tok.eos_token_id)
     with torch.no_grad():
-        logits = model(input_ids=b["input_ids"], position_ids=b["position_ids"],
-                       use_cache=False).logits[0]  # fmt: skip
+        logits = model(
+            input_ids=b["input_ids"], position_ids=b["position_ids"], use_cache=False
+        ).logits[0]
         plain = model(input_ids=b["input_ids"]).logits[0]  # one causal sequence, no restarts
         for s, r in zip(starts, alone, strict=True):
             own = model(input_ids=torch.tensor([r.ids])).logits[0]
@@ -208,8 +221,9 @@ def test_full_and_lora_both_train(micro_sft, tmp_path):
     )
     assert full["status"] == "completed" and full["params_trainable"] == full["params_total"]
     assert full["epochs"] == pytest.approx(2.0, abs=0.25)
-    lora = _run([*micro_sft, "model.lora.enabled=true", "model.lora.r=2",
-                 f"run.dir={tmp_path / 'lora'}"])  # fmt: skip
+    lora = _run(
+        [*micro_sft, "model.lora.enabled=true", "model.lora.r=2", f"run.dir={tmp_path / 'lora'}"]
+    )
     assert lora["status"] == "completed" and 0 < lora["params_trainable"] < lora["params_total"]
     assert (tmp_path / "lora" / "checkpoints" / "final" / "adapter_model.safetensors").exists()
     rows = read_metrics(tmp_path / "lora" / "metrics.csv")
@@ -218,18 +232,28 @@ def test_full_and_lora_both_train(micro_sft, tmp_path):
 
 def test_loader_workers_change_nothing_but_speed(micro_sft, tmp_path):
     _run([*micro_sft, "train.max_steps=4", f"run.dir={tmp_path / 'w0'}"])
-    _run([*micro_sft, "train.max_steps=4", "data.num_workers=1", "data.prefetch_factor=3",
-          f"run.dir={tmp_path / 'w1'}"])  # fmt: skip
+    _run(
+        [
+            *micro_sft,
+            "train.max_steps=4",
+            "data.num_workers=1",
+            "data.prefetch_factor=3",
+            f"run.dir={tmp_path / 'w1'}",
+        ]
+    )
     a, b = (read_metrics(tmp_path / d / "metrics.csv") for d in ("w0", "w1"))
     assert [r["train_loss"] for r in a] == [r["train_loss"] for r in b]
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"prompt": "a", "completion": "b"}\nnot json\n', "line 2: not JSON"),
-    ('{"prompt": "a", "completion": "b"}\n{"question": "a"}\n', "line 2: needs 'prompt'"),
-    ('{"prompt": "a", "completion": 3}\n', "line 1: prompt and completion must be strings"),
-    ("\n", "no records"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"prompt": "a", "completion": "b"}\nnot json\n', "line 2: not JSON"),
+        ('{"prompt": "a", "completion": "b"}\n{"question": "a"}\n', "line 2: needs 'prompt'"),
+        ('{"prompt": "a", "completion": 3}\n', "line 1: prompt and completion must be strings"),
+        ("\n", "no records"),
+    ],
+)
 def test_a_bad_data_file_is_one_line_naming_it(micro_sft, tmp_path, content, expected):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
@@ -239,17 +263,20 @@ def test_a_bad_data_file_is_one_line_naming_it(micro_sft, tmp_path, content, exp
     assert not (tmp_path / "sft").exists()  # refused before the run directory
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["data.prefetch_factor=2"], "data.num_workers=0"),
-    (["data.pin_memory=true"], "data.pin_memory"),
-    (["train.epochs=1", "train.max_steps=5"], "both set"),
-    (["data.split=test"], "data.hf_dataset"),
-    (["data.eval_file=x.jsonl", "data.seed=3"], "carves a held-out part"),
-    (["data.train_file=null"], "data.train_file or data.hf_dataset"),
-    (["model.path=null"], "model.path"),
-    (["model.preset=micro"], "sft does not read it"),
-    (["train.eval_tokens=64"], "sft does not read it"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["data.prefetch_factor=2"], "data.num_workers=0"),
+        (["data.pin_memory=true"], "data.pin_memory"),
+        (["train.epochs=1", "train.max_steps=5"], "both set"),
+        (["data.split=test"], "data.hf_dataset"),
+        (["data.eval_file=x.jsonl", "data.seed=3"], "carves a held-out part"),
+        (["data.train_file=null"], "data.train_file or data.hf_dataset"),
+        (["model.path=null"], "model.path"),
+        (["model.preset=micro"], "sft does not read it"),
+        (["train.eval_tokens=64"], "sft does not read it"),
+    ],
+)
 def test_bad_config_is_refused_in_one_line(micro_sft, args, expected):
     with pytest.raises(UserError, match=expected) as e:
         _run([*micro_sft, *args])
@@ -286,10 +313,18 @@ def test_sweeps_probes_and_bench_take_sft(micro_sft, tmp_path):
 
     overrides = dict(a.split("=", 1) for a in micro_sft if not a.startswith(("run.", "optim.lr")))
     spec_file = tmp_path / "sweep.yaml"
-    spec_file.write_text(yaml.safe_dump({
-        "command": "sft", "overrides": overrides, "space": {"optim.lr": [1e-3, 3e-3]},
-        "sampler": "grid", "metric": {"name": "val_loss", "goal": "min"},
-        "dir": str(tmp_path / "sw")}))  # fmt: skip
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "command": "sft",
+                "overrides": overrides,
+                "space": {"optim.lr": [1e-3, 3e-3]},
+                "sampler": "grid",
+                "metric": {"name": "val_loss", "goal": "min"},
+                "dir": str(tmp_path / "sw"),
+            }
+        )
+    )
     spec = load_spec(str(spec_file), [])
     assert spec.command == "sft" and len(spec.grid_points()) == 2
     assert metric_names("sft") == sft.COLUMNS

@@ -63,16 +63,16 @@ def move_prompt_of(fen: str) -> str:
     return f"FEN: {fen} Move:"
 
 
-def examples(n: int, seed: int = 0, max_plies: int = 80, notation: str = "uci"
-             ) -> list[dict[str, str]]:  # fmt: skip
+def examples(
+    n: int, seed: int = 0, max_plies: int = 80, notation: str = "uci"
+) -> list[dict[str, str]]:
     """`n` examples {"prompt", "answer"} from random legal games (see the module docstring)."""
     if n < 0:
         raise UserError(f"n must be >= 0, got {n}")
     return list(itertools.islice(stream(seed, max_plies, notation), n))
 
 
-def stream(seed: int = 0, max_plies: int = 80, notation: str = "uci"
-           ) -> Iterator[dict[str, str]]:  # fmt: skip
+def stream(seed: int = 0, max_plies: int = 80, notation: str = "uci") -> Iterator[dict[str, str]]:
     """The endless example stream `examples` takes its prefix of: one seed, one sequence."""
     chess = _chess()
     if notation not in NOTATIONS:
@@ -82,8 +82,9 @@ def stream(seed: int = 0, max_plies: int = 80, notation: str = "uci"
     return _games(chess, random.Random(seed), max_plies, notation)
 
 
-def _games(chess: Any, rng: random.Random, max_plies: int, notation: str
-           ) -> Iterator[dict[str, str]]:  # fmt: skip
+def _games(
+    chess: Any, rng: random.Random, max_plies: int, notation: str
+) -> Iterator[dict[str, str]]:
     while True:
         board = chess.Board()
         for _ in range(rng.randint(0, max_plies)):
@@ -123,8 +124,12 @@ def excluded_positions(files: Sequence[str | Path]) -> set[str]:
     return seen
 
 
-def move_prompts_from(rows: Iterator[dict[str, str]], n: int, exclude: Iterable[str] = (),
-                      max_draws: int | None = None) -> list[str]:  # fmt: skip
+def move_prompts_from(
+    rows: Iterator[dict[str, str]],
+    n: int,
+    exclude: Iterable[str] = (),
+    max_draws: int | None = None,
+) -> list[str]:
     """`n` prompts "FEN: <fen> Move:" of distinct positions from `rows`, none in `exclude`."""
     out: list[str] = []
     seen = set(exclude)
@@ -133,8 +138,10 @@ def move_prompts_from(rows: Iterator[dict[str, str]], n: int, exclude: Iterable[
         if len(out) >= n:
             break
         if draws > limit:
-            raise UserError(f"--move-prompts {n}: only {len(out)} new positions in {limit} "
-                            "random games (--exclude covers the rest; raise --max-plies)")  # fmt: skip
+            raise UserError(
+                f"--move-prompts {n}: only {len(out)} new positions in {limit} "
+                "random games (--exclude covers the rest; raise --max-plies)"
+            )
         fen = row["prompt"].removeprefix("FEN: ").partition(" Move: ")[0]
         if position(fen) not in seen:
             seen.add(position(fen))
@@ -164,16 +171,25 @@ def write_corpus(path: str | Path, rows: Sequence[dict[str, str]]) -> Path:
     return p
 
 
-def write_all(out: str | Path, prompts: int, corpus: int, seed: int = 0, max_plies: int = 80,
-              notation: str = "uci", move_prompts: int = 0, exclude: Sequence[str | Path] = ()
-              ) -> dict[str, Path]:  # fmt: skip
+def write_all(
+    out: str | Path,
+    prompts: int,
+    corpus: int,
+    seed: int = 0,
+    max_plies: int = 80,
+    notation: str = "uci",
+    move_prompts: int = 0,
+    exclude: Sequence[str | Path] = (),
+) -> dict[str, Path]:
     """prompts.txt and pairs.jsonl (`prompts` examples), corpus.txt (`corpus` examples from the
     same stream, any whose prompt is in prompts.txt dropped) and move_prompts.txt (`move_prompts`
     positions from the stream after them, none in `exclude`'s files) under `out`; a file whose
     count is 0 is not written."""
     if min(prompts, corpus, move_prompts) < 0 or max(prompts, corpus, move_prompts) < 1:
-        raise UserError(f"--prompts, --corpus and --move-prompts must be >= 0, one of them > 0, "
-                        f"got {prompts}, {corpus} and {move_prompts}")  # fmt: skip
+        raise UserError(
+            f"--prompts, --corpus and --move-prompts must be >= 0, one of them > 0, "
+            f"got {prompts}, {corpus} and {move_prompts}"
+        )
     if exclude and not move_prompts:
         raise UserError("--exclude filters move_prompts.txt: give --move-prompts N as well")
     banned = excluded_positions(exclude)  # before any work: a bad file fails fast
@@ -198,22 +214,33 @@ def write_all(out: str | Path, prompts: int, corpus: int, seed: int = 0, max_pli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m smollab.data.chess_fen", description=__doc__
-                                .split("\n\n")[0])  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m smollab.data.chess_fen", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", default="data/chess", help="directory for the files")
     p.add_argument("--prompts", type=int, default=256, help="GRPO prompts (and pairs.jsonl rows)")
     p.add_argument("--corpus", type=int, default=50_000, help="pretraining transitions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-plies", type=int, default=80, help="longest random game before the move")
     p.add_argument("--notation", choices=NOTATIONS, default="uci")
-    p.add_argument("--move-prompts", type=int, default=0,
-                   help="legal-move prompts 'FEN: <fen> Move:' (move_prompts.txt), distinct positions")  # fmt: skip
-    p.add_argument("--exclude", nargs="+", default=[], metavar="FILE",
-                   help="keep out of move_prompts.txt every position these files show")  # fmt: skip
+    p.add_argument(
+        "--move-prompts",
+        type=int,
+        default=0,
+        help="legal-move prompts 'FEN: <fen> Move:' (move_prompts.txt), distinct positions",
+    )
+    p.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="keep out of move_prompts.txt every position these files show",
+    )
     a = p.parse_args(argv)
     try:
-        paths = write_all(a.out, a.prompts, a.corpus, a.seed, a.max_plies, a.notation,
-                          a.move_prompts, a.exclude)  # fmt: skip
+        paths = write_all(
+            a.out, a.prompts, a.corpus, a.seed, a.max_plies, a.notation, a.move_prompts, a.exclude
+        )
     except UserError as e:
         print(f"smollab: error: {e}")
         return 2

@@ -148,8 +148,10 @@ def ensure_prepared(
         was = meta.get("config", {})
         for key in cfg.changed(*(k for k in type(cfg).model_fields if k != "dir")):
             if key in was and was[key] != getattr(cfg, key):  # set, yet the directory differs
-                raise UserError(f"data.{key}={getattr(cfg, key)}: data.dir {cfg.dir} was prepared "
-                                f"with {was[key]} and is used as it is; give another data.dir")  # fmt: skip
+                raise UserError(
+                    f"data.{key}={getattr(cfg, key)}: data.dir {cfg.dir} was prepared "
+                    f"with {was[key]} and is used as it is; give another data.dir"
+                )
         return meta
     return prepare(cfg, log=log)
 

@@ -48,8 +48,9 @@ class Tokenized:
     label_tokens: int = 0
 
 
-def tokenize(records: list[Record], tokenizer, seq_len: int, completion_only: bool,
-             packing: bool) -> Tokenized:  # fmt: skip
+def tokenize(
+    records: list[Record], tokenizer, seq_len: int, completion_only: bool, packing: bool
+) -> Tokenized:
     """Rows of token ids, labels and positions (see the module docstring)."""
     eos = tokenizer.eos_token_id
     if eos is None:
@@ -121,8 +122,14 @@ class MicroBatches(Dataset):
     """Item m is micro-batch m of the run, collated: rows shuffled per epoch by the generator
     seed `epoch_seed(epoch)` (picklable, such as a functools.partial: spawned workers get a copy)."""
 
-    def __init__(self, rows: list[Row], batch_size: int, epoch_seed: Callable[[int], int],
-                 pad_id: int, total: int):  # fmt: skip
+    def __init__(
+        self,
+        rows: list[Row],
+        batch_size: int,
+        epoch_seed: Callable[[int], int],
+        pad_id: int,
+        total: int,
+    ):
         self.rows, self.batch_size, self.pad_id = rows, batch_size, pad_id
         self.epoch_seed = epoch_seed
         self.total = total
@@ -144,13 +151,23 @@ class MicroBatches(Dataset):
         return collate([self.rows[i] for i in picked], self.pad_id)
 
 
-def loader(batches: MicroBatches, start: int, num_workers: int, pin_memory: bool,
-           prefetch_factor: int | None) -> DataLoader:  # fmt: skip
+def loader(
+    batches: MicroBatches,
+    start: int,
+    num_workers: int,
+    pin_memory: bool,
+    prefetch_factor: int | None,
+) -> DataLoader:
     """Micro-batches `start`, start + 1, ... in order: each item is a whole batch (no automatic
     batching), so the workers collate, in parallel with the training step when there are any."""
-    return DataLoader(batches, batch_size=None, sampler=range(start, len(batches)),
-                      num_workers=num_workers, pin_memory=pin_memory,
-                      prefetch_factor=prefetch_factor)  # fmt: skip
+    return DataLoader(
+        batches,
+        batch_size=None,
+        sampler=range(start, len(batches)),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        prefetch_factor=prefetch_factor,
+    )
 
 
 def eval_batches(rows: list[Row], batch_size: int, pad_id: int) -> list[dict[str, torch.Tensor]]:

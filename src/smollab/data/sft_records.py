@@ -40,15 +40,20 @@ def load_records(d: SFTDataConfig) -> Records:
     if d.train_file:
         train = read_jsonl(d.train_file, d, "data.train_file")
         if d.eval_file:
-            return Records(train, read_jsonl(d.eval_file, d, "data.eval_file"), d.train_file,
-                           f"data.eval_file {d.eval_file}")  # fmt: skip
+            return Records(
+                train,
+                read_jsonl(d.eval_file, d, "data.eval_file"),
+                d.train_file,
+                f"data.eval_file {d.eval_file}",
+            )
         kept, held = carve(train, d.eval_fraction, d.seed)
         return Records(kept, held, d.train_file, _carved(d, len(held)))
     if d.hf_dataset:
         train = _hub_split(d, d.split)
         if d.eval_split:
-            return Records(train, _hub_split(d, d.eval_split), d.hf_dataset,
-                           f"split {d.eval_split}")  # fmt: skip
+            return Records(
+                train, _hub_split(d, d.eval_split), d.hf_dataset, f"split {d.eval_split}"
+            )
         kept, held = carve(train, d.eval_fraction, d.seed)
         return Records(kept, held, f"{d.hf_dataset}:{d.split}", _carved(d, len(held)))
     raise UserError("data.train_file or data.hf_dataset: sft needs records to train on")
@@ -66,8 +71,10 @@ def carve(records: list[Record], fraction: float, seed: int) -> tuple[list[Recor
         raise UserError(f"{n} record(s): too few to hold any out (give data.eval_file or more)")
     k = min(max(1, math.ceil(fraction * n)), n - 1)
     held = set(random.Random(seed).sample(range(n), k))
-    return ([r for i, r in enumerate(records) if i not in held],
-            [r for i, r in enumerate(records) if i in held])  # fmt: skip
+    return (
+        [r for i, r in enumerate(records) if i not in held],
+        [r for i, r in enumerate(records) if i in held],
+    )
 
 
 def read_jsonl(path: str, d: SFTDataConfig, key: str) -> list[Record]:
@@ -103,9 +110,11 @@ def to_record(row: Any, d: SFTDataConfig, where: str) -> Record:
         if not isinstance(t, str):
             raise UserError(f"{where}: {d.text_field} must be a string")
         return Record(None, t)
-    raise UserError(f"{where}: needs {d.prompt_field!r} and {d.completion_field!r}, or "
-                    f"{d.text_field!r} (data.prompt_field, completion_field, text_field); it has "
-                    f"{', '.join(map(repr, list(row)[:5])) or 'no fields'}")  # fmt: skip
+    raise UserError(
+        f"{where}: needs {d.prompt_field!r} and {d.completion_field!r}, or "
+        f"{d.text_field!r} (data.prompt_field, completion_field, text_field); it has "
+        f"{', '.join(map(repr, list(row)[:5])) or 'no fields'}"
+    )
 
 
 def _hub_split(d: SFTDataConfig, split: str) -> list[Record]:

@@ -31,8 +31,9 @@ def sentences(story: str) -> list[str]:
     return out
 
 
-def story_pairs(n: int, seed: int = 1, prompt_sentences: int = 2,
-                completion_sentences: int = 2) -> list[dict[str, str]]:  # fmt: skip
+def story_pairs(
+    n: int, seed: int = 1, prompt_sentences: int = 2, completion_sentences: int = 2
+) -> list[dict[str, str]]:
     """`n` records {"prompt", "completion"}; the completion starts with a space, as the text
     after the prompt does. Stories too short for both parts are skipped (and more drawn)."""
     out: list[dict[str, str]] = []
@@ -42,9 +43,13 @@ def story_pairs(n: int, seed: int = 1, prompt_sentences: int = 2,
             s = sentences(story)
             if len(s) < prompt_sentences + completion_sentences:
                 continue
-            out.append({"prompt": " ".join(s[:prompt_sentences]),
-                        "completion": " " + " ".join(
-                            s[prompt_sentences : prompt_sentences + completion_sentences])})  # fmt: skip
+            out.append(
+                {
+                    "prompt": " ".join(s[:prompt_sentences]),
+                    "completion": " "
+                    + " ".join(s[prompt_sentences : prompt_sentences + completion_sentences]),
+                }
+            )
             if len(out) == n:
                 break
         batch += 1
@@ -52,8 +57,11 @@ def story_pairs(n: int, seed: int = 1, prompt_sentences: int = 2,
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m smollab.data.story_pairs", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m smollab.data.story_pairs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("out", help="the .jsonl file to write (its folder is made)")
     ap.add_argument("--n", type=int, default=5000, help="records to write")
     ap.add_argument("--seed", type=int, default=1)

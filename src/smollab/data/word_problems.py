@@ -48,11 +48,34 @@ TEMPLATES = ("add", "take", "groups")
 OPS = {"add": "+", "take": "-", "groups": "*"}
 HELDOUT_PERCENT = 10
 THINGS = FOODS + (
-    "shells", "pebbles", "buttons", "marbles", "stickers", "crayons", "balloons", "feathers",
-    "acorns", "coins", "stones", "kites", "books", "beads", "leaves", "flowers", "ribbons",
-)  # fmt: skip
-CONTAINERS = {"bags": "bag", "boxes": "box", "baskets": "basket", "jars": "jar", "bowls": "bowl",
-              "buckets": "bucket", "sacks": "sack", "tins": "tin"}  # fmt: skip
+    "shells",
+    "pebbles",
+    "buttons",
+    "marbles",
+    "stickers",
+    "crayons",
+    "balloons",
+    "feathers",
+    "acorns",
+    "coins",
+    "stones",
+    "kites",
+    "books",
+    "beads",
+    "leaves",
+    "flowers",
+    "ribbons",
+)
+CONTAINERS = {
+    "bags": "bag",
+    "boxes": "box",
+    "baskets": "basket",
+    "jars": "jar",
+    "bowls": "bowl",
+    "buckets": "bucket",
+    "sacks": "sack",
+    "tins": "tin",
+}
 NAMES = GIRL_NAMES + BOY_NAMES
 FIND = ("finds", "gets", "picks up", "is given", "buys")
 LOSE = ("gives", "sells", "lends", "sends")
@@ -60,16 +83,22 @@ NAME = r"(?P<name>[a-z]+)"
 NUM = r"(?P<{}>\d+)"
 # One pattern per template, on the normalized prompt (see `normalize`); the numbers are a and b.
 PATTERNS = {
-    "add": re.compile(rf"^{NAME} has {NUM.format('a')} (?P<things>[a-z ]+)\. (?:she|he) "
-                      rf"(?:{'|'.join(FIND)}) {NUM.format('b')} more\. how many (?P=things) "
-                      r"does (?P=name) have now\? answer:$"),
-    "take": re.compile(rf"^{NAME} has {NUM.format('a')} (?P<things>[a-z ]+)\. (?:she|he) "
-                       rf"(?:{'|'.join(LOSE)}) {NUM.format('b')} to [a-z]+\. how many "
-                       r"(?P=things) does (?P=name) have now\? answer:$"),
-    "groups": re.compile(rf"^{NAME} has {NUM.format('a')} (?P<box>[a-z]+) with "
-                         rf"{NUM.format('b')} (?P<things>[a-z ]+) in each [a-z]+\. how many "
-                         r"(?P=things) does (?P=name) have in all\? answer:$"),
-}  # fmt: skip
+    "add": re.compile(
+        rf"^{NAME} has {NUM.format('a')} (?P<things>[a-z ]+)\. (?:she|he) "
+        rf"(?:{'|'.join(FIND)}) {NUM.format('b')} more\. how many (?P=things) "
+        r"does (?P=name) have now\? answer:$"
+    ),
+    "take": re.compile(
+        rf"^{NAME} has {NUM.format('a')} (?P<things>[a-z ]+)\. (?:she|he) "
+        rf"(?:{'|'.join(LOSE)}) {NUM.format('b')} to [a-z]+\. how many "
+        r"(?P=things) does (?P=name) have now\? answer:$"
+    ),
+    "groups": re.compile(
+        rf"^{NAME} has {NUM.format('a')} (?P<box>[a-z]+) with "
+        rf"{NUM.format('b')} (?P<things>[a-z ]+) in each [a-z]+\. how many "
+        r"(?P=things) does (?P=name) have in all\? answer:$"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -119,8 +148,10 @@ def answer_of(prompt: str) -> int:
     """The exact answer recomputed from the prompt; UserError naming it when it parses as none."""
     p = parse(prompt)
     if p is None:
-        raise UserError(f"word problems: prompt {prompt[:80]!r} matches no template "
-                        "(see smollab.data.word_problems)")  # fmt: skip
+        raise UserError(
+            f"word problems: prompt {prompt[:80]!r} matches no template "
+            "(see smollab.data.word_problems)"
+        )
     return p.value
 
 
@@ -131,8 +162,9 @@ def is_heldout(template: str, name: str, a: int, b: int, percent: int = HELDOUT_
     return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % 100 < percent
 
 
-def _numbers(rng: random.Random, template: str, max_number: int, max_factor: int
-             ) -> tuple[int, int]:  # fmt: skip
+def _numbers(
+    rng: random.Random, template: str, max_number: int, max_factor: int
+) -> tuple[int, int]:
     if template == "add":
         return rng.randint(1, max_number), rng.randint(1, max_number)
     if template == "take":
@@ -150,27 +182,35 @@ def make(rng: random.Random, max_number: int = 20, max_factor: int = 9) -> Probl
     a, b = _numbers(rng, template, max_number, max_factor)
     things = rng.choice(THINGS)
     if template == "add":
-        text = (f"{name} has {a} {things}. {pron} {rng.choice(FIND)} {b} more. "
-                f"how many {things} does {name} have now? answer:")  # fmt: skip
+        text = (
+            f"{name} has {a} {things}. {pron} {rng.choice(FIND)} {b} more. "
+            f"how many {things} does {name} have now? answer:"
+        )
     elif template == "take":
         friend = name
         while friend == name:
             friend = rng.choice(NAMES)
-        text = (f"{name} has {a} {things}. {pron} {rng.choice(LOSE)} {b} to {friend}. "
-                f"how many {things} does {name} have now? answer:")  # fmt: skip
+        text = (
+            f"{name} has {a} {things}. {pron} {rng.choice(LOSE)} {b} to {friend}. "
+            f"how many {things} does {name} have now? answer:"
+        )
     else:
         box = rng.choice(tuple(CONTAINERS))
-        text = (f"{name} has {a} {box} with {b} {things} in each {CONTAINERS[box]}. "
-                f"how many {things} does {name} have in all? answer:")  # fmt: skip
+        text = (
+            f"{name} has {a} {box} with {b} {things} in each {CONTAINERS[box]}. "
+            f"how many {things} does {name} have in all? answer:"
+        )
     return Problem(template, name, a, b, text)
 
 
-def stream(seed: int, heldout: bool, max_number: int = 20, max_factor: int = 9,
-           unique: bool = False) -> Iterator[Problem]:  # fmt: skip
+def stream(
+    seed: int, heldout: bool, max_number: int = 20, max_factor: int = 9, unique: bool = False
+) -> Iterator[Problem]:
     """Endless problems of one split from `random.Random(seed)`; `unique`: distinct prompts."""
     if max_number < 2 or max_factor < 2:
-        raise UserError(f"--max-number and --max-factor must be >= 2, got {max_number}, "
-                        f"{max_factor}")  # fmt: skip
+        raise UserError(
+            f"--max-number and --max-factor must be >= 2, got {max_number}, {max_factor}"
+        )
     rng = random.Random(seed)
     seen: set[str] = set()
     while True:
@@ -188,14 +228,28 @@ def take(problems: Iterator[Problem], n: int) -> list[Problem]:
     return [next(problems) for _ in range(n)]
 
 
-def write_all(out: str | Path, prompts: int = 1024, heldout: int = 512, corpus: int = 60_000,
-              stories: int = 2000, sft: int = 4000, seed: int = 0, max_number: int = 20,
-              max_factor: int = 9, sft_form: str = "worked") -> dict[str, Path]:  # fmt: skip
+def write_all(
+    out: str | Path,
+    prompts: int = 1024,
+    heldout: int = 512,
+    corpus: int = 60_000,
+    stories: int = 2000,
+    sft: int = 4000,
+    seed: int = 0,
+    max_number: int = 20,
+    max_factor: int = 9,
+    sft_form: str = "worked",
+) -> dict[str, Path]:
     """The task's files under `out` (see the module docstring); a file whose count is 0 is not
     written. Each file draws from its own seed (seed, seed + 1, ...), so changing one count
     changes no other file."""
-    counts = {"prompts": prompts, "heldout": heldout, "corpus": corpus, "stories": stories,
-              "sft": sft}  # fmt: skip
+    counts = {
+        "prompts": prompts,
+        "heldout": heldout,
+        "corpus": corpus,
+        "stories": stories,
+        "sft": sft,
+    }
     bad = [f"--{k} {v}" for k, v in counts.items() if v < 0]
     if bad or not any(counts.values()):
         raise UserError(f"counts must be >= 0 and one of them > 0, got {', '.join(bad) or 0}")
@@ -223,8 +277,10 @@ def write_all(out: str | Path, prompts: int = 1024, heldout: int = 512, corpus: 
         paths["corpus"] = _write(d / "corpus.txt", docs)
     if sft:
         rows = take(train(5), sft)
-        recs = [{"prompt": p.prompt, "completion": p.worked if sft_form == "worked" else p.answer}
-                for p in rows]  # fmt: skip
+        recs = [
+            {"prompt": p.prompt, "completion": p.worked if sft_form == "worked" else p.answer}
+            for p in rows
+        ]
         paths["sft"] = _write(d / "sft.jsonl", [json.dumps(r) for r in recs])
     return paths
 
@@ -235,23 +291,38 @@ def _write(path: Path, lines: Sequence[str]) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m smollab.data.word_problems",
-                                description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m smollab.data.word_problems", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", default="data/word-problems", help="directory for the files")
     p.add_argument("--prompts", type=int, default=1024, help="training prompts (prompts.txt)")
     p.add_argument("--heldout", type=int, default=512, help="held-out prompts (heldout.txt)")
     p.add_argument("--corpus", type=int, default=60_000, help="worked problems in corpus.txt")
     p.add_argument("--stories", type=int, default=2000, help="generated stories in corpus.txt")
     p.add_argument("--sft", type=int, default=4000, help="records in sft.jsonl")
-    p.add_argument("--sft-form", choices=("worked", "answer"), default="worked",
-                   help="sft.jsonl completions: ' 3 + 4 = 7' or ' 7'")  # fmt: skip
+    p.add_argument(
+        "--sft-form",
+        choices=("worked", "answer"),
+        default="worked",
+        help="sft.jsonl completions: ' 3 + 4 = 7' or ' 7'",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-number", type=int, default=20, help="largest number in add and take")
     p.add_argument("--max-factor", type=int, default=9, help="largest number in groups")
     a = p.parse_args(argv)
     try:
-        paths = write_all(a.out, a.prompts, a.heldout, a.corpus, a.stories, a.sft, a.seed,
-                          a.max_number, a.max_factor, a.sft_form)  # fmt: skip
+        paths = write_all(
+            a.out,
+            a.prompts,
+            a.heldout,
+            a.corpus,
+            a.stories,
+            a.sft,
+            a.seed,
+            a.max_number,
+            a.max_factor,
+            a.sft_form,
+        )
     except UserError as e:
         print(f"smollab: error: {e}")
         return 2

@@ -47,8 +47,9 @@ def sample_secrets(n: int, seed: int = 0) -> list[str]:
     return rng.sample(WORDS, n) if n <= len(WORDS) else rng.choices(WORDS, k=n)
 
 
-def solver_move(history: History, rng: random.Random | None = None, top_k: int = 1
-                ) -> tuple[str, int]:  # fmt: skip
+def solver_move(
+    history: History, rng: random.Random | None = None, top_k: int = 1
+) -> tuple[str, int]:
     """(guess, candidates left) for the position `history`: the consistent word whose feedback
     partitions the candidates best (highest entropy); ties and `top_k` resolved by `rng`."""
     table, _ = word_table()
@@ -69,8 +70,9 @@ def solver_completion(history: History, rng: random.Random | None = None, top_k:
     return completion(f"{left} left", guess)
 
 
-def solver_game(secret: str, rng: random.Random, top_k: int = 1, max_turns: int = 12
-                ) -> list[tuple[str, str]]:  # fmt: skip
+def solver_game(
+    secret: str, rng: random.Random, top_k: int = 1, max_turns: int = 12
+) -> list[tuple[str, str]]:
     """A whole solver-played game as (prompt, completion) pairs, one per turn."""
     history: History = []
     turns = []
@@ -151,8 +153,11 @@ def play_games(generate_fn: GenerateFn, secrets: Sequence[str], max_turns: int =
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m smollab.data.wordle_games", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap = argparse.ArgumentParser(
+        prog="python -m smollab.data.wordle_games",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("kind", choices=("transcripts", "prompts"))
     ap.add_argument("out", help="the .txt file to write (its folder is made)")
     ap.add_argument("--games", type=int, default=4000, help="transcripts: games to play")

@@ -62,23 +62,35 @@ class DecodeRecord:
         """The buffers' shapes for `lean` (a `LeanLlama`) decoding T steps of B rows."""
         L, H = lean.num_layers, lean.hidden_size
         nqkv = (lean.num_heads + 2 * lean.num_kv_heads) * lean.head_dim
-        return {"qkv": (L, T, B, nqkv), "x_attn": (L, T, B, H), "gu": (L, T, B, 2 * lean.mlp_width),
-                "x_mlp": (L, T, B, H), "probs": (T + 1, B, lean.vocab_size)}  # fmt: skip
+        return {
+            "qkv": (L, T, B, nqkv),
+            "x_attn": (L, T, B, H),
+            "gu": (L, T, B, 2 * lean.mlp_width),
+            "x_mlp": (L, T, B, H),
+            "probs": (T + 1, B, lean.vocab_size),
+        }
 
     @classmethod
     def empty(cls, lean, B: int, T: int, dtype=None) -> DecodeRecord:
         """Uninitialized buffers for `lean` decoding T steps of B rows (probs always float32)."""
         dev = lean.embed.device
-        return cls(**{
-            name: torch.empty(shape, device=dev, dtype=torch.float32 if name == "probs"
-                              else dtype or lean.embed.dtype)
-            for name, shape in cls._shapes(lean, B, T).items()
-        })  # fmt: skip
+        return cls(
+            **{
+                name: torch.empty(
+                    shape,
+                    device=dev,
+                    dtype=torch.float32 if name == "probs" else dtype or lean.embed.dtype,
+                )
+                for name, shape in cls._shapes(lean, B, T).items()
+            }
+        )
 
     @classmethod
     def elements(cls, lean, B: int, T: int, layer_copies: int = 1) -> int:
         """Numbers held by `empty(lean, B, T)`: callers keep records within a memory budget.
         layer_copies: the layers' buffers counted that many times (the lanes' replay reads a
         lane-major copy of them)."""
-        return sum(math.prod(shape) * (1 if name == "probs" else layer_copies)
-                   for name, shape in cls._shapes(lean, B, T).items())  # fmt: skip
+        return sum(
+            math.prod(shape) * (1 if name == "probs" else layer_copies)
+            for name, shape in cls._shapes(lean, B, T).items()
+        )

@@ -64,8 +64,11 @@ class LaneLlama(LeanLlama):
         self._lane_layers: list[tuple] = []  # per layer and fused weight (`lane_weights`)
         self._lane_embed: torch.Tensor | None = None  # full lanes: [N, V, H] each
         self._lane_head: torch.Tensor | None = None
-        self.register_buffer("ln1", torch.ones(self.num_layers, self.hidden_size,
-                                               device=self.embed.device), persistent=False)  # fmt: skip
+        self.register_buffer(
+            "ln1",
+            torch.ones(self.num_layers, self.hidden_size, device=self.embed.device),
+            persistent=False,
+        )
         self.register_buffer("ln2", torch.ones_like(self.ln1), persistent=False)
 
     @torch.no_grad()
@@ -95,8 +98,14 @@ class LaneLlama(LeanLlama):
         else:
             self._lane_layers, self._lane_embed, self._lane_head = full_lanes(self, policies)
 
-    def _linear(self, x: torch.Tensor, i: int, k: int, residual: torch.Tensor | None = None,
-                out: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def _linear(
+        self,
+        x: torch.Tensor,
+        i: int,
+        k: int,
+        residual: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Lane-major rows x [N, rows, in] through fused weight k (qkv, o, gu, d) of layer i,
         plus `residual` [N, rows, out] when given: each lane's rows through its own weights (the
         base plus its low-rank update, or its own copy).
@@ -127,8 +136,9 @@ class LaneLlama(LeanLlama):
     def prefill_distinct(self, *args, **kwargs):
         """Refused: a prompt shared across lanes would run through one lane's weights only (the
         lanes share prompts within each lane: `prefill_logits`, `replay.lanes_logprobs`)."""
-        raise NotImplementedError("LaneLlama: lanes see a prompt each through their own weights; "
-                                  "pass share_prompts=False")  # fmt: skip
+        raise NotImplementedError(
+            "LaneLlama: lanes see a prompt each through their own weights; pass share_prompts=False"
+        )
 
     def prefill_logits(self, ids: torch.Tensor, mask: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """`LeanLlama.prefill_logits` with each distinct prompt run once per lane (its rows see
@@ -149,18 +159,25 @@ class LaneLlama(LeanLlama):
         """`LeanLlama.hidden` through the lanes (rows lane-major); differentiable in the lanes'
         weights (no in-place op on a tensor autograd needs)."""
         B, T = input_ids.shape
-        cos, sin, visible = self.attention_inputs(input_ids, attention_mask, position_ids, cache,
-                                                  cache_pos)  # fmt: skip
+        cos, sin, visible = self.attention_inputs(
+            input_ids, attention_mask, position_ids, cache, cache_pos
+        )
         self._rows(B)  # refuses a batch that does not split into the lanes
         x = self.embedded(input_ids)
-        return self.layers(x, cos, sin, visible, cache=cache,
-                           cache_pos=cache_pos)[0]  # fmt: skip
+        return self.layers(x, cos, sin, visible, cache=cache, cache_pos=cache_pos)[0]
 
     def layers(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, visible: torch.Tensor | None,
-        *, cache: KVCache | None = None, cache_pos: int = 0, prefix: list | None = None,
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        visible: torch.Tensor | None,
+        *,
+        cache: KVCache | None = None,
+        cache_pos: int = 0,
+        prefix: list | None = None,
         record: list | None = None,
-    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:  # fmt: skip
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The decoder layers over lane-major rows x [N, b * T, H] (embedded).
 
         cos, sin: [B, T, 1, D] rope rows; visible: bool attention mask [B, 1, T, S], None for
@@ -186,8 +203,9 @@ class LaneLlama(LeanLlama):
                 qk = qkv[:, :, :nqk]
                 qk = qk * cos + qk.roll(half, -1) * sin
             else:
-                qkv = RecordedRope.apply(self.normalized(x), got[0], cos_l, sin_l, nqk * D,
-                                          *self._weights(i, 0)).view(B, T, Hq + 2 * Hkv, D)  # fmt: skip
+                qkv = RecordedRope.apply(
+                    self.normalized(x), got[0], cos_l, sin_l, nqk * D, *self._weights(i, 0)
+                ).view(B, T, Hq + 2 * Hkv, D)
                 qk = qkv[:, :, :nqk]
             q = qk[:, :, :Hq].transpose(1, 2)
             k, v = qk[:, :, Hq:].transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
@@ -245,22 +263,34 @@ class LaneLlama(LeanLlama):
 
     @torch.no_grad()
     def decode(
-        self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache,
-        slot: int, record: DecodeRecord | None = None, step: int = 0,
-    ) -> torch.Tensor:  # fmt: skip
+        self,
+        tokens: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        cache: KVCache,
+        slot: int,
+        record: DecodeRecord | None = None,
+        step: int = 0,
+    ) -> torch.Tensor:
         """`LeanLlama.decode` through the lanes: one batched matmul per weight for all lanes;
         with a `record`, its matmul outputs written to the record's column `step`."""
         B = tokens.shape[0]
         N, b = self.num_lanes, self._rows(B)
-        Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
-                             self.hidden_size)  # fmt: skip
+        Hq, Hkv, D, Im, H = (
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.mlp_width,
+            self.hidden_size,
+        )
         nqk, G, half, cur = Hq + Hkv, Hq // Hkv, D // 2, slot + 1
         scale = D**-0.5
         mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
         outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = self.embedded(tokens)
-        for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(zip(cache.layers, outs,
-                                                                       strict=True)):  # fmt: skip
+        for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(
+            zip(cache.layers, outs, strict=True)
+        ):
             qkv = self._linear(self.normalized(x), i, 0, out=o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             rot = qk.roll(half, -1)

@@ -55,10 +55,12 @@ def _lora_factors(layers: list[list[nn.Module]], path: str):
             return w
         return F.pad(w, (0, short) if dim == 1 else (0, 0, 0, short))
 
-    a = torch.stack([torch.stack([padded(m.lora_A["default"].weight, 0) for m in lane])
-                     for lane in mods])  # fmt: skip
-    b = torch.stack([torch.stack([padded(m.lora_B["default"].weight, 1) for m in lane])
-                     for lane in mods])  # fmt: skip
+    a = torch.stack(
+        [torch.stack([padded(m.lora_A["default"].weight, 0) for m in lane]) for lane in mods]
+    )
+    b = torch.stack(
+        [torch.stack([padded(m.lora_B["default"].weight, 1) for m in lane]) for lane in mods]
+    )
     scale = torch.tensor([lane[0].scaling["default"] for lane in mods], device=a.device)
     return a, b * scale.view(-1, 1, 1, 1).to(b.dtype)
 
@@ -71,8 +73,15 @@ def lora_lanes(lean, policies: Sequence[nn.Module]) -> list[LaneLayer]:
     layers = [list(unwrap_hf(p).model.layers) for p in policies]
     N, L, Im, Imp = len(policies), lean.num_layers, lean.intermediate_size, lean.mlp_width
     D = lean.head_dim
-    out = {"q": lean.num_heads * D, "k": lean.num_kv_heads * D, "v": lean.num_kv_heads * D,
-           "gate": Im, "up": Im, "o": lean.hidden_size, "down": lean.hidden_size}  # fmt: skip
+    out = {
+        "q": lean.num_heads * D,
+        "k": lean.num_kv_heads * D,
+        "v": lean.num_kv_heads * D,
+        "gate": Im,
+        "up": Im,
+        "o": lean.hidden_size,
+        "down": lean.hidden_size,
+    }
     pad = Imp - Im  # the padded MLP width: zero rows after gate and up, zero columns of down
 
     def fused(parts, norm: torch.Tensor | None, pad_rows: bool, pad_in: int = 0):
@@ -104,10 +113,12 @@ def lora_lanes(lean, policies: Sequence[nn.Module]) -> list[LaneLayer]:
         fused((("down", "mlp.down_proj"),), None, pad_rows=False, pad_in=pad),
     )
     return [
-        tuple(None if ab is None else (ab[0][:, i].transpose(1, 2), ab[1][:, i].transpose(1, 2))
-              for ab in weights)
+        tuple(
+            None if ab is None else (ab[0][:, i].transpose(1, 2), ab[1][:, i].transpose(1, 2))
+            for ab in weights
+        )
         for i in range(L)
-    ]  # fmt: skip
+    ]
 
 
 def _embedding(module: nn.Module) -> torch.Tensor:

@@ -57,8 +57,9 @@ def fused_layer_weights(layer: nn.Module, width: int, adapters: bool = True):
     ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
     qkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)]) * ln1
     pad = width - mlp.gate_proj.weight.shape[0]
-    gu = torch.cat([F.pad(w(mlp.gate_proj) * ln2, (0, 0, 0, pad)),
-                    F.pad(w(mlp.up_proj) * ln2, (0, 0, 0, pad))])  # fmt: skip
+    gu = torch.cat(
+        [F.pad(w(mlp.gate_proj) * ln2, (0, 0, 0, pad)), F.pad(w(mlp.up_proj) * ln2, (0, 0, 0, pad))]
+    )
     return qkv, w(att.o_proj), gu, F.pad(w(mlp.down_proj), (0, pad))
 
 
@@ -269,10 +270,16 @@ class LeanLlama(nn.Module):
         B, T = input_ids.shape
         S = cache_pos + T
         dev = input_ids.device
-        cos, sin, bool_mask = self.attention_inputs(input_ids, attention_mask, position_ids,
-                                                    cache, cache_pos)  # fmt: skip
-        Hq, Hkv, D, Im, H = (self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width,
-                             self.hidden_size)  # fmt: skip
+        cos, sin, bool_mask = self.attention_inputs(
+            input_ids, attention_mask, position_ids, cache, cache_pos
+        )
+        Hq, Hkv, D, Im, H = (
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.mlp_width,
+            self.hidden_size,
+        )
         nqk, half = Hq + Hkv, D // 2
         fused = not torch.is_autocast_enabled(dev.type)
         x = F.embedding(input_ids, self.embed)  # [B, T, H]
@@ -306,9 +313,14 @@ class LeanLlama(nn.Module):
             x = x.view(B, T, H)
         return self.normalized(x)
 
-    def attention_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                         position_ids: torch.Tensor | None, cache: KVCache | None,
-                         cache_pos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    def attention_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        cache: KVCache | None,
+        cache_pos: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """What `hidden` needs besides the weights: the rope rows (cos, sin [B, T, 1, D]) and the
         boolean attention mask [B, 1, T, S] (None: plainly causal); it also records in `cache`
         which new slots are padding, for decode. Shared with the lanes' forward."""

@@ -19,9 +19,15 @@ from smollab.engine.token_logprobs import rollout_logprobs
 
 
 def replay_blocker(
-    policy: nn.Module, sampler: Sampler, *, enabled: bool, autocast: bool, batch_size: int,
-    max_new_tokens: int, layer_copies: int = 1,
-) -> str | None:  # fmt: skip
+    policy: nn.Module,
+    sampler: Sampler,
+    *,
+    enabled: bool,
+    autocast: bool,
+    batch_size: int,
+    max_new_tokens: int,
+    layer_copies: int = 1,
+) -> str | None:
     """Why each batch's first policy forward must be computed rather than replayed (None: replay).
     layer_copies: see `DecodeRecord.elements`."""
     if not enabled:

@@ -193,8 +193,14 @@ def _weights(layer, width: int):
         wg, wu = torch.cat([wg, pad]), torch.cat([wu, pad])
         wd = torch.cat([wd, wd.new_zeros(wd.shape[0], pad.shape[0])], 1)
     wqkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)])
-    return (w(layer.input_layernorm), wqkv, w(att.o_proj), w(layer.post_attention_layernorm),
-            torch.cat([wg, wu]), wd)  # fmt: skip
+    return (
+        w(layer.input_layernorm),
+        wqkv,
+        w(att.o_proj),
+        w(layer.post_attention_layernorm),
+        torch.cat([wg, wu]),
+        wd,
+    )
 
 
 def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
@@ -217,8 +223,11 @@ def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
     for i, (ln1, wqkv, wo, ln2, wgu, wd) in enumerate(weights):
         width = wd.shape[1]
         # recorded values are read step-major: [T, B, n] -> a [B, T, n] view
-        got = None if rec is None else [b[i, :T].transpose(0, 1) for b in
-                                        (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)]  # fmt: skip
+        got = (
+            None
+            if rec is None
+            else [b[i, :T].transpose(0, 1) for b in (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)]
+        )
         n1 = _RMSNorm.apply(x, ln1, eps)
         if rec is None:
             qkv = F.linear(n1, wqkv).view(B, T, Hq + 2 * Hkv, D)
@@ -281,8 +290,14 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
 
     head = hf.get_output_embeddings().weight
     # step-major, as the draws were recorded: the probabilities are read in place
-    out = selected_logprobs(h.transpose(0, 1), head, rollout.completion_ids.t(), temperature,
-                            probs=rec.probs[:L], values=rollout.logprobs.t())  # fmt: skip
+    out = selected_logprobs(
+        h.transpose(0, 1),
+        head,
+        rollout.completion_ids.t(),
+        temperature,
+        probs=rec.probs[:L],
+        values=rollout.logprobs.t(),
+    )
     return out.t()
 
 
@@ -316,17 +331,31 @@ def lanes_logprobs(lanes: nn.Module, rollout: Rollout, temperature: float) -> to
     if Tc > 0:
         pos = positions_from_mask(mask)[:, P : P + Tc]
         cos, sin = (t.unsqueeze(2) for t in lanes.rope(pos))
-        vis = _visible(torch.arange(P, P + Tc, device=dev), torch.arange(P + Tc, device=dev),
-                       mask[:, : P + Tc])  # fmt: skip
-        record = None if rec is None else [
-            [t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1])
-             for t in (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)] for i in range(lanes.num_layers)
-        ]  # fmt: skip
+        vis = _visible(
+            torch.arange(P, P + Tc, device=dev), torch.arange(P + Tc, device=dev), mask[:, : P + Tc]
+        )
+        record = (
+            None
+            if rec is None
+            else [
+                [
+                    t[i, :Tc].transpose(0, 1).reshape(N, -1, t.shape[-1])
+                    for t in (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)
+                ]
+                for i in range(lanes.num_layers)
+            ]
+        )
         x = lanes.embedded(rollout.completion_ids[:, :Tc])
         prefix = [(k[rows], v[rows]) for k, v in kv]
         h_comp, _ = lanes.layers(x, cos, sin, vis, prefix=prefix, record=record)
         h = torch.cat([h, h_comp], 1)
     known = {} if rec is None else {"probs": rec.probs[:L], "values": rollout.logprobs.t()}
-    out = selected_logprobs(h.transpose(0, 1), lanes.head_weight, rollout.completion_ids.t(),
-                            temperature, lane_dim=1, **known)  # fmt: skip
+    out = selected_logprobs(
+        h.transpose(0, 1),
+        lanes.head_weight,
+        rollout.completion_ids.t(),
+        temperature,
+        lane_dim=1,
+        **known,
+    )
     return out.t()

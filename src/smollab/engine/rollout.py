@@ -41,8 +41,11 @@ class Rollout:
 
     def select(self, rows: torch.Tensor) -> Rollout:
         """The rollout of these rows (without the decode record, which holds the whole batch)."""
-        return replace(self, record=None, **{f.name: getattr(self, f.name)[rows]
-                                             for f in fields(self) if f.name != "record"})  # fmt: skip
+        return replace(
+            self,
+            record=None,
+            **{f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "record"},
+        )
 
     def completion_rows(self) -> list[list[int]]:
         """Each completion's tokens up to and including its EOS (what rewards and texts read)."""
@@ -95,16 +98,20 @@ def distinct_prompts(
         b, rest = divmod(prompt_ids.shape[0], lanes)
         if rest:
             raise ValueError(f"{prompt_ids.shape[0]} rows do not split into {lanes} lanes")
-        blocks = [distinct_prompts(prompt_ids[s : s + b], prompt_mask[s : s + b])
-                  for s in range(0, lanes * b, b)]  # fmt: skip
+        blocks = [
+            distinct_prompts(prompt_ids[s : s + b], prompt_mask[s : s + b])
+            for s in range(0, lanes * b, b)
+        ]
         U = max(u.shape[0] for u, _, _ in blocks)
 
         def padded(t: torch.Tensor) -> torch.Tensor:
             return torch.cat([t, t[-1:].expand(U - t.shape[0], -1)])
 
-        return (torch.cat([padded(u) for u, _, _ in blocks]),
-                torch.cat([padded(m) for _, m, _ in blocks]),
-                torch.cat([rows + i * U for i, (_, _, rows) in enumerate(blocks)]))  # fmt: skip
+        return (
+            torch.cat([padded(u) for u, _, _ in blocks]),
+            torch.cat([padded(m) for _, m, _ in blocks]),
+            torch.cat([rows + i * U for i, (_, _, rows) in enumerate(blocks)]),
+        )
     key = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], 1)
     uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
     P = prompt_ids.shape[1]

@@ -21,8 +21,10 @@ def load_sampler(path: str, device: str, mode: str | None = None):
     tokenizer = load_tokenizer_near(where)
     if mode is not None:
         if not (isinstance(where, Path) and saved_adapters(where)):
-            raise UserError(f"--mode picks gradient routing's adapters, and {path} holds no "
-                            "routed checkpoint (retain/, forget/)")  # fmt: skip
+            raise UserError(
+                f"--mode picks gradient routing's adapters, and {path} holds no "
+                "routed checkpoint (retain/, forget/)"
+            )
         model = load_routed_dir(where, mode)
     else:
         model = build_model(ModelConfig(preset=None, path=str(where)))
@@ -37,14 +39,24 @@ def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     return [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
 
 
-def sample_texts(path: str, prompts: list[str], n: int, max_new_tokens: int, temperature: float,
-                 top_p: float, top_k: int, seed: int, device: str,
-                 mode: str | None = None) -> Iterator[tuple[str, str]]:  # fmt: skip
+def sample_texts(
+    path: str,
+    prompts: list[str],
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    seed: int,
+    device: str,
+    mode: str | None = None,
+) -> Iterator[tuple[str, str]]:
     """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
     mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
     sampler, tokenizer, _ = load_sampler(path, device, mode)
     batch = [x for x in encode_prompts(tokenizer, prompts) for _ in range(n)]
-    r = sampler.generate(batch, max_new_tokens, temperature=temperature, top_p=top_p,
-                         top_k=top_k, seed=seed)  # fmt: skip
+    r = sampler.generate(
+        batch, max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
+    )
     for i, text in enumerate(r.completion_texts(tokenizer)):
         yield prompts[i // n], f"{prompts[i // n]} {text}"

@@ -169,9 +169,17 @@ class Sampler:
         try:
             with torch.inference_mode():
                 r = self._generate(
-                    prompts, max_new_tokens, prompt_mask, temperature, top_p, top_k, generator,
-                    seed, stop_at_eos, record,
-                )  # fmt: skip
+                    prompts,
+                    max_new_tokens,
+                    prompt_mask,
+                    temperature,
+                    top_p,
+                    top_k,
+                    generator,
+                    seed,
+                    stop_at_eos,
+                    record,
+                )
         finally:
             if torch.get_num_threads() != threads:
                 torch.set_num_threads(threads)
@@ -179,9 +187,18 @@ class Sampler:
         return Rollout(*tensors, record=r.record)
 
     def _generate(
-        self, prompts, max_new_tokens, prompt_mask, temperature, top_p, top_k, generator, seed,
-        stop_at_eos, record,
-    ) -> Rollout:  # fmt: skip
+        self,
+        prompts,
+        max_new_tokens,
+        prompt_mask,
+        temperature,
+        top_p,
+        top_k,
+        generator,
+        seed,
+        stop_at_eos,
+        record,
+    ) -> Rollout:
         device = self.device
         if isinstance(prompts, torch.Tensor):
             ids = prompts.to(device)
@@ -263,11 +280,18 @@ class Sampler:
         # Every knob explicit: in transformers 5 an unset (None) field falls back to the model's
         # generation config (e.g. top_k=50), which would silently change the distribution.
         kw = dict(
-            max_new_tokens=T, min_new_tokens=0, num_beams=1, num_return_sequences=1,
-            repetition_penalty=1.0, no_repeat_ngram_size=0, pad_token_id=self.pad_token_id,
-            eos_token_id=self.eos_ids if stop else None, output_logits=True,
-            return_dict_in_generate=True, do_sample=temperature > 0,
-        )  # fmt: skip
+            max_new_tokens=T,
+            min_new_tokens=0,
+            num_beams=1,
+            num_return_sequences=1,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_ids if stop else None,
+            output_logits=True,
+            return_dict_in_generate=True,
+            do_sample=temperature > 0,
+        )
         if temperature > 0:
             kw.update(temperature=temperature, top_p=top_p, top_k=top_k, min_p=None, typical_p=1.0)
         seed = None
@@ -275,9 +299,11 @@ class Sampler:
             seed = int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device))
         dev = ids.device  # HF draws from the global streams: fork the CPU's and the device's
         accelerator = dev.type in ("cuda", "mps")
-        with torch.random.fork_rng(devices=[dev.index or 0] if accelerator else [],
-                                   enabled=seed is not None,
-                                   device_type=dev.type if accelerator else None):  # fmt: skip
+        with torch.random.fork_rng(
+            devices=[dev.index or 0] if accelerator else [],
+            enabled=seed is not None,
+            device_type=dev.type if accelerator else None,
+        ):
             if seed is not None:
                 torch.manual_seed(seed)
             out = model.generate(input_ids=ids, attention_mask=mask, **kw)

@@ -38,9 +38,11 @@ class TokenDraw:
         gens = list(generator) if isinstance(generator, (list, tuple)) else [generator]
         for gen in gens:
             if gen is not None and gen.device.type != device.type:
-                raise ValueError(f"the generator is on {gen.device} and the logits on {device}: "
-                                 f"make it with torch.Generator(device={str(device)!r}), or pass "
-                                 "seed=")  # fmt: skip
+                raise ValueError(
+                    f"the generator is on {gen.device} and the logits on {device}: "
+                    f"make it with torch.Generator(device={str(device)!r}), or pass "
+                    "seed="
+                )
         if B % len(gens):
             raise ValueError(f"{len(gens)} generators do not split a batch of {B} rows evenly")
         self.u = torch.empty(B, 1, device=device)

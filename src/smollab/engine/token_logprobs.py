@@ -118,11 +118,20 @@ def selected_logprobs(
     """
     if weight.dim() == 3:
         n = weight.shape[0]
-        parts = zip(h.chunk(n, lane_dim), weight, targets.chunk(n, lane_dim),
-                    *((t.chunk(n, lane_dim) if t is not None else [None] * n)
-                      for t in (probs, values)), strict=True)  # fmt: skip
-        return torch.cat([selected_logprobs(*p[:3], temperature, *p[3:], keep_elems=keep_elems // n)
-                          for p in parts], lane_dim)  # fmt: skip
+        parts = zip(
+            h.chunk(n, lane_dim),
+            weight,
+            targets.chunk(n, lane_dim),
+            *((t.chunk(n, lane_dim) if t is not None else [None] * n) for t in (probs, values)),
+            strict=True,
+        )
+        return torch.cat(
+            [
+                selected_logprobs(*p[:3], temperature, *p[3:], keep_elems=keep_elems // n)
+                for p in parts
+            ],
+            lane_dim,
+        )
     inv_t = 1.0 / temperature if temperature > 0 else 1.0
     shape = targets.shape
     h2, t2 = h.reshape(-1, h.shape[-1]), targets.reshape(-1)
@@ -186,12 +195,21 @@ def _hf_hidden(decoder: nn.Module, ids, mask, P: int, share) -> torch.Tensor:
         out = decoder(input_ids=ids, attention_mask=mask, position_ids=pos)
         return out.last_hidden_state[:, P - 1 :]
     u_ids, u_mask, inverse = share
-    out = decoder(input_ids=u_ids, attention_mask=u_mask, position_ids=positions_from_mask(u_mask),
-                  use_cache=True)  # fmt: skip
+    out = decoder(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=positions_from_mask(u_mask),
+        use_cache=True,
+    )
     cache = out.past_key_values
     cache.batch_select_indices(inverse)
-    h = decoder(input_ids=ids[:, P:], attention_mask=mask, position_ids=pos[:, P:],
-                past_key_values=cache, use_cache=True).last_hidden_state  # fmt: skip
+    h = decoder(
+        input_ids=ids[:, P:],
+        attention_mask=mask,
+        position_ids=pos[:, P:],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
     return torch.cat([out.last_hidden_state[inverse, -1:], h], 1)
 
 
@@ -236,8 +254,12 @@ def logprobs(
         h = _hf_hidden(decoder, ids, mask, P, share)
         return selected_logprobs(h, head.weight, targets, temperature)
     keep = input_ids.shape[1] - P
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                logits_to_keep=keep)  # fmt: skip
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions_from_mask(mask),
+        logits_to_keep=keep,
+    )
     logits = out.logits[:, -keep:].float()
     if temperature > 0 and temperature != 1:
         logits = logits / temperature

@@ -29,9 +29,17 @@ from smollab.errors import UserError
 from smollab.runs import WORDLE_GAMES
 
 
-def sampler_generate_fn(sampler: Sampler, tokenizer, *, max_new_tokens: int = 64,
-                        temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                        seed: int = 0, batch_size: int = 256) -> GenerateFn:  # fmt: skip
+def sampler_generate_fn(
+    sampler: Sampler,
+    tokenizer,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    batch_size: int = 256,
+) -> GenerateFn:
     """`play_games`' generate_fn over `sampler`: prompt texts -> completion texts, greedy at
     temperature 0. One generator seeded once, so each turn draws fresh numbers and the whole
     evaluation is reproducible from `seed`."""
@@ -41,8 +49,14 @@ def sampler_generate_fn(sampler: Sampler, tokenizer, *, max_new_tokens: int = 64
         out: list[str] = []
         for i in range(0, len(prompts), batch_size):
             ids = encode_prompts(tokenizer, prompts[i : i + batch_size])
-            r = sampler.generate(ids, max_new_tokens, temperature=temperature, top_p=top_p,
-                                 top_k=top_k, generator=gen)  # fmt: skip
+            r = sampler.generate(
+                ids,
+                max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                generator=gen,
+            )
             out.extend(r.completion_texts(tokenizer))
         return out
 
@@ -55,31 +69,60 @@ def report_path(path: str, out: str | Path | None) -> Path:
     if out is not None:
         return Path(out)
     if not Path(path).is_dir():
-        raise UserError(f"--wordle-out: {path} is no local directory to write "
-                        f"{WORDLE_GAMES} beside; name the file")  # fmt: skip
+        raise UserError(
+            f"--wordle-out: {path} is no local directory to write "
+            f"{WORDLE_GAMES} beside; name the file"
+        )
     return Path(path) / WORDLE_GAMES
 
 
-def play_wordle(path: str, games: int, *, max_turns: int = 6, seed: int = 0,
-                temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
-                max_new_tokens: int = 64, batch_size: int = 256, device: str = "auto",
-                mode: str | None = None, out: str | Path | None = None) -> dict[str, Any]:  # fmt: skip
+def play_wordle(
+    path: str,
+    games: int,
+    *,
+    max_turns: int = 6,
+    seed: int = 0,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_new_tokens: int = 64,
+    batch_size: int = 256,
+    device: str = "auto",
+    mode: str | None = None,
+    out: str | Path | None = None,
+) -> dict[str, Any]:
     """Play `games` games with the model at `path`; write and return the report: play_games'
     counts and rates (mean_guesses null when no game is solved), the checkpoint loaded, the
     sampling settings and the wall time."""
     dest = report_path(path, out)  # before the model loads: a bad destination fails first
     sampler, tokenizer, where = load_sampler(path, device, mode)
-    fn = sampler_generate_fn(sampler, tokenizer, max_new_tokens=max_new_tokens,
-                             temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                             batch_size=batch_size)  # fmt: skip
+    fn = sampler_generate_fn(
+        sampler,
+        tokenizer,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        batch_size=batch_size,
+    )
     t0 = time.perf_counter()
     result = play_games(fn, sample_secrets(games, seed), max_turns)
     wall = time.perf_counter() - t0
     if math.isnan(result["mean_guesses"]):
         result["mean_guesses"] = None  # JSON has no NaN
-    report = {**result, "max_turns": max_turns, "model": str(where), "mode": mode,
-              "temperature": temperature, "top_p": top_p, "top_k": top_k,
-              "max_new_tokens": max_new_tokens, "seed": seed, "device": sampler.device.type,
-              "wall_s": round(wall, 3)}  # fmt: skip
+    report = {
+        **result,
+        "max_turns": max_turns,
+        "model": str(where),
+        "mode": mode,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+        "device": sampler.device.type,
+        "wall_s": round(wall, 3),
+    }
     atomic_write_json(dest, report)
     return {**report, "path": str(dest)}

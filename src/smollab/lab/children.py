@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from smollab.lab import reaper
+from smollab.atomic_files import atomic_write_text
 from smollab.runs import CHILD_LOG, CHILD_PID, RunView
 from smollab.train.mfu import LAB_CHILD_ENV
 
@@ -157,10 +158,15 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def launch(
-    name: str, argv: list[str], run_dir: Path, threads: int | None = None,
-    env: dict[str, str] | None = None, cpus: Sequence[int] | None = None, grace: float = 60.0,
+    name: str,
+    argv: list[str],
+    run_dir: Path,
+    threads: int | None = None,
+    env: dict[str, str] | None = None,
+    cpus: Sequence[int] | None = None,
+    grace: float = 60.0,
     log_name: str = CHILD_LOG,
-) -> Child:  # fmt: skip
+) -> Child:
     """Start `argv` in its own session; stdout and stderr append to `<run_dir>/<log_name>`
     (child.log; a lanes worker's is its inbox's worker.log).
 
@@ -191,21 +197,30 @@ def launch(
 
     try:
         proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env,
-            start_new_session=True, preexec_fn=preexec if (pdeath or cpus) else None,
-        )  # fmt: skip
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env,
+            start_new_session=True,
+            preexec_fn=preexec if (pdeath or cpus) else None,
+        )
     finally:
         log.close()
     child = Child(name=name, run_dir=run_dir, argv=argv, threads=threads, proc=proc)
     _LIVE.add(child)
     reaper.watch(watcher, proc.pid, grace, pdeath is not None)
     with contextlib.suppress(OSError):
-        (run_dir / CHILD_PID).write_text(f"{proc.pid}\n{socket.gethostname()}\n")
+        atomic_write_text(run_dir / CHILD_PID, f"{proc.pid}\n{socket.gethostname()}\n")
     return child
 
 
-def stop_all(children: Sequence[Child], timeout: float = 60.0, reason: str | None = None,
-             kill_now: bool = False) -> None:  # fmt: skip
+def stop_all(
+    children: Sequence[Child],
+    timeout: float = 60.0,
+    reason: str | None = None,
+    kill_now: bool = False,
+) -> None:
     """SIGINT every child, wait up to `timeout` seconds, SIGKILL the rest."""
     for c in children:
         if kill_now:

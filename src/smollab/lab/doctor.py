@@ -20,14 +20,25 @@ from typing import Any
 from smollab.atomic_files import atomic_write_json
 from smollab.errors import UserError
 
-STATUS_STYLE = {"ok": "green", "native": "green", "yes": "green", "failed": "bold red",
-                "emulated": "yellow", "no": "yellow", "n/a": "dim"}  # fmt: skip
+STATUS_STYLE = {
+    "ok": "green",
+    "native": "green",
+    "yes": "green",
+    "failed": "bold red",
+    "emulated": "yellow",
+    "no": "yellow",
+    "n/a": "dim",
+}
 DEFAULT_TIMEOUT_S = 300.0
 
 
-def run_doctor(device: str = "auto", json_path: str | None = None,
-               timeout: float = DEFAULT_TIMEOUT_S, keep: str | None = None,
-               out: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_doctor(
+    device: str = "auto",
+    json_path: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    keep: str | None = None,
+    out: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Report on `device` (auto|cpu|cuda|mps); writes `json_path` when given. `keep`: run the
     checks in that directory and leave it, for a look at each check's child.log."""
     from smollab.lab.doctor_checks import run_checks
@@ -49,9 +60,12 @@ def run_doctor(device: str = "auto", json_path: str | None = None,
     items = device_items + checks
     report = {
         "ok": not any(it["status"] == "failed" for it in items),
-        "device": facts, "items": device_items, "checks": checks,
-        "seconds": round(time.time() - t0, 1), "created": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }  # fmt: skip
+        "device": facts,
+        "items": device_items,
+        "checks": checks,
+        "seconds": round(time.time() - t0, 1),
+        "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(Path(json_path), report)
@@ -86,8 +100,11 @@ def render(report: dict[str, Any], console=None) -> None:
     from rich.table import Table
 
     console = console or Console()
-    t = Table(title=f"smollab doctor: {report['device']['kind']} ({report['device']['name']})",
-              title_justify="left", show_lines=False)  # fmt: skip
+    t = Table(
+        title=f"smollab doctor: {report['device']['kind']} ({report['device']['name']})",
+        title_justify="left",
+        show_lines=False,
+    )
     t.add_column("item", no_wrap=True)
     t.add_column("status", no_wrap=True)
     t.add_column("s", justify="right", no_wrap=True)
@@ -101,7 +118,8 @@ def render(report: dict[str, Any], console=None) -> None:
     console.print(t)
     failed = [it["item"] for it in report["items"] + report["checks"] if it["status"] == "failed"]
     if failed:
-        console.print(f"[bold red]{len(failed)} failed[/]: {', '.join(failed)} "
-                      f"({report['seconds']:.0f} s)")  # fmt: skip
+        console.print(
+            f"[bold red]{len(failed)} failed[/]: {', '.join(failed)} ({report['seconds']:.0f} s)"
+        )
     else:
         console.print(f"[green]all ok[/] in {report['seconds']:.0f} s")

@@ -63,8 +63,14 @@ class Check:
 def device_check(work: Path, device: str) -> Check:
     """The device report (`doctor_device`), in a child like the rest: see its `main`."""
     d = work / "device"
-    return Check("device", "device", [device, str(d / DEVICE_JSON)], d, _verify_device,
-                 module="smollab.lab.doctor_device")  # fmt: skip
+    return Check(
+        "device",
+        "device",
+        [device, str(d / DEVICE_JSON)],
+        d,
+        _verify_device,
+        module="smollab.lab.doctor_device",
+    )
 
 
 def data_check(work: Path) -> Check:
@@ -73,11 +79,23 @@ def data_check(work: Path) -> Check:
 
 
 def pretrain_check(work: Path, device: str) -> Check:
-    args = ["model.preset=micro", f"data.dir={work / 'data'}", *MICRO_DATA, "train.max_steps=12",
-            "train.batch_size=8", "train.seq_len=64", "train.log_interval=2",
-            "train.eval_interval=6", "train.eval_tokens=1024", "train.save_interval=0",
-            "optim.warmup_steps=2", "optim.lr=1e-2", f"perf.device={device}",
-            f"run.dir={work / 'pretrain'}", "run.resume=never"]  # fmt: skip
+    args = [
+        "model.preset=micro",
+        f"data.dir={work / 'data'}",
+        *MICRO_DATA,
+        "train.max_steps=12",
+        "train.batch_size=8",
+        "train.seq_len=64",
+        "train.log_interval=2",
+        "train.eval_interval=6",
+        "train.eval_tokens=1024",
+        "train.save_interval=0",
+        "optim.warmup_steps=2",
+        "optim.lr=1e-2",
+        f"perf.device={device}",
+        f"run.dir={work / 'pretrain'}",
+        "run.resume=never",
+    ]
     return Check("pretrain", "pretrain", args, work / "pretrain", _verify_pretrain)
 
 
@@ -85,20 +103,48 @@ def grpo_check(work: Path, device: str, base_model: Path | None, lora: bool) -> 
     """Three GRPO steps of 2 prompts x 4 completions of 12 tokens, rewarded for sentence length
     (a reward with spread, so the advantages and the policy gradient are not all zero)."""
     recipe = work / "grpo.yaml"
-    recipe.write_text(yaml.safe_dump({"reward": [{"name": "sentence_length",
-                      "params": {"target": 6, "unit": "words", "mode": "smooth"}}]}))  # fmt: skip
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "reward": [
+                    {
+                        "name": "sentence_length",
+                        "params": {"target": 6, "unit": "words", "mode": "smooth"},
+                    }
+                ]
+            }
+        )
+    )
     name = "grpo lora" if lora else "grpo full"
     model = f"model.path={base_model}" if base_model else "model.preset=micro"
-    args = [model, f"data.dir={work / 'data'}", *MICRO_DATA, "train.max_steps=3",
-            "train.batch_size=8", "grpo.num_generations=4", "grpo.max_completion_length=12",
-            "train.eval_interval=2", "grpo.eval_prompts=4", "train.save_interval=0",
-            "optim.lr=1e-3", f"perf.device={device}",
-            f"run.dir={work / name.replace(' ', '-')}", "run.resume=never"]  # fmt: skip
+    args = [
+        model,
+        f"data.dir={work / 'data'}",
+        *MICRO_DATA,
+        "train.max_steps=3",
+        "train.batch_size=8",
+        "grpo.num_generations=4",
+        "grpo.max_completion_length=12",
+        "train.eval_interval=2",
+        "grpo.eval_prompts=4",
+        "train.save_interval=0",
+        "optim.lr=1e-3",
+        f"perf.device={device}",
+        f"run.dir={work / name.replace(' ', '-')}",
+        "run.resume=never",
+    ]
     if lora:
         args.append("model.lora.enabled=true")
     note = "" if base_model else " (from a fresh micro model: pretrain failed)"
-    return Check(name, "grpo", args, work / name.replace(" ", "-"), _verify_grpo,
-                 base=str(recipe), extra={"lora": lora, "note": note})  # fmt: skip
+    return Check(
+        name,
+        "grpo",
+        args,
+        work / name.replace(" ", "-"),
+        _verify_grpo,
+        base=str(recipe),
+        extra={"lora": lora, "note": note},
+    )
 
 
 def sample_check(work: Path, device: str, model_dir: Path) -> Check:
@@ -110,14 +156,31 @@ def probe_check(work: Path, device: str, timeout: float) -> Check:
     """Two levels, k = 1 and 2, of the micro pretraining workload (no thread splits, no cache:
     the doctor's probe must not become what `concurrency: auto` reads)."""
     recipe = work / "probe.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "command": "pretrain",
-        "overrides": {"model.preset": "micro", "data.dir": str(work / "data"),
-                      "data.num_stories": 400, "data.vocab_size": 256, "train.batch_size": 8,
-                      "train.seq_len": 64, "perf.device": device},
-        "ks": [1, 2], "max_k": 2, "warmup": 2, "steps": 5, "split": False, "cache": False,
-        "timeout_s": max(10.0, timeout / 3), "dir": str(work / "probe"),
-    }, sort_keys=False))  # fmt: skip
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "command": "pretrain",
+                "overrides": {
+                    "model.preset": "micro",
+                    "data.dir": str(work / "data"),
+                    "data.num_stories": 400,
+                    "data.vocab_size": 256,
+                    "train.batch_size": 8,
+                    "train.seq_len": 64,
+                    "perf.device": device,
+                },
+                "ks": [1, 2],
+                "max_k": 2,
+                "warmup": 2,
+                "steps": 5,
+                "split": False,
+                "cache": False,
+                "timeout_s": max(10.0, timeout / 3),
+                "dir": str(work / "probe"),
+            },
+            sort_keys=False,
+        )
+    )
     return Check("probe k=1,2", "probe", [], work / "probe", _verify_probe, base=str(recipe))
 
 
@@ -129,8 +192,9 @@ def _finished(c: Check) -> tuple[RunView, list[dict]]:
     status = view.status()
     if status != "completed":
         evidence = view.summary().get("evidence")
-        raise CheckFailed(f"run ended {status or 'without a summary'}"
-                          + (f": {evidence}" if evidence else ""))  # fmt: skip
+        raise CheckFailed(
+            f"run ended {status or 'without a summary'}" + (f": {evidence}" if evidence else "")
+        )
     return view, view.metrics()
 
 
@@ -163,9 +227,11 @@ def _verify_pretrain(c: Check) -> str:
         raise CheckFailed(f"the loss did not fall: {losses[0]:.3f} -> {losses[-1]:.3f}")
     s = view.summary()
     val = s.get("final_val_loss")
-    return (f"{s.get('steps')} steps: loss {losses[0]:.2f} -> {losses[-1]:.2f}"
-            + (f", val {val:.2f}" if val is not None else "")
-            + f", {s.get('tokens_per_s') or 0:,.0f} tokens/s")  # fmt: skip
+    return (
+        f"{s.get('steps')} steps: loss {losses[0]:.2f} -> {losses[-1]:.2f}"
+        + (f", val {val:.2f}" if val is not None else "")
+        + f", {s.get('tokens_per_s') or 0:,.0f} tokens/s"
+    )
 
 
 def _verify_grpo(c: Check) -> str:
@@ -179,10 +245,12 @@ def _verify_grpo(c: Check) -> str:
         raise CheckFailed(f"LoRA trains {trainable} of {total} parameters")
     step_ms = 1000 * sum(r.get("step_s") or 0.0 for r in rows) / len(rows)
     kl = rows[-1].get("kl")
-    return (f"{len(rows)} steps: reward {rewards[0]:.2f} -> {rewards[-1]:.2f}"
-            + (f", kl {kl:.4f}" if kl is not None else "")
-            + f", {trainable:,} of {total:,} parameters trained, {step_ms:.0f} ms/step"
-            + c.extra["note"])  # fmt: skip
+    return (
+        f"{len(rows)} steps: reward {rewards[0]:.2f} -> {rewards[-1]:.2f}"
+        + (f", kl {kl:.4f}" if kl is not None else "")
+        + f", {trainable:,} of {total:,} parameters trained, {step_ms:.0f} ms/step"
+        + c.extra["note"]
+    )
 
 
 def _verify_sample(c: Check) -> str:
@@ -225,8 +293,13 @@ def _log_lines(d: Path) -> list[str]:
 # ---- running a stage ----------------------------------------------------------------------------
 
 
-def run_stage(checks: list[Check], timeout: float, out: Callable[[str], None],
-              parallel: bool = True, poll_s: float = 0.2) -> list[Item]:  # fmt: skip
+def run_stage(
+    checks: list[Check],
+    timeout: float,
+    out: Callable[[str], None],
+    parallel: bool = True,
+    poll_s: float = 0.2,
+) -> list[Item]:
     """Run the checks (side by side, the CPU threads split among them, or one after another),
     each with its own time limit; one item per check, ok or failed with a one-line reason."""
     if not parallel:
@@ -234,8 +307,10 @@ def run_stage(checks: list[Check], timeout: float, out: Callable[[str], None],
     threads = ch.split_threads(ch.cpu_count(), len(checks))
     for c in checks:
         out(f"doctor: running {c.name} ...")
-    kids = [ch.launch(c.name, c.argv(), c.out_dir, threads=t)
-            for c, t in zip(checks, threads, strict=True)]  # fmt: skip
+    kids = [
+        ch.launch(c.name, c.argv(), c.out_dir, threads=t)
+        for c, t in zip(checks, threads, strict=True)
+    ]
     timed_out: set[int] = set()
     ended: dict[int, float] = {}
     try:
@@ -268,8 +343,15 @@ def run_stage(checks: list[Check], timeout: float, out: Callable[[str], None],
                 status, detail = "failed", str(e)
             except Exception as e:  # noqa: BLE001 - a surprise in a check is its finding
                 status, detail = "failed", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        items.append({"item": c.name, "status": status, "detail": detail,
-                      "seconds": round(seconds, 1), "argv": c.argv()})  # fmt: skip
+        items.append(
+            {
+                "item": c.name,
+                "status": status,
+                "detail": detail,
+                "seconds": round(seconds, 1),
+                "argv": c.argv(),
+            }
+        )
         out(f"doctor: {c.name}: {status} ({seconds:.0f} s)")
     return items
 
@@ -280,8 +362,10 @@ def run_checks(work: Path, device: str, timeout: float, out: Callable[[str], Non
     data_ok = items[-1]["status"] == "ok"
     items += run_stage([pretrain_check(work, device)], timeout, out)
     pretrained = work / "pretrain" if items[-1]["status"] == "ok" else None
-    stage = [grpo_check(work, device, pretrained, lora=False),
-             grpo_check(work, device, pretrained, lora=True)]  # fmt: skip
+    stage = [
+        grpo_check(work, device, pretrained, lora=False),
+        grpo_check(work, device, pretrained, lora=True),
+    ]
     if pretrained:
         stage.append(sample_check(work, device, pretrained))
     # children preparing one data directory at once would race: side by side only once it exists
@@ -293,7 +377,13 @@ def run_checks(work: Path, device: str, timeout: float, out: Callable[[str], Non
             c.extra["note"] = " (from the GRPO run: pretrain failed)"
             items += run_stage([c], timeout, out)
         else:
-            items.append({"item": "sample", "status": "failed", "seconds": 0.0,
-                          "detail": "no model to sample from: pretrain and grpo full failed"})  # fmt: skip
+            items.append(
+                {
+                    "item": "sample",
+                    "status": "failed",
+                    "seconds": 0.0,
+                    "detail": "no model to sample from: pretrain and grpo full failed",
+                }
+            )
     items += run_stage([probe_check(work, device, timeout)], timeout, out)
     return items

@@ -70,35 +70,68 @@ def describe(device: torch.device) -> tuple[dict[str, Any], list[Item]]:
 
     cores_total, cores = os.cpu_count() or 1, cpu_count()
     facts: dict[str, Any] = {
-        "kind": device.type, "torch": torch.__version__, "cuda": torch.version.cuda,
-        "cpu": cpu_model_name(), "cpu_cores": cores, "cpu_cores_total": cores_total,
-        "torch_threads": torch.get_num_threads(), "host_memory_gb": host_memory_gb(),
-        "python": platform.python_version(), "platform": platform.platform(),
-    }  # fmt: skip
+        "kind": device.type,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpu": cpu_model_name(),
+        "cpu_cores": cores,
+        "cpu_cores_total": cores_total,
+        "torch_threads": torch.get_num_threads(),
+        "host_memory_gb": host_memory_gb(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     mem = facts["host_memory_gb"]
-    lines = [item("cpu", "ok", f"{facts['cpu']}, {cores} cores usable of {cores_total}, "
-                  f"torch {facts['torch_threads']} threads" + (f", {mem:.0f} GiB RAM" if mem else ""))]  # fmt: skip
+    lines = [
+        item(
+            "cpu",
+            "ok",
+            f"{facts['cpu']}, {cores} cores usable of {cores_total}, "
+            f"torch {facts['torch_threads']} threads" + (f", {mem:.0f} GiB RAM" if mem else ""),
+        )
+    ]
     versions = f"torch {torch.__version__}, python {facts['python']}"
     if device.type == "cuda":
         props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
-        facts["gpus"] = [{"name": p.name, "memory_gb": p.total_memory / 2**30,
-                          "capability": f"{p.major}.{p.minor}"} for p in props]  # fmt: skip
+        facts["gpus"] = [
+            {
+                "name": p.name,
+                "memory_gb": p.total_memory / 2**30,
+                "capability": f"{p.major}.{p.minor}",
+            }
+            for p in props
+        ]
         facts["count"], facts["name"] = len(props), props[0].name
         facts["cudnn"] = torch.backends.cudnn.version()
         facts["driver"] = _nvidia_driver()
         names = sorted({p.name for p in props})
-        lines.append(item("device", "ok", f"cuda: {len(props)} x {', '.join(names)}, "
-                          f"{props[0].total_memory / 2**30:.1f} GiB each, compute capability "
-                          f"{props[0].major}.{props[0].minor}"))  # fmt: skip
+        lines.append(
+            item(
+                "device",
+                "ok",
+                f"cuda: {len(props)} x {', '.join(names)}, "
+                f"{props[0].total_memory / 2**30:.1f} GiB each, compute capability "
+                f"{props[0].major}.{props[0].minor}",
+            )
+        )
         versions += f", CUDA {torch.version.cuda}, cuDNN {facts['cudnn']}"
         versions += f", driver {facts['driver']}" if facts["driver"] else ""
     elif device.type == "mps":
         facts["count"], facts["name"] = 1, f"Apple GPU ({facts['cpu']})"
         rec = getattr(torch.mps, "recommended_max_memory", None)
         facts["memory_gb"] = rec() / 2**30 if rec else None
-        lines.append(item("device", "ok", f"mps: {facts['name']}, "
-                          + (f"{facts['memory_gb']:.1f} GiB usable (unified memory)"
-                             if facts["memory_gb"] else "unified memory")))  # fmt: skip
+        lines.append(
+            item(
+                "device",
+                "ok",
+                f"mps: {facts['name']}, "
+                + (
+                    f"{facts['memory_gb']:.1f} GiB usable (unified memory)"
+                    if facts["memory_gb"]
+                    else "unified memory"
+                ),
+            )
+        )
     else:
         facts["count"], facts["name"] = 1, facts["cpu"]
         lines.append(item("device", "ok", f"cpu: {facts['cpu']}"))
@@ -148,8 +181,9 @@ def check_precision(device: torch.device, precision: str) -> Item:
     flag) and judge it by its error against float64: TF32 is on only if the error shows it."""
     name = f"precision {precision}"
     g = torch.Generator(device="cpu").manual_seed(0)
-    a64, b64 = (torch.randn(256, 256, generator=g, dtype=torch.float64, device="cpu")
-                for _ in range(2))  # fmt: skip
+    a64, b64 = (
+        torch.randn(256, 256, generator=g, dtype=torch.float64, device="cpu") for _ in range(2)
+    )
     want = a64 @ b64
     a, b = a64.float().to(device), b64.float().to(device)
     if precision == "tf32":
@@ -165,10 +199,18 @@ def check_precision(device: torch.device, precision: str) -> Item:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
         if err > 10 * max(err_fp32, 1e-7):  # TF32 keeps 10 mantissa bits: ~1e-4 vs fp32's ~1e-7
-            return item(name, "native", f"fp32 matmuls on tensor cores (error {err:.1e} vs "
-                                        f"{err_fp32:.1e} in full fp32)", error=err)  # fmt: skip
-        return item(name, "no", f"the flag changes nothing here (error {err:.1e}): no TF32 "
-                                "tensor cores (compute capability below 8.0)")  # fmt: skip
+            return item(
+                name,
+                "native",
+                f"fp32 matmuls on tensor cores (error {err:.1e} vs {err_fp32:.1e} in full fp32)",
+                error=err,
+            )
+        return item(
+            name,
+            "no",
+            f"the flag changes nothing here (error {err:.1e}): no TF32 "
+            "tensor cores (compute capability below 8.0)",
+        )
     try:
         with _autocast(device, precision):
             c = a @ b
@@ -187,17 +229,29 @@ def check_precision(device: torch.device, precision: str) -> Item:
         return item(name, "native", f"matmul error {err:.1e}", error=err)
     cuda_bf16 = device.type == "cuda" and precision == "bf16"
     if cuda_bf16 and not torch.cuda.is_bf16_supported(including_emulation=False):
-        return item(name, "emulated", "runs, but the GPU has no bf16 hardware (before "
-                                      "Ampere): use fp16 with a GradScaler")  # fmt: skip
+        return item(
+            name,
+            "emulated",
+            "runs, but the GPU has no bf16 hardware (before Ampere): use fp16 with a GradScaler",
+        )
     if device.type == "cpu":
         from smollab.device import cpu_has_native_matmul
 
         ratio = _timed_matmul(device, 512, precision) / _timed_matmul(device, 512, "fp32")
         if not cpu_has_native_matmul(precision) or ratio > EMULATED_SLOWDOWN:
-            return item(name, "emulated", f"{ratio:.1f}x the time of fp32 (no AVX512/AMX "
-                        f"{precision} kernels): smollab runs fp32 instead", slowdown=ratio)  # fmt: skip
-        return item(name, "native", f"{ratio:.2f}x the time of fp32 at n=512, error {err:.1e}",
-                    slowdown=ratio)  # fmt: skip
+            return item(
+                name,
+                "emulated",
+                f"{ratio:.1f}x the time of fp32 (no AVX512/AMX "
+                f"{precision} kernels): smollab runs fp32 instead",
+                slowdown=ratio,
+            )
+        return item(
+            name,
+            "native",
+            f"{ratio:.2f}x the time of fp32 at n=512, error {err:.1e}",
+            slowdown=ratio,
+        )
     note = ", training uses a GradScaler" if precision == "fp16" else ""
     return item(name, "native", f"autocast matmul error {err:.1e}{note}", error=err)
 
@@ -217,17 +271,26 @@ def check_mps_daemon(device: torch.device, mps=None) -> Item:
     if not m.available():
         return item(name, "no", f"{CONTROL} not found: concurrent runs will time-slice the GPU")
     if m.is_running():
-        return item(name, "yes", "a control daemon is already running: concurrent runs share "
-                                 "the GPU")  # fmt: skip
+        return item(
+            name, "yes", "a control daemon is already running: concurrent runs share the GPU"
+        )
     if not m.start():
-        return item(name, "no", "the control daemon would not start (GPU in a prohibited or "
-                                "exclusive compute mode, or no permission)")  # fmt: skip
+        return item(
+            name,
+            "no",
+            "the control daemon would not start (GPU in a prohibited or "
+            "exclusive compute mode, or no permission)",
+        )
     m.stop()
     deadline = time.time() + 5  # gone before this process opens its CUDA context
     while m.is_running() and time.time() < deadline:
         time.sleep(0.2)
-    return item(name, "yes", "started and stopped the control daemon: `smollab probe` and "
-                             "sweeps can share the GPU between runs")  # fmt: skip
+    return item(
+        name,
+        "yes",
+        "started and stopped the control daemon: `smollab probe` and "
+        "sweeps can share the GPU between runs",
+    )
 
 
 # ---- the matmul peak --------------------------------------------------------------------------
@@ -309,8 +372,9 @@ def device_report(device: torch.device, mps=None) -> tuple[dict[str, Any], list[
     mps_line = guarded("MPS daemon", lambda: check_mps_daemon(device, mps))
     facts, lines = describe(device)
     lines.append(mps_line)
-    precisions = [guarded(f"precision {p}", lambda p=p: check_precision(device, p))
-                  for p in PRECISIONS]  # fmt: skip
+    precisions = [
+        guarded(f"precision {p}", lambda p=p: check_precision(device, p)) for p in PRECISIONS
+    ]
     lines += precisions
     native = [p for p, it in zip(PRECISIONS, precisions, strict=True) if it["status"] == "native"]
     for p in ["fp32", *[p for p in native if p != "fp32"]]:

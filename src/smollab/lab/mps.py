@@ -22,8 +22,12 @@ MAX_CLIENTS = 48
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
-def run_tool(argv: list[str], input: str | None = None, env: dict[str, str] | None = None,
-             timeout: float = 10.0) -> subprocess.CompletedProcess:  # fmt: skip
+def run_tool(
+    argv: list[str],
+    input: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> subprocess.CompletedProcess:
     """An outside tool's output; a missing or hung tool reads as exit 127, never an exception."""
     try:
         return subprocess.run(
@@ -34,8 +38,13 @@ def run_tool(argv: list[str], input: str | None = None, env: dict[str, str] | No
 
 
 class MPS:
-    def __init__(self, runner: Runner | None = None, which: Callable[[str], str | None] | None = None,
-                 pipe_dir: str | None = None, log_dir: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        which: Callable[[str], str | None] | None = None,
+        pipe_dir: str | None = None,
+        log_dir: str | None = None,
+    ):
         self.runner = runner or run_tool
         self.which = which or shutil.which
         self.pipe_dir = pipe_dir or os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
@@ -113,8 +122,10 @@ def mps_daemon(out: Callable[[str], None] = print, mps: MPS | None = None) -> It
         started = True
         out("MPS: started the control daemon (it will be stopped afterwards)")
     else:
-        out("MPS: WARNING: could not start the control daemon (GPU in a prohibited compute mode, "
-            "or no permission); concurrent runs will time-slice the GPU")  # fmt: skip
+        out(
+            "MPS: WARNING: could not start the control daemon (GPU in a prohibited compute mode, "
+            "or no permission); concurrent runs will time-slice the GPU"
+        )
         yield None
         return
     try:
@@ -130,9 +141,11 @@ def check_clients(pids: list[int], out: Callable[[str], None], mps: MPS | None =
     m = mps or MPS()
     attached, missing = m.verify(pids)
     if missing:
-        out(f"MPS: WARNING: {len(missing)} of {len(pids)} runs are NOT MPS clients (pids "
+        out(
+            f"MPS: WARNING: {len(missing)} of {len(pids)} runs are NOT MPS clients (pids "
             f"{', '.join(map(str, missing))}): they time-slice the GPU instead of sharing it. "
-            f"Check CUDA_MPS_PIPE_DIRECTORY and that the daemon runs as this user.")  # fmt: skip
+            f"Check CUDA_MPS_PIPE_DIRECTORY and that the daemon runs as this user."
+        )
     else:
         out(f"MPS: all {len(pids)} runs attached as clients")
     return {"attached": len(attached), "missing": missing}

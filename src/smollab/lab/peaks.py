@@ -48,8 +48,9 @@ def sweep_precisions(spec: SweepSpec) -> set[str]:
     return {resolve_config(spec, {}, spec.seeds[0]).perf.precision}
 
 
-def prepare_sweep_peaks(spec: SweepSpec, device: str, concurrency: int, total_threads: int,
-                        out: Callable[[str], None]) -> list[tuple[str, int]]:  # fmt: skip
+def prepare_sweep_peaks(
+    spec: SweepSpec, device: str, concurrency: int, total_threads: int, out: Callable[[str], None]
+) -> list[tuple[str, int]]:
     """Measure and cache the CPU peaks a CPU pretraining sweep's trials will read; returns the
     (dtype, threads) measured now. Anything else (GPU, GRPO, all cached) measures nothing."""
     if spec.command not in ("pretrain", "sft") or device != "cpu":
@@ -61,14 +62,17 @@ def prepare_sweep_peaks(spec: SweepSpec, device: str, concurrency: int, total_th
 
     # The precision each trial really runs: setup_runtime's own rule, so the keys cannot drift.
     cpu = torch.device("cpu")
-    dtypes = {cpu_dtype_name("fp32" if precision_unsupported(cpu, p) else p)
-              for p in sweep_precisions(spec)}  # fmt: skip
+    dtypes = {
+        cpu_dtype_name("fp32" if precision_unsupported(cpu, p) else p)
+        for p in sweep_precisions(spec)
+    }
     threads = sweep_thread_counts(spec, concurrency, total_threads)
-    missing = [(d, t) for d in sorted(dtypes) for t in sorted(threads)
-               if cpu_peak_missing(d, t)]  # fmt: skip
+    missing = [(d, t) for d in sorted(dtypes) for t in sorted(threads) if cpu_peak_missing(d, t)]
     if missing:
-        out(f"MFU: measuring the CPU matmul peak for {len(missing)} setting(s) before any trial "
-            f"starts (trials only read it: measured while they run, it would read low)")  # fmt: skip
+        out(
+            f"MFU: measuring the CPU matmul peak for {len(missing)} setting(s) before any trial "
+            f"starts (trials only read it: measured while they run, it would read low)"
+        )
         for dtype, t in missing:
             ensure_cpu_peak(dtype, t, log=lambda m: out(f"  {m}"))
     return missing

@@ -112,10 +112,13 @@ class Watcher:
         read_fd, self.fd = os.pipe()  # both non-inheritable: no child holds the write end
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", __file__, str(read_fd)], pass_fds=(read_fd,),
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [sys.executable, "-I", __file__, str(read_fd)],
+                pass_fds=(read_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except BaseException:
             os.close(self.fd)
             raise

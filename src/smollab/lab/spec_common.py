@@ -31,10 +31,15 @@ class SpecSection(BaseModel):
         """pydantic reads `true` as 1 where a number is due; in a spec that is a mistake."""
         ann = cls.model_fields[info.field_name].annotation
         items = value if isinstance(value, list) else [value]
-        if (any(isinstance(v, bool) for v in items) and _takes(ann, (int, float))
-                and not _takes(ann, (bool,))):  # fmt: skip
-            raise ValueError(f"expected {'numbers' if isinstance(value, list) else 'a number'}"
-                             f", not true or false")  # fmt: skip
+        if (
+            any(isinstance(v, bool) for v in items)
+            and _takes(ann, (int, float))
+            and not _takes(ann, (bool,))
+        ):
+            raise ValueError(
+                f"expected {'numbers' if isinstance(value, list) else 'a number'}"
+                f", not true or false"
+            )
         return value
 
 

@@ -17,11 +17,24 @@ if TYPE_CHECKING:
 
 # Short target names (config) -> module names per architecture.
 _LORA_TARGETS = {
-    "llama": {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
-              "gate": "gate_proj", "up": "up_proj", "down": "down_proj"},
-    "gpt2": {"q": "c_attn", "k": "c_attn", "v": "c_attn", "o": "attn.c_proj",
-             "up": "mlp.c_fc", "down": "mlp.c_proj"},
-}  # fmt: skip
+    "llama": {
+        "q": "q_proj",
+        "k": "k_proj",
+        "v": "v_proj",
+        "o": "o_proj",
+        "gate": "gate_proj",
+        "up": "up_proj",
+        "down": "down_proj",
+    },
+    "gpt2": {
+        "q": "c_attn",
+        "k": "c_attn",
+        "v": "c_attn",
+        "o": "attn.c_proj",
+        "up": "mlp.c_fc",
+        "down": "mlp.c_proj",
+    },
+}
 
 
 @contextlib.contextmanager
@@ -30,8 +43,9 @@ def peft_wrapping() -> Iterator[None]:
     transformers' deprecated `is_gradient_checkpointing`, a FutureWarning on every run that is
     not ours to fix (smollab reads `is_activation_checkpointing`, token_logprobs.checkpointing)."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.* is deprecated",
-                                category=FutureWarning)  # fmt: skip
+        warnings.filterwarnings(
+            "ignore", message=".*is_gradient_checkpointing.* is deprecated", category=FutureWarning
+        )
         yield
 
 
@@ -73,8 +87,13 @@ def check_model_source(cfg: ModelConfig) -> None:
             )
 
 
-def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementation="sdpa",
-                device: torch.device | None = None, compute_dtype: torch.dtype | None = None):  # fmt: skip
+def build_model(
+    cfg: ModelConfig,
+    vocab_size: int | None = None,
+    attn_implementation="sdpa",
+    device: torch.device | None = None,
+    compute_dtype: torch.dtype | None = None,
+):
     """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init).
 
     No `low_cpu_mem_usage` key: transformers 5 always builds a loaded model on the meta device
@@ -95,15 +114,19 @@ def build_model(cfg: ModelConfig, vocab_size: int | None = None, attn_implementa
 
         if isinstance(where, Path) and saved_adapters(where):
             if load_in != "none":
-                raise UserError(f"model.load_in={load_in}: {where} is a gradient-routing "
-                                "checkpoint, which loads in full precision only")  # fmt: skip
+                raise UserError(
+                    f"model.load_in={load_in}: {where} is a gradient-routing "
+                    "checkpoint, which loads in full precision only"
+                )
             return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
         if isinstance(where, Path):  # absolute: PEFT records it as its adapters' base model,
             where = where.resolve()  # which must load from any working directory
         if load_in != "none" and (Path(str(where)) / "adapter_config.json").is_file():
-            raise UserError(f"model.load_in={load_in}: {where} holds LoRA adapters, which would "
-                            "be merged into quantized weights and rounded away; point "
-                            "model.path at full weights (grpo.export_merged writes them)")  # fmt: skip
+            raise UserError(
+                f"model.load_in={load_in}: {where} holds LoRA adapters, which would "
+                "be merged into quantized weights and rounded away; point "
+                "model.path at full weights (grpo.export_merged writes them)"
+            )
         from smollab.models.quantized import quantized_load_kwargs
 
         quant = quantized_load_kwargs(load_in, device, compute_dtype) if device else {}

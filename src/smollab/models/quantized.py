@@ -29,16 +29,21 @@ def check_load_in(load_in: str, device: torch.device) -> None:
     if load_in == "none":
         return
     if device.type != "cuda":
-        raise UserError(f"model.load_in={load_in}: bitsandbytes quantized loading runs on CUDA "
-                        f"only, and this run's device is {device.type} (perf.device); use "
-                        "model.load_in=none")  # fmt: skip
+        raise UserError(
+            f"model.load_in={load_in}: bitsandbytes quantized loading runs on CUDA "
+            f"only, and this run's device is {device.type} (perf.device); use "
+            "model.load_in=none"
+        )
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise UserError(f"model.load_in={load_in} needs the bitsandbytes package: pip install "
-                        f"'smollab[{QUANT_EXTRA}]'")  # fmt: skip
+        raise UserError(
+            f"model.load_in={load_in} needs the bitsandbytes package: pip install "
+            f"'smollab[{QUANT_EXTRA}]'"
+        )
 
 
-def quantized_load_kwargs(load_in: str, device: torch.device,
-                          compute_dtype: torch.dtype | None) -> dict[str, Any]:  # fmt: skip
+def quantized_load_kwargs(
+    load_in: str, device: torch.device, compute_dtype: torch.dtype | None
+) -> dict[str, Any]:
     """`from_pretrained` keyword arguments that load the weights quantized onto `device`
     ({} for load_in=none)."""
     if load_in == "none":
@@ -49,7 +54,10 @@ def quantized_load_kwargs(load_in: str, device: torch.device,
     if load_in == "8bit":
         bnb = BitsAndBytesConfig(load_in_8bit=True)
     else:
-        bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                 bnb_4bit_compute_dtype=compute_dtype or torch.float32)  # fmt: skip
+        bnb = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=compute_dtype or torch.float32,
+        )
     index = device.index if device.index is not None else torch.cuda.current_device()
     return {"quantization_config": bnb, "device_map": {"": index}}

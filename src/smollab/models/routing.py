@@ -28,8 +28,18 @@ from smollab.config import RoutingConfig
 from smollab.errors import UserError
 from smollab.models.loading import lora_target_names, peft_wrapping
 
-__all__ = ["ADAPTERS", "MODES", "adapter_mode", "apply_routing", "load_routed", "load_routed_dir",
-           "masks_for", "routed_adapters", "routing_masks", "saved_adapters"]  # fmt: skip
+__all__ = [
+    "ADAPTERS",
+    "MODES",
+    "adapter_mode",
+    "apply_routing",
+    "load_routed",
+    "load_routed_dir",
+    "masks_for",
+    "routed_adapters",
+    "routing_masks",
+    "saved_adapters",
+]
 
 ADAPTERS = ("retain", "forget")
 MODES = {"both": ("retain", "forget"), "retain_only": ("retain",), "forget_only": ("forget",)}
@@ -45,13 +55,21 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
     n_layers = model.config.num_hidden_layers
     layers = list(range(0, n_layers, cfg.layer_stride)) if cfg.layer_stride > 1 else None
     peft = None
-    for name, r, alpha in (("retain", cfg.retain_r, cfg.retain_alpha),
-                           ("forget", cfg.forget_r, cfg.forget_alpha)):  # fmt: skip
+    for name, r, alpha in (
+        ("retain", cfg.retain_r, cfg.retain_alpha),
+        ("forget", cfg.forget_r, cfg.forget_alpha),
+    ):
         if r == 0:
             continue
-        pc = PeftLoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=names,
-                            layers_to_transform=layers, fan_in_fan_out=fan_in_fan_out,
-                            task_type="CAUSAL_LM")  # fmt: skip
+        pc = PeftLoraConfig(
+            r=r,
+            lora_alpha=alpha,
+            lora_dropout=0.0,
+            target_modules=names,
+            layers_to_transform=layers,
+            fan_in_fan_out=fan_in_fan_out,
+            task_type="CAUSAL_LM",
+        )
         if peft is None:
             with peft_wrapping():
                 peft = get_peft_model(model, pc, adapter_name=name)
@@ -107,8 +125,10 @@ def _masked_linear_hook(mask: torch.Tensor):
     def hook(module: nn.Linear, args, out: torch.Tensor) -> torch.Tensor:
         x = args[0]
         if x.shape[0] != mask.shape[0]:
-            raise RuntimeError(f"routing_masks: a batch of {x.shape[0]} rows for {mask.shape[0]} "
-                               "masks (shared-prompt forwards cannot be routed)")  # fmt: skip
+            raise RuntimeError(
+                f"routing_masks: a batch of {x.shape[0]} rows for {mask.shape[0]} "
+                "masks (shared-prompt forwards cannot be routed)"
+            )
         bias = None if module.bias is None else module.bias.detach()
         frozen = F.linear(x, module.weight.detach(), bias)
         m = mask.to(out.dtype).view(-1, *([1] * (out.dim() - 1)))
@@ -159,8 +179,9 @@ def load_routed(base_model: nn.Module, directory: str | Path, trainable: bool = 
         raise UserError(f"{directory}: no retain/ or forget/ adapter directory")
     d = Path(directory)
     with peft_wrapping():
-        model = PeftModel.from_pretrained(base_model, str(d / names[0]), adapter_name=names[0],
-                                          is_trainable=trainable)  # fmt: skip
+        model = PeftModel.from_pretrained(
+            base_model, str(d / names[0]), adapter_name=names[0], is_trainable=trainable
+        )
     for name in names[1:]:
         model.load_adapter(str(d / name), adapter_name=name, is_trainable=trainable)
     model.base_model.set_adapter(names, inference_mode=not trainable)
@@ -178,11 +199,13 @@ def load_routed_dir(directory: Path, mode: str = "both", attn_implementation: st
     if not base_path:
         raise UserError(f"{directory}: its adapters name no base model (trained from a preset?)")
     try:
-        model = AutoModelForCausalLM.from_pretrained(base_path,
-                                                     attn_implementation=attn_implementation)  # fmt: skip
+        model = AutoModelForCausalLM.from_pretrained(
+            base_path, attn_implementation=attn_implementation
+        )
     except OSError as e:
-        raise UserError(f"{directory}: cannot load its base model {base_path}: "
-                        f"{str(e).splitlines()[0]}") from None  # fmt: skip
+        raise UserError(
+            f"{directory}: cannot load its base model {base_path}: {str(e).splitlines()[0]}"
+        ) from None
     peft = load_routed(model, directory)
     wanted = [a for a in MODES[mode] if a in names]
     if not wanted:

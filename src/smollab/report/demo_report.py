@@ -32,8 +32,11 @@ def render(summary: dict[str, Any]) -> str:
 
     lines = ["# smollab demo", ""]
     if s.get("quick"):
-        lines += ["> **--quick**: micro settings that only check the pipeline; the figures below "
-                  "mean nothing.", ""]  # fmt: skip
+        lines += [
+            "> **--quick**: micro settings that only check the pipeline; the figures below "
+            "mean nothing.",
+            "",
+        ]
     lines += [
         "A SimpleStories-shaped language model pretrained from scratch on the bundled offline "
         "story corpus, then fine-tuned with GRPO (full fine-tuning) so that its story "
@@ -64,35 +67,53 @@ def render(summary: dict[str, Any]) -> str:
     lines += ["## Pretraining", ""]
     if "pretrain_loss.png" in plots:
         lines += ["![pretraining loss](pretrain_loss.png)", ""]
-    lines += [f"Final train loss {_num(pre.get('final_train_loss'))}, validation loss "
-              f"{_num(pre.get('final_val_loss'))}; {pre.get('params_total') or 0:,} parameters; "
-              f"run directory `{pre.get('run_dir')}`.", ""]  # fmt: skip
+    lines += [
+        f"Final train loss {_num(pre.get('final_train_loss'))}, validation loss "
+        f"{_num(pre.get('final_val_loss'))}; {pre.get('params_total') or 0:,} parameters; "
+        f"run directory `{pre.get('run_dir')}`.",
+        "",
+    ]
 
     lines += ["## GRPO", ""]
-    for name, alt in (("grpo_reward.png", "reward"), ("grpo_kl.png", "KL to the reference"),
-                      ("grpo_diversity.png", "diversity")):  # fmt: skip
+    for name, alt in (
+        ("grpo_reward.png", "reward"),
+        ("grpo_kl.png", "KL to the reference"),
+        ("grpo_diversity.png", "diversity"),
+    ):
         if name in plots:
             lines += [f"![{alt}]({name})", ""]
     if rl.get("eval_steps"):
-        pairs = ", ".join(f"step {st}: {r:.2f}" for st, r in
-                          zip(rl["eval_steps"], rl["eval_rewards"], strict=False))  # fmt: skip
+        pairs = ", ".join(
+            f"step {st}: {r:.2f}"
+            for st, r in zip(rl["eval_steps"], rl["eval_rewards"], strict=False)
+        )
         lines += [f"Held-out reward by evaluation: {pairs}.", ""]
-    lines += [f"Training reward {_num(s.get('train_reward_start'), '.2f')} (first step) -> "
-              f"{_num(s.get('train_reward_end'), '.2f')} (last steps); final KL "
-              f"{_num(rl.get('final_kl'), '.4f')}; unique fraction of held-out completions "
-              f"{_num(s.get('final_eval_unique_fraction'), '.2f')}; run directory "
-              f"`{rl.get('run_dir')}`.", ""]  # fmt: skip
+    lines += [
+        f"Training reward {_num(s.get('train_reward_start'), '.2f')} (first step) -> "
+        f"{_num(s.get('train_reward_end'), '.2f')} (last steps); final KL "
+        f"{_num(rl.get('final_kl'), '.4f')}; unique fraction of held-out completions "
+        f"{_num(s.get('final_eval_unique_fraction'), '.2f')}; run directory "
+        f"`{rl.get('run_dir')}`.",
+        "",
+    ]
 
     samples = s.get("samples") or []
     if samples:
-        lines += ["## Samples before and after RL", "",
-                  "One completion per held-out prompt, same seed, from the pretrained model "
-                  "(before) and the GRPO model (after); the number is the reward.", "",
-                  "| prompt | before RL | r | after RL | r |", "|---|---|---:|---|---:|"]  # fmt: skip
+        lines += [
+            "## Samples before and after RL",
+            "",
+            "One completion per held-out prompt, same seed, from the pretrained model "
+            "(before) and the GRPO model (after); the number is the reward.",
+            "",
+            "| prompt | before RL | r | after RL | r |",
+            "|---|---|---:|---|---:|",
+        ]
         for x in samples:
-            lines.append(f"| {_cell(x.get('prompt', ''))} | {_cell(x.get('before', ''))} | "
-                         f"{_num(x.get('before_reward'), '.0f')} | {_cell(x.get('after', ''))} | "
-                         f"{_num(x.get('after_reward'), '.0f')} |")  # fmt: skip
+            lines.append(
+                f"| {_cell(x.get('prompt', ''))} | {_cell(x.get('before', ''))} | "
+                f"{_num(x.get('before_reward'), '.0f')} | {_cell(x.get('after', ''))} | "
+                f"{_num(x.get('after_reward'), '.0f')} |"
+            )
         lines.append("")
 
     cmds = s.get("commands") or {}
@@ -106,8 +127,10 @@ def render(summary: dict[str, Any]) -> str:
 def _total_line(sec: dict[str, Any], every: dict[str, Any]) -> str:
     line = f"Total {_num(sec.get('total'), '.0f')} s"
     if every.get("total") and abs(every["total"] - (sec.get("total") or 0)) > 0.5:
-        line += (f" in this run, which reused finished stages; {_num(every['total'], '.0f')} s "
-                 "over every run on this directory")  # fmt: skip
+        line += (
+            f" in this run, which reused finished stages; {_num(every['total'], '.0f')} s "
+            "over every run on this directory"
+        )
     return line + "."
 
 
@@ -115,8 +138,10 @@ def _fmt_tokens(data: dict[str, Any]) -> str:
     tok, st = data.get("tokens") or {}, data.get("stories") or {}
     if not tok:
         return "n/a"
-    return (f"{st.get('train', 0):,} stories, {tok.get('train', 0):,} train tokens, "
-            f"vocab {data.get('vocab_size')}")  # fmt: skip
+    return (
+        f"{st.get('train', 0):,} stories, {tok.get('train', 0):,} train tokens, "
+        f"vocab {data.get('vocab_size')}"
+    )
 
 
 def write_report(path: str | Path, summary: dict[str, Any]) -> Path:

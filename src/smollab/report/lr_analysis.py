@@ -24,13 +24,13 @@ PATTERNS = ("converged", "too slow", "unstable", "diverged")
 
 DEFINITIONS = {
     "best_lr": "the learning rate with the lowest mean final loss over its seeds, among "
-               "learning rates none of whose runs diverged",
+    "learning rates none of whose runs diverged",
     "first_diverging_lr": "the smallest learning rate at which at least one run diverged",
     "ratio": "first diverging LR / best LR: how far the best learning rate sits below the "
-             "smallest one that blew up, in this sweep's grid (known only to within one grid "
-             "step). It is a practical safety margin, not the 'edge of stability' of Cohen et "
-             "al. (2021), which concerns the sharpness (top Hessian eigenvalue) rising to 2/lr.",
-}  # fmt: skip
+    "smallest one that blew up, in this sweep's grid (known only to within one grid "
+    "step). It is a practical safety margin, not the 'edge of stability' of Cohen et "
+    "al. (2021), which concerns the sharpness (top Hessian eigenvalue) rising to 2/lr.",
+}
 
 
 @dataclass
@@ -111,9 +111,14 @@ def spike(c: RunCurve) -> tuple[float, float | None]:
     return worst, at
 
 
-def classify(c: RunCurve, best_lr: float | None, best_final: float | None,
-             target_loss: float | None = None, spike_tol: float = 0.1,
-             slow_tol: float = 0.05) -> tuple[str, str]:  # fmt: skip
+def classify(
+    c: RunCurve,
+    best_lr: float | None,
+    best_final: float | None,
+    target_loss: float | None = None,
+    spike_tol: float = 0.1,
+    slow_tol: float = 0.05,
+) -> tuple[str, str]:
     why = is_diverged(c)
     if why:
         return "diverged", why
@@ -151,8 +156,12 @@ def _trend(c: RunCurve) -> str:
     return ""
 
 
-def analyze(curves: list[RunCurve], target_loss: float | None = None, spike_tol: float = 0.1,
-            slow_tol: float = 0.05) -> LRAnalysis:  # fmt: skip
+def analyze(
+    curves: list[RunCurve],
+    target_loss: float | None = None,
+    spike_tol: float = 0.1,
+    slow_tol: float = 0.05,
+) -> LRAnalysis:
     by_lr: dict[float, list[RunCurve]] = {}
     for c in curves:
         by_lr.setdefault(c.lr, []).append(c)
@@ -161,12 +170,16 @@ def analyze(curves: list[RunCurve], target_loss: float | None = None, spike_tol:
         runs = by_lr[lr]
         n_div = sum(1 for c in runs if is_diverged(c))
         finals = [c.final_loss() for c in runs if not is_diverged(c) and _finite(c.final_loss())]
-        per_lr.append({
-            "lr": lr, "runs": len(runs), "diverged": n_div,
-            "mean": statistics.fmean(finals) if finals else None,
-            "std": statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
-            "n": len(finals),
-        })  # fmt: skip
+        per_lr.append(
+            {
+                "lr": lr,
+                "runs": len(runs),
+                "diverged": n_div,
+                "mean": statistics.fmean(finals) if finals else None,
+                "std": statistics.stdev(finals) if len(finals) > 1 else (0.0 if finals else None),
+                "n": len(finals),
+            }
+        )
     clean = [p for p in per_lr if p["diverged"] == 0 and p["mean"] is not None]
     pool = clean or [p for p in per_lr if p["mean"] is not None]
     best = min(pool, key=lambda p: p["mean"]) if pool else None
@@ -187,15 +200,23 @@ def analyze(curves: list[RunCurve], target_loss: float | None = None, spike_tol:
         met = None
         if target_loss is not None:
             met = bool(pattern != "diverged" and _finite(final) and final <= target_loss)
-        runs.append(RunPattern(c.name, c.lr, c.seed, pattern, why,
-                               final if _finite(final) else None, met))  # fmt: skip
+        runs.append(
+            RunPattern(c.name, c.lr, c.seed, pattern, why, final if _finite(final) else None, met)
+        )
     for p in per_lr:
         p["patterns"] = sorted({r.pattern for r in runs if r.lr == p["lr"]}, key=PATTERNS.index)
         if target_loss is not None:
             p["met_target"] = p["mean"] is not None and p["mean"] <= target_loss
-    return LRAnalysis(best_lr=best_lr, best_final=best_final, first_diverging_lr=first_div,
-                      largest_stable_lr=largest_stable, ratio=ratio, runs=runs, per_lr=per_lr,
-                      target_loss=target_loss)  # fmt: skip
+    return LRAnalysis(
+        best_lr=best_lr,
+        best_final=best_final,
+        first_diverging_lr=first_div,
+        largest_stable_lr=largest_stable,
+        ratio=ratio,
+        runs=runs,
+        per_lr=per_lr,
+        target_loss=target_loss,
+    )
 
 
 def summary_lines(a: LRAnalysis) -> list[str]:
@@ -209,18 +230,25 @@ def summary_lines(a: LRAnalysis) -> list[str]:
         lines.append(f"- **First diverging LR: {a.first_diverging_lr:g}**")
     else:
         top = max((p["lr"] for p in a.per_lr), default=None)
-        lines.append(f"- **First diverging LR: none** up to {top:g} (extend the grid upwards to "
-                     f"find it)" if top is not None else "- **First diverging LR: none**")  # fmt: skip
+        lines.append(
+            f"- **First diverging LR: none** up to {top:g} (extend the grid upwards to find it)"
+            if top is not None
+            else "- **First diverging LR: none**"
+        )
     if a.ratio is not None:
         lines.append(f"- **Ratio (first diverging LR / best LR): {a.ratio:.3g}**")
     elif a.best_lr is not None and a.per_lr:
         top = max(p["lr"] for p in a.per_lr)
         lines.append(f"- **Ratio: above {top / a.best_lr:.3g}** (no run diverged)")
     if a.largest_stable_lr is not None:
-        lines.append(f"- Largest LR below the first diverging one that did not diverge: "
-                     f"{a.largest_stable_lr:g}")  # fmt: skip
+        lines.append(
+            f"- Largest LR below the first diverging one that did not diverge: "
+            f"{a.largest_stable_lr:g}"
+        )
     if a.target_loss is not None:
         met = [p["lr"] for p in a.per_lr if p.get("met_target")]
-        lines.append(f"- Target loss {a.target_loss:g}: "
-                     + (f"met at LR {', '.join(f'{x:g}' for x in met)}" if met else "**not met** by any LR"))  # fmt: skip
+        lines.append(
+            f"- Target loss {a.target_loss:g}: "
+            + (f"met at LR {', '.join(f'{x:g}' for x in met)}" if met else "**not met** by any LR")
+        )
     return lines

@@ -99,8 +99,9 @@ def _plot_panels(plt, rows, run_dir: Path, out_dir: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(6, 3.5))
         for key in present:
             xs, ys = _series(rows, "step", key)
-            ax.plot(xs, ys, "-o" if len(xs) < 30 else "-", label=key.replace("_", " "),
-                    markersize=3)  # fmt: skip
+            ax.plot(
+                xs, ys, "-o" if len(xs) < 30 else "-", label=key.replace("_", " "), markersize=3
+            )
         ax.set_xlabel("step")
         ax.set_title(f"{run_dir.name}: {name.removesuffix('.png')}")
         ax.grid(alpha=0.3)

@@ -90,16 +90,24 @@ def plot_routing(plt, rows: list[dict[str, Any]], config: dict[str, Any], title:
 
     weights = task_weights(config)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    panels = (("task reward" if weights else "reward mean", lambda r: task_reward(r, weights)),
-              ("hack rate", lambda r: r.get("hack_rate")))  # fmt: skip
+    panels = (
+        ("task reward" if weights else "reward mean", lambda r: task_reward(r, weights)),
+        ("hack rate", lambda r: r.get("hack_rate")),
+    )
     for ax, (label, value) in zip(axes, panels, strict=True):
         for mode in MODES:
             pts = [(r["step"], value(r)) for r in rows if r["mode"] == mode]
             pts = [p for p in pts if p[1] is not None]
             if pts:
                 xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, "-o" if len(xs) < 30 else "-", color=_COLORS[mode],
-                        label=mode.replace("_", " "), markersize=3)  # fmt: skip
+                ax.plot(
+                    xs,
+                    ys,
+                    "-o" if len(xs) < 30 else "-",
+                    color=_COLORS[mode],
+                    label=mode.replace("_", " "),
+                    markersize=3,
+                )
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
@@ -119,10 +127,15 @@ def routing_section(rows: list[dict[str, Any]], image: str | None) -> list[str]:
     final = final_by_mode(rows)
     keys = sorted({k for r in final.values() for k in r if k.startswith("reward/")})
     cols = ["step", "reward_mean", *keys, *_TAIL]
-    lines = ["## Gradient routing", "",
-             "Final evaluation per adapter mode (retain_only should keep the task reward with a "
-             "hack rate near 0; forget_only should carry the hack).", "",
-             "| mode | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]  # fmt: skip
+    lines = [
+        "## Gradient routing",
+        "",
+        "Final evaluation per adapter mode (retain_only should keep the task reward with a "
+        "hack rate near 0; forget_only should carry the hack).",
+        "",
+        "| mode | " + " | ".join(cols) + " |",
+        "|---" * (len(cols) + 1) + "|",
+    ]
     for mode, r in final.items():
         cells = [str(r["step"])] + [_f(r.get(c)) for c in cols[1:]]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
@@ -144,6 +157,9 @@ def headline(rows: list[dict[str, Any]], mode: str | None, config: dict[str, Any
     weights = task_weights(config)
     task = task_reward(r, weights)
     parts = [f"task reward {_f(task)}"] if weights else []
-    parts += [f"reward mean {_f(r.get('reward_mean'))}", f"hack rate {_f(r.get('hack_rate'))}",
-              f"unique fraction {_f(r.get('unique_fraction'))}"]  # fmt: skip
+    parts += [
+        f"reward mean {_f(r.get('reward_mean'))}",
+        f"hack rate {_f(r.get('hack_rate'))}",
+        f"unique fraction {_f(r.get('unique_fraction'))}",
+    ]
     return [f"- adapter mode **{mode}** (step {r['step']}): " + ", ".join(parts)]

@@ -11,10 +11,29 @@ from smollab.errors import UserError
 from smollab.runs import METRICS, REPORT, ROUTING_EVAL, SUMMARY, RunView
 
 # Summary fields worth a line, in this order (others are left to summary.json).
-KEYS = ["status", "evidence", "steps", "tokens", "final_train_loss", "final_val_loss",
-        "best_val_loss", "base_accuracy", "final_accuracy", "best_accuracy", "base_reward", "final_reward", "base_eval_reward", "final_eval_reward",
-        "train_seconds", "wall_seconds", "tokens_per_s", "params_total", "params_non_embedding",
-        "params_trainable", "device"]  # fmt: skip
+KEYS = [
+    "status",
+    "evidence",
+    "steps",
+    "tokens",
+    "final_train_loss",
+    "final_val_loss",
+    "best_val_loss",
+    "base_accuracy",
+    "final_accuracy",
+    "best_accuracy",
+    "base_reward",
+    "final_reward",
+    "base_eval_reward",
+    "final_eval_reward",
+    "train_seconds",
+    "wall_seconds",
+    "tokens_per_s",
+    "params_total",
+    "params_non_embedding",
+    "params_trainable",
+    "device",
+]
 
 
 def _f(v: Any) -> str:
@@ -54,8 +73,11 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
         lines.append(f"- command: `smollab {summary['command']}`")
     for k in KEYS:
         if summary.get(k) is not None:
-            lines.append(f"- {k.replace('_', ' ')}: **{_f(summary[k])}**" if k == "status"
-                         else f"- {k.replace('_', ' ')}: {_f(summary[k])}")  # fmt: skip
+            lines.append(
+                f"- {k.replace('_', ' ')}: **{_f(summary[k])}**"
+                if k == "status"
+                else f"- {k.replace('_', ' ')}: {_f(summary[k])}"
+            )
     for name, evidence in (summary.get("flags") or {}).items():
         lines.append(f"- flag **{name}**: {evidence}")
     lines.append("")
@@ -64,14 +86,18 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
         optim = config.get("optim", {})
         train = config.get("train", {})
         lines += ["## Configuration (main keys; all in config.json)", ""]
-        lines.append(f"model {model.get('path') or model.get('preset')}"
-                     + (f" (LoRA r={model['lora']['r']})" if model.get("lora", {}).get("enabled") else "")
-                     + f"; lr {optim.get('lr')} ({optim.get('schedule')}); batch {train.get('batch_size')}"
-                     + f"; max steps {train.get('max_steps')}; seed {config.get('run', {}).get('seed')}")  # fmt: skip
+        lines.append(
+            f"model {model.get('path') or model.get('preset')}"
+            + (f" (LoRA r={model['lora']['r']})" if model.get("lora", {}).get("enabled") else "")
+            + f"; lr {optim.get('lr')} ({optim.get('schedule')}); batch {train.get('batch_size')}"
+            + f"; max steps {train.get('max_steps')}; seed {config.get('run', {}).get('seed')}"
+        )
         if "grpo" in config:
             g = config["grpo"]
-            lines.append(f"GRPO: beta {g.get('beta')}, {g.get('num_generations')} generations, "
-                         f"max completion {g.get('max_completion_length')}, loss {g.get('loss_type')}")  # fmt: skip
+            lines.append(
+                f"GRPO: beta {g.get('beta')}, {g.get('num_generations')} generations, "
+                f"max completion {g.get('max_completion_length')}, loss {g.get('loss_type')}"
+            )
         lines.append("")
     if summary.get("command") == "rft" and rows:
         lines += _rounds_table(rows)
@@ -100,14 +126,28 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
 def _rounds_table(rows: list[dict[str, Any]]) -> list[str]:
     """`smollab rft`: one line per round (0 = the base model): held-out accuracy, what the round
     generated and kept, its SFT, the wall time at its end."""
-    cols = [("round", "step"), ("accuracy", "accuracy"), ("eval reward", "eval_reward_mean"),
-            ("generated", "generated"), ("kept", "kept"), ("kept fraction", "kept_fraction"),
-            ("prompts with a kept one", "prompts_with_kept"), ("completions/s", "completions_per_s"),
-            ("SFT steps", "sft_steps"), ("SFT loss", "sft_train_loss"), ("wall s", "wall_s")]  # fmt: skip
-    out = ["## Accuracy per round", "",
-           "accuracy: the fraction of held-out completions the checker (rft.accuracy_reward) "
-           "scores >= 1; round 0 is the base model.", "",
-           "| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
+    cols = [
+        ("round", "step"),
+        ("accuracy", "accuracy"),
+        ("eval reward", "eval_reward_mean"),
+        ("generated", "generated"),
+        ("kept", "kept"),
+        ("kept fraction", "kept_fraction"),
+        ("prompts with a kept one", "prompts_with_kept"),
+        ("completions/s", "completions_per_s"),
+        ("SFT steps", "sft_steps"),
+        ("SFT loss", "sft_train_loss"),
+        ("wall s", "wall_s"),
+    ]
+    out = [
+        "## Accuracy per round",
+        "",
+        "accuracy: the fraction of held-out completions the checker (rft.accuracy_reward) "
+        "scores >= 1; round 0 is the base model.",
+        "",
+        "| " + " | ".join(c for c, _ in cols) + " |",
+        "|" + "---|" * len(cols),
+    ]
     for r in rows:
         out.append("| " + " | ".join(_f(r.get(k)) for _, k in cols) + " |")
     return [*out, ""]

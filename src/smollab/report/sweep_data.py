@@ -188,14 +188,25 @@ def lr_curves(data: SweepData):
             or t.params.get("optim.lr") is None
         ):
             continue
-        pts = [(r["step"], r[loss_key]) for r in t.metrics
-               if r.get(loss_key) is not None and r.get("step") is not None]  # fmt: skip
+        pts = [
+            (r["step"], r[loss_key])
+            for r in t.metrics
+            if r.get(loss_key) is not None and r.get("step") is not None
+        ]
         final = t.row.get(data.metric_label)
         if final is None and t.status != "completed":
             vals = [r[name] for r in t.metrics if r.get(name) is not None]
             final = vals[-1] if vals else None
-        curves.append(RunCurve(name=t.name, lr=float(t.params["optim.lr"]), seed=t.seed,
-                               status=t.status, steps=[p[0] for p in pts], loss=[p[1] for p in pts],
-                               final=final if isinstance(final, int | float) else None,
-                               evidence=t.row.get("reason") or t.summary.get("evidence")))  # fmt: skip
+        curves.append(
+            RunCurve(
+                name=t.name,
+                lr=float(t.params["optim.lr"]),
+                seed=t.seed,
+                status=t.status,
+                steps=[p[0] for p in pts],
+                loss=[p[1] for p in pts],
+                final=final if isinstance(final, int | float) else None,
+                evidence=t.row.get("reason") or t.summary.get("evidence"),
+            )
+        )
     return curves

@@ -53,8 +53,13 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
         for t in trials
         if t.metrics and t.metrics[0].get("train_loss")
     ]
-    finite_all = [r.get(k) for t in trials for r in t.metrics for k in ("train_loss", "val_loss")
-                  if r.get(k) is not None and math.isfinite(r.get(k))]  # fmt: skip
+    finite_all = [
+        r.get(k)
+        for t in trials
+        for r in t.metrics
+        for k in ("train_loss", "val_loss")
+        if r.get(k) is not None and math.isfinite(r.get(k))
+    ]
     top = max(starts) * 1.1 if starts else None
     bottom = min(finite_all) * 0.97 if finite_all else None
 
@@ -75,8 +80,16 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
             if (key, lr) not in seen:
                 label = f"lr {lr:g}" + (" (diverged)" if div else "")
                 seen.add((key, lr))
-            ax.plot(xs, ys, "--" if div else "-", color=color(lr), label=label, lw=1.4,
-                    marker="o" if len(xs) < 12 else None, markersize=3)  # fmt: skip
+            ax.plot(
+                xs,
+                ys,
+                "--" if div else "-",
+                color=color(lr),
+                label=label,
+                lw=1.4,
+                marker="o" if len(xs) < 12 else None,
+                markersize=3,
+            )
             if div:
                 ax.plot(xs[-1], ys[-1], "x", color="red", markersize=9, mew=2)
         ax.set_xlabel("step")
@@ -98,8 +111,15 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
     finals = [r.final for r in analysis.runs if r.final is not None and r.pattern != "diverged"]
     if per:
         xs = [p["lr"] for p in per]
-        ax.errorbar(xs, [p["mean"] for p in per], yerr=[p["std"] or 0 for p in per], fmt="-o",
-                    color="C0", capsize=3, label="mean over seeds (± std)")  # fmt: skip
+        ax.errorbar(
+            xs,
+            [p["mean"] for p in per],
+            yerr=[p["std"] or 0 for p in per],
+            fmt="-o",
+            color="C0",
+            capsize=3,
+            label="mean over seeds (± std)",
+        )
     for r in analysis.runs:
         if r.pattern != "diverged" and r.final is not None:
             ax.plot(r.lr, r.final, ".", color="C0", alpha=0.5)
@@ -108,14 +128,32 @@ def plot_lr_sweep(data: SweepData, analysis, out_dir: Path) -> list[Path]:
     span = max(ymax - ymin, 1e-3)
     div = sorted({r.lr for r in analysis.runs if r.pattern == "diverged"})
     if div:
-        ax.plot(div, [ymax + 0.15 * span] * len(div), "x", color="red", markersize=10, mew=2,
-                label="diverged (off scale)")  # fmt: skip
+        ax.plot(
+            div,
+            [ymax + 0.15 * span] * len(div),
+            "x",
+            color="red",
+            markersize=10,
+            mew=2,
+            label="diverged (off scale)",
+        )
     if analysis.best_lr is not None:
-        ax.plot([analysis.best_lr], [analysis.best_final], "*", color="gold", markersize=16,
-                markeredgecolor="black", label=f"best lr {analysis.best_lr:g}")  # fmt: skip
+        ax.plot(
+            [analysis.best_lr],
+            [analysis.best_final],
+            "*",
+            color="gold",
+            markersize=16,
+            markeredgecolor="black",
+            label=f"best lr {analysis.best_lr:g}",
+        )
     if analysis.first_diverging_lr is not None:
-        ax.axvline(analysis.first_diverging_lr, color="red", ls=":",
-                   label=f"first diverging lr {analysis.first_diverging_lr:g}")  # fmt: skip
+        ax.axvline(
+            analysis.first_diverging_lr,
+            color="red",
+            ls=":",
+            label=f"first diverging lr {analysis.first_diverging_lr:g}",
+        )
     if analysis.target_loss is not None:
         ax.axhline(
             analysis.target_loss, color="gray", ls="--", label=f"target {analysis.target_loss:g}"
@@ -165,8 +203,14 @@ def plot_curves(data: SweepData, out_dir: Path) -> Path | None:
             continue
         bad = t.status in FAILURES and t.status != "interrupted"
         label = " ".join(f"{_short(k)}={_f(v)}" for k, v in t.params.items()) + f" s{t.seed}"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "--" if bad else "-",
-                color=color(t.params.get(first)), lw=1.2, label=f"{label} ({t.status})" if bad else label)  # fmt: skip
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            "--" if bad else "-",
+            color=color(t.params.get(first)),
+            lw=1.2,
+            label=f"{label} ({t.status})" if bad else label,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel(key.replace("_", " "))
     ax.set_title(f"{data.dir.name}: {key.replace('_', ' ')} of every trial (dashed: stopped early)")
@@ -184,9 +228,10 @@ def plot_metric_vs_params(data: SweepData, out_dir: Path) -> list[Path]:
     done = [
         t
         for t in data.trials
-        if t.status == "completed" and isinstance(t.row.get(label), int | float)
+        if t.status == "completed"
+        and isinstance(t.row.get(label), int | float)
         and not t.is_baseline  # not a point of the space
-    ]  # fmt: skip
+    ]
     if not done:
         return []
     plt = pyplot()
@@ -219,9 +264,13 @@ def plot_metric_vs_params(data: SweepData, out_dir: Path) -> list[Path]:
             )
             ax.plot(x, mean, "-o", color=f"C{i % 10}", label=name, markersize=4)
             if any(std):
-                ax.fill_between(x, [m - s for m, s in zip(mean, std, strict=True)],
-                                [m + s for m, s in zip(mean, std, strict=True)], color=f"C{i % 10}",
-                                alpha=0.2)  # fmt: skip
+                ax.fill_between(
+                    x,
+                    [m - s for m, s in zip(mean, std, strict=True)],
+                    [m + s for m, s in zip(mean, std, strict=True)],
+                    color=f"C{i % 10}",
+                    alpha=0.2,
+                )
             for p in pts:
                 ax.plot([pos(p[0])] * len(p[1]), p[1], ".", color=f"C{i % 10}", alpha=0.5)
         failed = [t for t in data.trials if t.status in ("diverged", "degenerate", "stuck")]

@@ -65,8 +65,10 @@ def write_sweep_report(
     spec = data.spec
     total = len(data.trials)
     lines = [f"# Sweep `{d.name}`", ""]
-    lines.append(f"_Updated {time.strftime('%Y-%m-%d %H:%M:%S')}; "
-                 f"{', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} of {total} trials._")  # fmt: skip
+    lines.append(
+        f"_Updated {time.strftime('%Y-%m-%d %H:%M:%S')}; "
+        f"{', '.join(f'{n} {s}' for s, n in sorted(counts.items()))} of {total} trials._"
+    )
     lines.append("")
     if spec.get("command"):
         lines.append(
@@ -79,24 +81,29 @@ def write_sweep_report(
         lines.append(
             "- space: " + "; ".join(f"`{k}`: {v}" for k, v in spec.get("space", {}).items())
         )
-        lines.append(f"- sampler {spec.get('sampler')}, seeds {spec.get('seeds')}, metric `{label}` "
-                     f"({spec.get('metric', {}).get('goal')}), pruner {spec.get('pruner', {}).get('type')}")  # fmt: skip
+        lines.append(
+            f"- sampler {spec.get('sampler')}, seeds {spec.get('seeds')}, metric `{label}` "
+            f"({spec.get('metric', {}).get('goal')}), pruner {spec.get('pruner', {}).get('type')}"
+        )
     lines.append("")
 
     done = [
         t
         for t in data.trials
-        if t.status == "completed" and isinstance(t.row.get(label), int | float)
+        if t.status == "completed"
+        and isinstance(t.row.get(label), int | float)
         and not t.is_baseline
-    ]  # fmt: skip
+    ]
     if done:
         sign = 1 if data.goal == "min" else -1
         best = sorted(done, key=lambda t: sign * t.row[label])
         b = best[0]
         lines += ["## Best", ""]
-        lines.append(f"**{label} = {_f(b.row[label])}** with "
-                     + ", ".join(f"`{k}={_f(v)}`" for k, v in b.params.items())
-                     + f" (seed {b.seed}, `{b.row.get('run_dir')}`)")  # fmt: skip
+        lines.append(
+            f"**{label} = {_f(b.row[label])}** with "
+            + ", ".join(f"`{k}={_f(v)}`" for k, v in b.params.items())
+            + f" (seed {b.seed}, `{b.row.get('run_dir')}`)"
+        )
         lines.append("")
         seeds = spec.get("seeds") or []
         if len(seeds) > 1:
@@ -117,11 +124,22 @@ def write_sweep_report(
         lines += ["## Learning-rate analysis", ""]
         lines += summary_lines(analysis)
         lines.append("")
-        lines.append(f"_Definitions._ Best LR: {DEFINITIONS['best_lr']}. First diverging LR: "
-                     f"{DEFINITIONS['first_diverging_lr']}. Ratio: {DEFINITIONS['ratio']}")  # fmt: skip
+        lines.append(
+            f"_Definitions._ Best LR: {DEFINITIONS['best_lr']}. First diverging LR: "
+            f"{DEFINITIONS['first_diverging_lr']}. Ratio: {DEFINITIONS['ratio']}"
+        )
         lines.append("")
-        rows = [[r.lr, r.seed, r.pattern, r.final, *([("yes" if r.met_target else "no")] if analysis.target_loss is not None else []), r.why]
-                for r in analysis.runs]  # fmt: skip
+        rows = [
+            [
+                r.lr,
+                r.seed,
+                r.pattern,
+                r.final,
+                *([("yes" if r.met_target else "no")] if analysis.target_loss is not None else []),
+                r.why,
+            ]
+            for r in analysis.runs
+        ]
         head = (
             ["lr", "seed", "pattern", "final loss"]
             + (["target met"] if analysis.target_loss is not None else [])
@@ -148,20 +166,50 @@ def write_sweep_report(
             if ts:
                 lines.append(f"- **{status}**: {len(ts)}")
         lines.append("")
-        lines += _table(["trial", *data.space, "seed", "status", "step", "evidence"],
-                        [[f"`{t.name}`", *t.params.values(), t.seed, t.status, t.row.get("steps"),
-                          t.row.get("reason") or t.summary.get("evidence") or ""] for t in failed])  # fmt: skip
+        lines += _table(
+            ["trial", *data.space, "seed", "status", "step", "evidence"],
+            [
+                [
+                    f"`{t.name}`",
+                    *t.params.values(),
+                    t.seed,
+                    t.status,
+                    t.row.get("steps"),
+                    t.row.get("reason") or t.summary.get("evidence") or "",
+                ]
+                for t in failed
+            ],
+        )
     lines.append("")
 
     lines += _baseline_section(data)
     roles = any(t.row.get("role") for t in data.trials)
     lines += ["## All trials", ""]
-    lines += _table(["trial", *data.space, "seed", *(["role"] if roles else []), "status", label,
-                     "steps", "wall s"],
-                    [[t.row.get("trial"), *t.params.values(), t.seed,
-                      *([t.row.get("role") or ""] if roles else []), t.status, t.row.get(label),
-                      t.row.get("steps"), t.row.get("wall_s")]
-                     for t in beside_baselines(data.trials)])  # fmt: skip
+    lines += _table(
+        [
+            "trial",
+            *data.space,
+            "seed",
+            *(["role"] if roles else []),
+            "status",
+            label,
+            "steps",
+            "wall s",
+        ],
+        [
+            [
+                t.row.get("trial"),
+                *t.params.values(),
+                t.seed,
+                *([t.row.get("role") or ""] if roles else []),
+                t.status,
+                t.row.get(label),
+                t.row.get("steps"),
+                t.row.get("wall_s"),
+            ]
+            for t in beside_baselines(data.trials)
+        ],
+    )
     lines.append("")
     if images:
         lines += ["## Plots", ""]
@@ -183,12 +231,17 @@ def _baseline_section(data: SweepData) -> list[str]:
     rows = []
     for b in baselines:
         served = [by_id[i] for i in str(b.row.get("baseline_of") or "").split() if i in by_id]
-        shown = ", ".join(f"{t.row.get('trial')} ({_f(t.row.get(label)) or t.status})"
-                          for t in served)  # fmt: skip
+        shown = ", ".join(
+            f"{t.row.get('trial')} ({_f(t.row.get(label)) or t.status})" for t in served
+        )
         rows.append([f"`{b.name}`", b.seed, b.status, b.row.get(label), shown])
-    return ["## Routing baselines", "",
-            "Each routed trial's matched non-routed baseline (the same config with "
-            "grpo.routing.mode=none), run once for the routed trials that differ only in routing "
-            f"keys; {label} of each routed trial in brackets.", "",
-            *_table(["baseline", "seed", "status", label, f"routed trials ({label})"], rows),
-            ""]  # fmt: skip
+    return [
+        "## Routing baselines",
+        "",
+        "Each routed trial's matched non-routed baseline (the same config with "
+        "grpo.routing.mode=none), run once for the routed trials that differ only in routing "
+        f"keys; {label} of each routed trial in brackets.",
+        "",
+        *_table(["baseline", "seed", "status", label, f"routed trials ({label})"], rows),
+        "",
+    ]

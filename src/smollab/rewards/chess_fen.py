@@ -37,8 +37,9 @@ def require(reward: str) -> Any:
         import chess
         import rapidfuzz  # noqa: F401
     except ImportError as e:
-        raise UserError(f"{reward} needs python-chess and rapidfuzz ({e.name or e} is missing): "
-                        f"{EXTRA_HINT}") from None  # fmt: skip
+        raise UserError(
+            f"{reward} needs python-chess and rapidfuzz ({e.name or e} is missing): {EXTRA_HINT}"
+        ) from None
     return chess
 
 
@@ -51,8 +52,10 @@ def valid_board(chess: Any, fen: str, reward: str) -> Any:
     except ValueError:
         ok = False
     if not ok:  # WordPiece lower-cases, and a FEN's case tells white from black
-        raise UserError(f"{reward}: prompt FEN {fen!r} is not a valid position (a model whose "
-                        "tokenizer folds case needs data.tokenizer=bpe)")  # fmt: skip
+        raise UserError(
+            f"{reward}: prompt FEN {fen!r} is not a valid position (a model whose "
+            "tokenizer folds case needs data.tokenizer=bpe)"
+        )
     return board
 
 
@@ -63,8 +66,10 @@ def true_fen(prompt: str) -> str:
     chess = require("chess rewards")
     m = PROMPT_RE.match(prompt)
     if not m:
-        raise UserError(f"chess rewards: prompt {prompt[:80]!r} is not 'FEN: <fen> Move: <move> "
-                        "Next FEN:' (grpo.prompts_file: see smollab.data.chess_fen)")  # fmt: skip
+        raise UserError(
+            f"chess rewards: prompt {prompt[:80]!r} is not 'FEN: <fen> Move: <move> "
+            "Next FEN:' (grpo.prompts_file: see smollab.data.chess_fen)"
+        )
     board = valid_board(chess, m["fen"], "chess rewards")
     move = _parse_move(chess, board, m["move"])
     if move is None:
@@ -96,8 +101,10 @@ def answer(completion: str) -> str:
 
 def _truths(prompts: list[str] | None, n: int, reward: str) -> list[str]:
     if prompts is None or len(prompts) != n:
-        raise UserError(f"{reward}: needs one prompt per completion (got "
-                        f"{'none' if prompts is None else len(prompts)} for {n})")  # fmt: skip
+        raise UserError(
+            f"{reward}: needs one prompt per completion (got "
+            f"{'none' if prompts is None else len(prompts)} for {n})"
+        )
     return [true_fen(p) for p in prompts]  # lru_cache: one python-chess push per distinct prompt
 
 
@@ -111,22 +118,26 @@ def _is_valid(chess: Any, text: str) -> bool:
         return False
 
 
-def fen_valid(completions: list[str], prompts: list[str] | None = None, **kwargs: Any
-              ) -> list[float]:  # fmt: skip
+def fen_valid(
+    completions: list[str], prompts: list[str] | None = None, **kwargs: Any
+) -> list[float]:
     """1.0 when the answer is a six-field FEN of a valid position, else 0.0 (prompts unused)."""
     chess = require("fen_valid")
     return [1.0 if _is_valid(chess, answer(c)) else 0.0 for c in completions]
 
 
-def fen_exact(completions: list[str], prompts: list[str] | None = None, *, clocks: bool = True,
-              **kwargs: Any) -> list[float]:  # fmt: skip
+def fen_exact(
+    completions: list[str], prompts: list[str] | None = None, *, clocks: bool = True, **kwargs: Any
+) -> list[float]:
     """1.0 when the answer equals the true next FEN (all six fields, or four without `clocks`)."""
     require("fen_exact")
     if not isinstance(clocks, bool):
         raise UserError(f"fen_exact: clocks must be true or false, got {clocks!r}")
     truths = _truths(prompts, len(completions), "fen_exact")
-    return [1.0 if _same(answer(c), t, clocks) else 0.0
-            for c, t in zip(completions, truths, strict=True)]  # fmt: skip
+    return [
+        1.0 if _same(answer(c), t, clocks) else 0.0
+        for c, t in zip(completions, truths, strict=True)
+    ]
 
 
 def _same(text: str, truth: str, clocks: bool) -> bool:
@@ -136,8 +147,9 @@ def _same(text: str, truth: str, clocks: bool) -> bool:
     return len(fields) in (4, 6) and fields[:4] == truth.split(" ")[:4]
 
 
-def fen_distance(completions: list[str], prompts: list[str] | None = None, **kwargs: Any
-                 ) -> list[float]:  # fmt: skip
+def fen_distance(
+    completions: list[str], prompts: list[str] | None = None, **kwargs: Any
+) -> list[float]:
     """1 - normalized Levenshtein distance between the answer and the true next FEN."""
     require("fen_distance")
     import numpy as np
@@ -147,25 +159,35 @@ def fen_distance(completions: list[str], prompts: list[str] | None = None, **kwa
     truths = _truths(prompts, len(completions), "fen_distance")
     if not completions:
         return []
-    sims = process.cpdist([answer(c) for c in completions], truths, dtype=np.float64,
-                          scorer=Levenshtein.normalized_similarity)  # fmt: skip
+    sims = process.cpdist(
+        [answer(c) for c in completions],
+        truths,
+        dtype=np.float64,
+        scorer=Levenshtein.normalized_similarity,
+    )
     return [float(x) for x in sims]
 
 
-def fen_distance_serial(completions: list[str], prompts: list[str] | None = None,
-                        **kwargs: Any) -> list[float]:  # fmt: skip
+def fen_distance_serial(
+    completions: list[str], prompts: list[str] | None = None, **kwargs: Any
+) -> list[float]:
     """fen_distance one pair at a time with no cache: the baseline benchmarks/chess_rewards.py
     measures the batched version against (not registered)."""
     require("fen_distance")
     from rapidfuzz.distance import Levenshtein
 
     truths = [true_fen.__wrapped__(p) for p in prompts or []]
-    return [Levenshtein.normalized_similarity(answer(c), t)
-            for c, t in zip(completions, truths, strict=True)]  # fmt: skip
+    return [
+        Levenshtein.normalized_similarity(answer(c), t)
+        for c, t in zip(completions, truths, strict=True)
+    ]
 
 
 # validate_specs' dry call: a chess prompt, since a story prompt is refused.
-_PROBE = {"prompts": [_PROBE_PROMPT], "completions": ["8/8/8/8 w - - 0 1"],
-          "completion_ids": [[1, 2, 3]]}  # fmt: skip
+_PROBE = {
+    "prompts": [_PROBE_PROMPT],
+    "completions": ["8/8/8/8 w - - 0 1"],
+    "completion_ids": [[1, 2, 3]],
+}
 for _fn in (fen_valid, fen_exact, fen_distance):
     _fn.probe = _PROBE  # type: ignore[attr-defined]

@@ -35,8 +35,10 @@ def board_of(prompt: str) -> Any:
     chess = require("chess_legal_move")
     m = MOVE_PROMPT_RE.match(prompt)
     if not m:
-        raise UserError(f"chess_legal_move: prompt {prompt[:80]!r} is not 'FEN: <fen> Move:' "
-                        "(grpo.prompts_file: python -m smollab.data.chess_fen --move-prompts N)")  # fmt: skip
+        raise UserError(
+            f"chess_legal_move: prompt {prompt[:80]!r} is not 'FEN: <fen> Move:' "
+            "(grpo.prompts_file: python -m smollab.data.chess_fen --move-prompts N)"
+        )
     return valid_board(chess, m["fen"], "chess_legal_move")
 
 
@@ -61,17 +63,29 @@ def classify(prompt: str, token: str) -> int:
     return OWN_PIECE if piece is not None and piece.color == board.turn else OTHER
 
 
-def chess_legal_move(completions: list[str], prompts: list[str] | None = None, *,
-                     own_piece: float = 0.25, **kwargs: Any) -> list[float]:  # fmt: skip
+def chess_legal_move(
+    completions: list[str],
+    prompts: list[str] | None = None,
+    *,
+    own_piece: float = 0.25,
+    **kwargs: Any,
+) -> list[float]:
     """1.0 for a legal move, `own_piece` for a UCI move of a piece of the side to move, else 0."""
     require("chess_legal_move")
-    if isinstance(own_piece, bool) or not isinstance(own_piece, int | float) \
-            or not math.isfinite(own_piece) or not 0 <= own_piece <= 1:  # fmt: skip
-        raise UserError(f"chess_legal_move: own_piece must be a number in [0, 1], got "
-                        f"{own_piece!r}")  # fmt: skip
+    if (
+        isinstance(own_piece, bool)
+        or not isinstance(own_piece, int | float)
+        or not math.isfinite(own_piece)
+        or not 0 <= own_piece <= 1
+    ):
+        raise UserError(
+            f"chess_legal_move: own_piece must be a number in [0, 1], got {own_piece!r}"
+        )
     if prompts is None or len(prompts) != len(completions):
-        raise UserError(f"chess_legal_move: needs one prompt per completion (got "
-                        f"{'none' if prompts is None else len(prompts)} for {len(completions)})")  # fmt: skip
+        raise UserError(
+            f"chess_legal_move: needs one prompt per completion (got "
+            f"{'none' if prompts is None else len(prompts)} for {len(completions)})"
+        )
     score = {LEGAL: 1.0, OWN_PIECE: float(own_piece), OTHER: 0.0}
     out = []
     for c, p in zip(completions, prompts, strict=True):
@@ -82,5 +96,8 @@ def chess_legal_move(completions: list[str], prompts: list[str] | None = None, *
 
 
 # validate_specs' dry call: a move prompt, since a story prompt is refused.
-chess_legal_move.probe = {"prompts": [_PROBE_PROMPT], "completions": ["e2e4"],  # type: ignore[attr-defined]
-                          "completion_ids": [[1, 2, 3]]}  # fmt: skip
+chess_legal_move.probe = {
+    "prompts": [_PROBE_PROMPT],
+    "completions": ["e2e4"],  # type: ignore[attr-defined]
+    "completion_ids": [[1, 2, 3]],
+}

@@ -59,8 +59,11 @@ BUILTINS: dict[str, RewardFn] = {
 }
 
 # validate_specs calls each built-in once on this (or its own `probe`) so bad params fail early.
-_PROBE = {"completions": ["The sun came out. Tom smiled"], "prompts": ["Once upon a time"],
-          "completion_ids": [[1, 2, 3, 4, 5, 6, 7]]}  # fmt: skip
+_PROBE = {
+    "completions": ["The sun came out. Tom smiled"],
+    "prompts": ["Once upon a time"],
+    "completion_ids": [[1, 2, 3, 4, 5, 6, 7]],
+}
 
 # Passed by the trainer on every call, never set in a spec's params.
 CALL_KWARGS = ("prompts", "completions", "completion_ids")
@@ -178,8 +181,10 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
             fn(**getattr(fn, "probe", _PROBE), **spec.params)
         resolved.append((spec, fn))
     keys = reward_keys(spec.name for spec, _ in resolved)
-    return [ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params))
-            for key, (spec, fn) in zip(keys, resolved, strict=True)]  # fmt: skip
+    return [
+        ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params))
+        for key, (spec, fn) in zip(keys, resolved, strict=True)
+    ]
 
 
 class _TimedOut(BaseException):
@@ -191,9 +196,12 @@ class _TimedOut(BaseException):
 def time_limit(seconds: float):
     """Raise _TimedOut in the body after `seconds` (SIGALRM). A limit needs the main thread (only
     it receives signals) and a free interval timer; without them, or with `seconds` 0, none."""
-    if (seconds <= 0 or not hasattr(signal, "setitimer")
-            or threading.current_thread() is not threading.main_thread()
-            or signal.getitimer(signal.ITIMER_REAL)[0] > 0):  # fmt: skip
+    if (
+        seconds <= 0
+        or not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):
         yield
         return
 
@@ -226,9 +234,11 @@ def compute_rewards(
         try:
             with time_limit(timeout_s):
                 values = r.fn(
-                    prompts=prompts, completions=completions, completion_ids=completion_ids,
+                    prompts=prompts,
+                    completions=completions,
+                    completion_ids=completion_ids,
                     **r.params,
-                )  # fmt: skip
+                )
         except _TimedOut:
             raise RewardError(
                 f"reward {r.key} took longer than {timeout_s:g} s (grpo.reward_timeout_s)"

@@ -39,14 +39,19 @@ def _truth(prompt: str) -> int:
     return answer_of(prompt)
 
 
-def word_problem_correct(completions: list[str], prompts: list[str] | None = None,
-                         **kwargs: Any) -> list[float]:  # fmt: skip
+def word_problem_correct(
+    completions: list[str], prompts: list[str] | None = None, **kwargs: Any
+) -> list[float]:
     """1.0 when the completion's final answer equals the prompt's answer, else 0.0."""
     if prompts is None or len(prompts) != len(completions):
-        raise UserError(f"word_problem_correct: needs one prompt per completion (got "
-                        f"{'none' if prompts is None else len(prompts)} for {len(completions)})")  # fmt: skip
-    return [1.0 if final_answer(c) == _truth(p) else 0.0
-            for c, p in zip(completions, prompts, strict=True)]  # fmt: skip
+        raise UserError(
+            f"word_problem_correct: needs one prompt per completion (got "
+            f"{'none' if prompts is None else len(prompts)} for {len(completions)})"
+        )
+    return [
+        1.0 if final_answer(c) == _truth(p) else 0.0
+        for c, p in zip(completions, prompts, strict=True)
+    ]
 
 
 # validate_specs' dry call: a word problem, since a story prompt is refused.

@@ -130,8 +130,9 @@ def wordle_info_gain(
 def info_gain_plain(completions: list[str], prompts: list[str]) -> list[float]:
     """`wordle_info_gain` in plain Python (string feedback per candidate, no cache, no numpy)."""
     out = []
-    for text, prompt in zip(completions, _prompts("info_gain_plain", prompts, len(completions)),
-                            strict=True):  # fmt: skip
+    for text, prompt in zip(
+        completions, _prompts("info_gain_plain", prompts, len(completions)), strict=True
+    ):
         guess = parse_guess(text)
         history = parse_history(prompt)
         cands = (

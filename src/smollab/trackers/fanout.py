@@ -25,8 +25,9 @@ class Tracker(Protocol):
     def close(self, summary: dict[str, Any]) -> None: ...
 
 
-def open_trackers(run: RunDir, report_to: list[str], config: dict[str, Any],
-                  group: str | None) -> Fanout | None:  # fmt: skip
+def open_trackers(
+    run: RunDir, report_to: list[str], config: dict[str, Any], group: str | None
+) -> Fanout | None:
     """Start every tracker of `report_to` for `run` (named by its directory, grouped by `group`,
     the resolved `config` as hyperparameters) and attach them to it as its row sink."""
     if not report_to:
@@ -55,8 +56,9 @@ def attempt_name(run_name: str, resume_step: int | None) -> str:
     return run_name if resume_step is None else f"{run_name}-resume{resume_step}"
 
 
-def _open(name: str, run: RunDir, config: dict[str, Any], group: str | None,
-          resume_step: int | None) -> Tracker:  # fmt: skip
+def _open(
+    name: str, run: RunDir, config: dict[str, Any], group: str | None, resume_step: int | None
+) -> Tracker:
     path = Path(run.path)
     title = attempt_name(path.resolve().name, resume_step)
     if name == "tensorboard":
@@ -76,8 +78,12 @@ class Fanout:
     """Sends each row and the summary to every tracker; a tracker that raises is dropped (see the
     module docstring), its error logged once and kept in the summary."""
 
-    def __init__(self, trackers: list[tuple[str, Tracker]], log: Callable[..., None],
-                 update_summary: Callable[..., Any]):  # fmt: skip
+    def __init__(
+        self,
+        trackers: list[tuple[str, Tracker]],
+        log: Callable[..., None],
+        update_summary: Callable[..., Any],
+    ):
         self.trackers = trackers
         self.log = log
         self.update_summary = update_summary
@@ -98,7 +104,10 @@ class Fanout:
         except Exception as e:
             self.trackers = [(n, t) for n, t in self.trackers if t is not tracker]
             self.errors[name] = f"{type(e).__name__}: {one_line(e, 300)}"
-            self.log(f"tracker {name} failed and is dropped (metrics.csv keeps every row): "
-                     f"{self.errors[name]}", echo=True)  # fmt: skip
+            self.log(
+                f"tracker {name} failed and is dropped (metrics.csv keeps every row): "
+                f"{self.errors[name]}",
+                echo=True,
+            )
             with contextlib.suppress(Exception):  # a closing summary: the log line stands
                 self.update_summary(tracker_errors=dict(self.errors))

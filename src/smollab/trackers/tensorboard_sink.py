@@ -50,10 +50,15 @@ class TensorBoardTracker:
             self._open(None)
         from torch.utils.tensorboard.summary import hparams
 
-        numbers = {f"summary/{k}": float(v) for k, v in summary.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
-        params = {k: v if isinstance(v, int | float | str | bool) else json.dumps(v)
-                  for k, v in flatten(self.config).items()}  # fmt: skip
+        numbers = {
+            f"summary/{k}": float(v)
+            for k, v in summary.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        params = {
+            k: v if isinstance(v, int | float | str | bool) else json.dumps(v)
+            for k, v in flatten(self.config).items()
+        }
         for part in hparams(params, numbers):
             self.writer.file_writer.add_summary(part)
         for key, value in numbers.items():

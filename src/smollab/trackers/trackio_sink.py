@@ -16,14 +16,24 @@ from typing import Any
 
 
 class TrackioTracker:
-    def __init__(self, name: str, group: str | None, config: dict[str, Any],
-                 summary: dict[str, Any], update_summary: Callable[..., Any]):  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        group: str | None,
+        config: dict[str, Any],
+        summary: dict[str, Any],
+        update_summary: Callable[..., Any],
+    ):
         import trackio
 
         self.run = trackio.init(
-            project=os.environ.get("TRACKIO_PROJECT") or "smollab", name=name, group=group,
-            config=config, resume="never", embed=False,
-        )  # fmt: skip
+            project=os.environ.get("TRACKIO_PROJECT") or "smollab",
+            name=name,
+            group=group,
+            config=config,
+            resume="never",
+            embed=False,
+        )
         earlier = summary.get("trackio_run_ids") or []
         update_summary(trackio_run_id=self.run.id, trackio_run_ids=[*earlier, self.run.id])
         self.step = 0
@@ -33,8 +43,11 @@ class TrackioTracker:
         self.run.log({k: v for k, v in row.items() if k != "step"}, step=self.step)
 
     def close(self, summary: dict[str, Any]) -> None:
-        numbers = {f"summary/{k}": float(v) for k, v in summary.items()
-                   if isinstance(v, int | float) and not isinstance(v, bool)}  # fmt: skip
+        numbers = {
+            f"summary/{k}": float(v)
+            for k, v in summary.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
         if numbers:
             self.run.log(numbers, step=self.step)
         self.run.finish()

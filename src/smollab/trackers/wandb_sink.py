@@ -22,15 +22,28 @@ FINISHED_OK = ("completed", "diverged", "degenerate", "stuck", "pruned")
 
 
 class WandbTracker:
-    def __init__(self, run_dir: Path, name: str, group: str | None, config: dict[str, Any],
-                 summary: dict[str, Any], update_summary: Callable[..., Any]):  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path,
+        name: str,
+        group: str | None,
+        config: dict[str, Any],
+        summary: dict[str, Any],
+        update_summary: Callable[..., Any],
+    ):
         import wandb
 
         run_id = secrets.token_hex(4)
         self.run = wandb.init(
-            dir=str(run_dir), project=os.environ.get("WANDB_PROJECT") or "smollab", name=name,
-            group=group, config=config, id=run_id, resume="never", reinit="create_new",
-        )  # fmt: skip
+            dir=str(run_dir),
+            project=os.environ.get("WANDB_PROJECT") or "smollab",
+            name=name,
+            group=group,
+            config=config,
+            id=run_id,
+            resume="never",
+            reinit="create_new",
+        )
         earlier = summary.get("wandb_run_ids") or []
         update_summary(wandb_run_id=run_id, wandb_run_ids=[*earlier, run_id])
 

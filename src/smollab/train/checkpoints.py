@@ -139,8 +139,10 @@ def _usable_checkpoint(run: RunDir, lora: bool | list[str], device: str) -> tupl
             run.log(f"checkpoint {ckpt.name} unusable, trying the one before: {e}", echo=True)
             continue
         return ckpt, state, weights
-    raise CheckpointError(f"no usable checkpoint in {run.ckpt_dir}: {'; '.join(skipped)}; "
-                          "remove them (or the run directory) to start over")  # fmt: skip
+    raise CheckpointError(
+        f"no usable checkpoint in {run.ckpt_dir}: {'; '.join(skipped)}; "
+        "remove them (or the run directory) to start over"
+    )
 
 
 def _load_weights(
@@ -183,8 +185,11 @@ def _tied_to(params: dict[str, torch.Tensor], present: set[str]) -> set[str]:
 def _check_keys(path: Path, expected: set[str], got: set[str]) -> None:
     missing, unexpected = sorted(expected - got), sorted(got - expected)
     if missing or unexpected:
-        parts = [f"{what} {_first(keys)}" for what, keys in
-                 (("missing", missing), ("unexpected", unexpected)) if keys]  # fmt: skip
+        parts = [
+            f"{what} {_first(keys)}"
+            for what, keys in (("missing", missing), ("unexpected", unexpected))
+            if keys
+        ]
         raise CheckpointError(f"{path} does not fit the model: {'; '.join(parts)}")
 
 

@@ -98,7 +98,8 @@ def _loop_step(e: BaseException, train: Callable) -> int | None:
 def _record(run: RunDir, status: str, evidence: str, step: int | None) -> None:
     """Best effort: when the disk is full this may not land, and the raised error still says why."""
     with contextlib.suppress(Exception):
-        run.update_summary(status=status, evidence=evidence,
-                           **({"steps": step} if step is not None else {}))  # fmt: skip
+        run.update_summary(
+            status=status, evidence=evidence, **({"steps": step} if step is not None else {})
+        )
     with contextlib.suppress(Exception):
         run.close()

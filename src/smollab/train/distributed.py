@@ -68,8 +68,10 @@ def single_process_only(command: str) -> None:
     loop into the same run directory, N copies racing on its files."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
-        raise UserError(f"smollab {command} does not run under torchrun (WORLD_SIZE={world}): "
-                        "run it as one process")  # fmt: skip
+        raise UserError(
+            f"smollab {command} does not run under torchrun (WORLD_SIZE={world}): "
+            "run it as one process"
+        )
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:

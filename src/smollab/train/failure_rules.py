@@ -25,8 +25,9 @@ def diverged_loss(
     if not math.isfinite(loss):
         return Failure("diverged", f"loss is {loss} at step {step}")
     if start_loss is not None and loss > factor * start_loss:
-        return Failure("diverged", f"loss {loss:.3f} at step {step} > {factor:g} x start loss "
-                                   f"{start_loss:.3f}")  # fmt: skip
+        return Failure(
+            "diverged", f"loss {loss:.3f} at step {step} > {factor:g} x start loss {start_loss:.3f}"
+        )
     return None
 
 
@@ -48,14 +49,20 @@ def degenerate(
     `limits` carries min_unique, max_jaccard and max_repetition (the `failure` config section).
     """
     if unique_fraction < limits.min_unique:
-        return Failure("degenerate", f"unique completions {unique_fraction:.2f} < "
-                                     f"{limits.min_unique:g} at step {step}")  # fmt: skip
+        return Failure(
+            "degenerate",
+            f"unique completions {unique_fraction:.2f} < {limits.min_unique:g} at step {step}",
+        )
     if jaccard > limits.max_jaccard:
-        return Failure("degenerate", f"mean pairwise word Jaccard {jaccard:.2f} > "
-                                     f"{limits.max_jaccard:g} at step {step}")  # fmt: skip
+        return Failure(
+            "degenerate",
+            f"mean pairwise word Jaccard {jaccard:.2f} > {limits.max_jaccard:g} at step {step}",
+        )
     if repetition > limits.max_repetition:
-        return Failure("degenerate", f"repeated word 4-grams {repetition:.2f} > "
-                                     f"{limits.max_repetition:g} at step {step}")  # fmt: skip
+        return Failure(
+            "degenerate",
+            f"repeated word 4-grams {repetition:.2f} > {limits.max_repetition:g} at step {step}",
+        )
     return None
 
 
@@ -72,8 +79,11 @@ def stuck(
     baseline = sum(rewards[:baseline_steps]) / baseline_steps
     recent = sum(rewards[-baseline_steps:]) / baseline_steps
     if recent <= baseline + margin:
-        return Failure("stuck", f"reward {recent:.3f} (mean of last {baseline_steps} steps) not above "
-                                f"baseline {baseline:.3f} + {margin:g} after {step} steps")  # fmt: skip
+        return Failure(
+            "stuck",
+            f"reward {recent:.3f} (mean of last {baseline_steps} steps) not above "
+            f"baseline {baseline:.3f} + {margin:g} after {step} steps",
+        )
     return None
 
 
@@ -95,8 +105,9 @@ class RLWatch:
         self.streak = self.streak + 1 if deg else 0
         if failure is None and deg and self.streak >= fc.patience:
             failure = deg
-        failure = failure or stuck(rewards, fc.baseline_steps, fc.stuck_grace_steps,
-                                   fc.stuck_margin, step)  # fmt: skip
+        failure = failure or stuck(
+            rewards, fc.baseline_steps, fc.stuck_grace_steps, fc.stuck_margin, step
+        )
         if failure is None or failure.status in self.flags:
             return None
         self.flags[failure.status] = failure.evidence

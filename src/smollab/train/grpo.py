@@ -53,38 +53,84 @@ from smollab.train.prompts import grpo_prompts
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed  # salts: prompts 0, rollouts 1, evaluation 2
 
-COLUMNS = ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "frac_reward_zero_std", "kl", "entropy",
-           "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
-           "jaccard", "repetition", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
-           "train_s", "step_s", "peak_mem_mb"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "wall_s",
+    "lr",
+    "loss",
+    "reward_mean",
+    "reward_std",
+    "frac_reward_zero_std",
+    "kl",
+    "entropy",
+    "completion_len",
+    "truncated_frac",
+    "clip_frac",
+    "grad_norm",
+    "unique_fraction",
+    "jaccard",
+    "repetition",
+    "eval_reward_mean",
+    "eval_unique_fraction",
+    "gen_s",
+    "reward_s",
+    "ref_s",
+    "train_s",
+    "step_s",
+    "peak_mem_mb",
+]
 
 
 # A reward function that raises, hangs or returns NaN on any input fails here, as bad input.
 REWARD_CHECK = 4
 
 
-def metrics_row(step: int, started: float, lr: float, loss: float, total: torch.Tensor,
-                num_generations: int, stats: dict, entropy: float, lengths: torch.Tensor,
-                truncated: torch.Tensor, grad_norm, completions: list[str],
-                per_fn: dict[str, torch.Tensor], marks: tuple[float, ...],
-                device: torch.device) -> dict:  # fmt: skip
+def metrics_row(
+    step: int,
+    started: float,
+    lr: float,
+    loss: float,
+    total: torch.Tensor,
+    num_generations: int,
+    stats: dict,
+    entropy: float,
+    lengths: torch.Tensor,
+    truncated: torch.Tensor,
+    grad_norm,
+    completions: list[str],
+    per_fn: dict[str, torch.Tensor],
+    marks: tuple[float, ...],
+    device: torch.device,
+) -> dict:
     """One step's metrics row (COLUMNS, then `reward/<fn>` with several reward functions), built
     here for `smollab grpo` and its lanes alike so a lane's metrics.jsonl reads as a run's does.
     `stats`: the first pass's loss stats; `marks`: the step's perf-counter times (start,
     generated, rewarded, referenced, trained); `entropy` comes from the caller (its own parts)."""
     t0, t_gen, t_rew, t_ref, t_end = marks
-    row = dict(step=step, wall_s=time.time() - started, lr=lr, loss=loss,
-               reward_mean=float(total.mean()), reward_std=float(total.std()),
-               frac_reward_zero_std=frac_reward_zero_std(total, num_generations),
-               kl=stats.get("kl", 0.0), entropy=entropy,
-               completion_len=float(lengths.float().mean()),
-               truncated_frac=float(truncated.float().mean()),
-               clip_frac=stats["clip_region"], grad_norm=float(grad_norm),
-               unique_fraction=unique_fraction(completions),
-               jaccard=mean_pairwise_jaccard(completions), repetition=repetition(completions),
-               gen_s=t_gen - t0, reward_s=t_rew - t_gen, ref_s=t_ref - t_rew,
-               train_s=t_end - t_ref, step_s=t_end - t0,
-               peak_mem_mb=peak_memory_mb(device))  # fmt: skip
+    row = dict(
+        step=step,
+        wall_s=time.time() - started,
+        lr=lr,
+        loss=loss,
+        reward_mean=float(total.mean()),
+        reward_std=float(total.std()),
+        frac_reward_zero_std=frac_reward_zero_std(total, num_generations),
+        kl=stats.get("kl", 0.0),
+        entropy=entropy,
+        completion_len=float(lengths.float().mean()),
+        truncated_frac=float(truncated.float().mean()),
+        clip_frac=stats["clip_region"],
+        grad_norm=float(grad_norm),
+        unique_fraction=unique_fraction(completions),
+        jaccard=mean_pairwise_jaccard(completions),
+        repetition=repetition(completions),
+        gen_s=t_gen - t0,
+        reward_s=t_rew - t_gen,
+        ref_s=t_ref - t_rew,
+        train_s=t_end - t_ref,
+        step_s=t_end - t0,
+        peak_mem_mb=peak_memory_mb(device),
+    )
     if len(per_fn) > 1:
         row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
     return row
@@ -97,8 +143,16 @@ def run_dir_for(cfg: GRPOConfig) -> Path:
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
     if (rc := cfg.grpo.routing).enabled:
         kind = f"route-{rc.mode}-r{rc.retain_r}-{rc.forget_r}"
-    return default_run_dir("grpo", [cfg.run.name or rewards, kind, f"lr{cfg.optim.lr:g}",
-                                    f"beta{cfg.grpo.beta:g}", f"s{cfg.run.seed}"])  # fmt: skip
+    return default_run_dir(
+        "grpo",
+        [
+            cfg.run.name or rewards,
+            kind,
+            f"lr{cfg.optim.lr:g}",
+            f"beta{cfg.grpo.beta:g}",
+            f"s{cfg.run.seed}",
+        ],
+    )
 
 
 @records_failure
@@ -129,9 +183,13 @@ def train(cfg: GRPOConfig) -> dict:
 
     # ---- policy, reference, sampler, optimizer --------------------------------------------
     torch.manual_seed(cfg.run.seed)
-    policy = build_model(cfg.model, vocab_size=len(tokenizer),
-                         attn_implementation=cfg.perf.attn_implementation, device=rt.device,
-                         compute_dtype=rt.autocast_dtype)  # fmt: skip
+    policy = build_model(
+        cfg.model,
+        vocab_size=len(tokenizer),
+        attn_implementation=cfg.perf.attn_implementation,
+        device=rt.device,
+        compute_dtype=rt.autocast_dtype,
+    )
     if len(tokenizer) > policy.config.vocab_size:
         raise UserError(
             f"tokenizer has {len(tokenizer)} entries, the model only {policy.config.vocab_size}"
@@ -151,24 +209,38 @@ def train(cfg: GRPOConfig) -> dict:
         policy.activation_checkpointing_enable()  # the name since transformers 5
     eos = tokenizer.eos_token_id
     sampler = Sampler(policy, eos_token_id=eos, pad_token_id=eos)
-    no_replay = replay_blocker(policy, sampler, enabled=g.replay,
-                               autocast=rt.autocast_dtype is not None, batch_size=tc.batch_size,
-                               max_new_tokens=g.max_completion_length)  # fmt: skip
+    no_replay = replay_blocker(
+        policy,
+        sampler,
+        enabled=g.replay,
+        autocast=rt.autocast_dtype is not None,
+        batch_size=tc.batch_size,
+        max_new_tokens=g.max_completion_length,
+    )
     no_replay = no_replay or (router.replay_blocker() if router else None)
     micro = grpo_accum.micro_batches(tc.batch_size // d.world, g.num_generations, tc.grad_accum)
     if len(micro) > 1 and no_replay is None:  # the record holds the whole batch's activations
         no_replay = f"train.grad_accum={tc.grad_accum} (micro-batches)"
     reference = build_reference(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
     trainable = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
-                           (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
+    optimizer = make_adamw(
+        [{"params": trainable, "weight_decay": oc.weight_decay}],
+        rt,
+        oc.lr,
+        (oc.beta1, oc.beta2),
+        oc.eps,
+    )
     loss_options = grpo_loss.options(g)
     total_params, _ = count_parameters(policy)
     n_trainable = sum(p.numel() for p in trainable)
     pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
     try:  # the rewards, tried on a few base-model completions before anything is written
-        distributed.rank0_decides(lambda: _evaluate(sampler, policy, eval_prompts[:REWARD_CHECK],
-                                                    g, pool, tokenizer, cfg.run.seed), d)  # fmt: skip
+        distributed.rank0_decides(
+            lambda: _evaluate(
+                sampler, policy, eval_prompts[:REWARD_CHECK], g, pool, tokenizer, cfg.run.seed
+            ),
+            d,
+        )
     except BaseException:
         pool.close()
         raise
@@ -197,14 +269,21 @@ def train(cfg: GRPOConfig) -> dict:
         run.open_metrics(
             COLUMNS + per_fn_cols + route_cols, resume_step=step if run.resume_from else None
         )
-        run.log(f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
-                f"{n_trainable:,} trainable ({kind}); "
-                f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy "
-                f"forward {'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
-                echo=True)  # fmt: skip
-        run.update_summary(status="running", params_total=total_params,
-                           params_trainable=n_trainable, device=str(rt.device),
-                           sampler=sampler.backend, world_size=d.world)  # fmt: skip
+        run.log(
+            f"policy {cfg.model.path or cfg.model.preset}: {total_params:,} parameters, "
+            f"{n_trainable:,} trainable ({kind}); "
+            f"sampler {sampler.backend}; rewards {', '.join(r.key for r in rewards)}; policy "
+            f"forward {'replayed from the decode' if no_replay is None else f'computed ({no_replay})'}",
+            echo=True,
+        )
+        run.update_summary(
+            status="running",
+            params_total=total_params,
+            params_trainable=n_trainable,
+            device=str(rt.device),
+            sampler=sampler.backend,
+            world_size=d.world,
+        )
 
     prompts_per_step = tc.batch_size // g.num_generations
     progress = Progress(tc.max_steps, enabled=d.main, start=step, label="grpo")
@@ -231,16 +310,22 @@ def train(cfg: GRPOConfig) -> dict:
 
             # 1. rollouts (this rank's prompt groups)
             picker = torch.Generator(device="cpu").manual_seed(stream_seed(cfg.run.seed, step, 0))
-            pick = torch.randint(len(train_prompts), (prompts_per_step,), generator=picker,
-                                 device="cpu")  # fmt: skip
+            pick = torch.randint(
+                len(train_prompts), (prompts_per_step,), generator=picker, device="cpu"
+            )
             mine = grpo_ranks.my_prompts(pick.tolist(), d)
             prompt_ids = [train_prompts[i] for i in mine for _ in range(g.num_generations)]
             policy.eval()
             sampler.load_weights(policy)
-            r = sampler.generate(prompt_ids, g.max_completion_length, temperature=g.temperature,
-                                 top_p=g.top_p, top_k=g.top_k,
-                                 seed=grpo_ranks.rollout_seed(cfg.run.seed, step, d),
-                                 record=no_replay is None)  # fmt: skip
+            r = sampler.generate(
+                prompt_ids,
+                g.max_completion_length,
+                temperature=g.temperature,
+                top_p=g.top_p,
+                top_k=g.top_k,
+                seed=grpo_ranks.rollout_seed(cfg.run.seed, step, d),
+                record=no_replay is None,
+            )
             t_gen = time.perf_counter()
 
             # 2. rewards, then advantages over the whole batch (all ranks' groups)
@@ -248,8 +333,9 @@ def train(cfg: GRPOConfig) -> dict:
             total, per_fn = pool(prompts_txt, completions, r.completion_rows())
             if router:  # eligibility (before advantages), detector flags, this step's routes
                 picked = [i for i in mine for _ in range(g.num_generations)]
-                total = router.score(step, picked, total, per_fn, prompts_txt, completions,
-                                     r.completion_rows())  # fmt: skip
+                total = router.score(
+                    step, picked, total, per_fn, prompts_txt, completions, r.completion_rows()
+                )
             mask = r.completion_mask.clone()
             if g.mask_truncated_completions:
                 mask[r.truncated] = 0
@@ -267,12 +353,23 @@ def train(cfg: GRPOConfig) -> dict:
             policy.train()
             for it in range(g.num_iterations):  # loss and backward per micro-batch, one step
                 loss, stats = grpo_ranks.loss_backward(
-                    policy, r, advantages, mask, r.logprobs if g.num_iterations > 1 else None,
-                    ref_logp, micro, d, trainable, temperature=g.temperature,
-                    loss_options=loss_options, autocast=rt.autocast, scaler=rt.scaler,
-                    train_pass=functools.partial(routing.train_pass, router, policy, step,
-                                                 advantages),
-                )  # fmt: skip
+                    policy,
+                    r,
+                    advantages,
+                    mask,
+                    r.logprobs if g.num_iterations > 1 else None,
+                    ref_logp,
+                    micro,
+                    d,
+                    trainable,
+                    temperature=g.temperature,
+                    loss_options=loss_options,
+                    autocast=rt.autocast,
+                    scaler=rt.scaler,
+                    train_pass=functools.partial(
+                        routing.train_pass, router, policy, step, advantages
+                    ),
+                )
                 grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
                 if it == 0:
                     first_stats = stats
@@ -287,9 +384,23 @@ def train(cfg: GRPOConfig) -> dict:
             history.append(reward_mean)
             # sampled -log p: unbiased
             entropy = -batch.logp_sum / batch.tokens if batch.tokens else 0.0
-            row = metrics_row(step, t_start, lr, loss, total, g.num_generations, first_stats,
-                              entropy, batch.lengths, batch.truncated, grad_norm, completions,
-                              batch.per_fn, (t0, t_gen, t_rew, t_ref, t_end), rt.device)  # fmt: skip
+            row = metrics_row(
+                step,
+                t_start,
+                lr,
+                loss,
+                total,
+                g.num_generations,
+                first_stats,
+                entropy,
+                batch.lengths,
+                batch.truncated,
+                grad_norm,
+                completions,
+                batch.per_fn,
+                (t0, t_gen, t_rew, t_ref, t_end),
+                rt.device,
+            )
             if router:
                 row.update(router.row)
             due = tc.eval_interval and (step % tc.eval_interval == 0 or step == tc.max_steps)
@@ -302,9 +413,14 @@ def train(cfg: GRPOConfig) -> dict:
             if run and (step % tc.log_interval == 0 or step == tc.max_steps or step == 1):
                 run.metrics.append(row)
                 run.append_samples(
-                    {"step": step, "prompt": batch.prompts[i], "completion": completions[i],
-                     "reward": float(total[i])} for i in range(min(g.log_samples, len(completions)))
-                )  # fmt: skip
+                    {
+                        "step": step,
+                        "prompt": batch.prompts[i],
+                        "completion": completions[i],
+                        "reward": float(total[i]),
+                    }
+                    for i in range(min(g.log_samples, len(completions)))
+                )
                 progress.update(step, reward=reward_mean, kl=row["kl"], uniq=row["unique_fraction"])
                 run.log(_line(row), echo=not progress.live)
 
@@ -316,9 +432,19 @@ def train(cfg: GRPOConfig) -> dict:
                     break
 
             if run and tc.save_interval and step % tc.save_interval == 0 and step < tc.max_steps:
-                checkpoints.save_state(run, step, policy, tokenizer, optimizer, rt.scaler,
-                                       tc.keep_last, reward_history=history, flags=watch.flags,
-                                       rl_streak=watch.streak, train_seconds=train_seconds)  # fmt: skip
+                checkpoints.save_state(
+                    run,
+                    step,
+                    policy,
+                    tokenizer,
+                    optimizer,
+                    rt.scaler,
+                    tc.keep_last,
+                    reward_history=history,
+                    flags=watch.flags,
+                    rl_streak=watch.streak,
+                    train_seconds=train_seconds,
+                )
         scaffold.check_replicas(run, d, policy, optimizer, rt.scaler)
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
@@ -331,13 +457,26 @@ def train(cfg: GRPOConfig) -> dict:
     tail = history[-cfg.failure.baseline_steps :]
     base, final = (history[0] if history else None), (sum(tail) / len(tail) if tail else None)
     summary = run and scaffold.finish(
-        run, status, policy, tokenizer, f"{status}: {step} steps; reward {base} -> {final}",
-        plots=cfg.run.plots, merged=lora and g.export_merged, evidence=evidence, flags=watch.flags, steps=step,
-        base_reward=base, final_reward=final,
-        base_eval_reward=base_eval["reward_mean"] if base_eval else run.read_summary().get("base_eval_reward"),
-        final_eval_reward=eval_reward, train_seconds=train_seconds, wall_seconds=time.time() - t_start,
+        run,
+        status,
+        policy,
+        tokenizer,
+        f"{status}: {step} steps; reward {base} -> {final}",
+        plots=cfg.run.plots,
+        merged=lora and g.export_merged,
+        evidence=evidence,
+        flags=watch.flags,
+        steps=step,
+        base_reward=base,
+        final_reward=final,
+        base_eval_reward=base_eval["reward_mean"]
+        if base_eval
+        else run.read_summary().get("base_eval_reward"),
+        final_eval_reward=eval_reward,
+        train_seconds=train_seconds,
+        wall_seconds=time.time() - t_start,
         seconds_per_step=train_seconds / max(step, 1),
-    )  # fmt: skip
+    )
     distributed.teardown(d)
     if status == "interrupted":
         raise KeyboardInterrupt
@@ -349,13 +488,22 @@ def _evaluate(sampler, policy, prompts, g, pool, tokenizer, seed) -> dict:
     """Mean reward and diversity of one completion per held-out prompt (fixed seed)."""
     policy.eval()
     sampler.load_weights(policy)
-    r = sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                         top_p=g.top_p, top_k=g.top_k, seed=stream_seed(seed, -1, 2))  # fmt: skip
+    r = sampler.generate(
+        prompts,
+        g.max_completion_length,
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=g.top_k,
+        seed=stream_seed(seed, -1, 2),
+    )
     release_cache(sampler.device)
     texts = r.completion_texts(tokenizer)
     total, _ = pool(r.prompt_texts(tokenizer), texts, r.completion_rows())
-    return {"reward_mean": float(total.mean()), "unique_fraction": unique_fraction(texts),
-            "samples": texts}  # fmt: skip
+    return {
+        "reward_mean": float(total.mean()),
+        "unique_fraction": unique_fraction(texts),
+        "samples": texts,
+    }
 
 
 def _route_eval(run, router, step, sampler, policy, g, pool, tokenizer) -> None:
@@ -366,6 +514,8 @@ def _route_eval(run, router, step, sampler, policy, g, pool, tokenizer) -> None:
 
 
 def _line(row: dict) -> str:
-    return (f"step {row['step']} | reward {row['reward_mean']:.3f} | kl {row['kl']:.4f} | "
-            f"uniq {row['unique_fraction']:.2f} | len {row['completion_len']:.0f} | "
-            f"{row['step_s']:.2f}s (gen {row['gen_s']:.2f} train {row['train_s']:.2f})")  # fmt: skip
+    return (
+        f"step {row['step']} | reward {row['reward_mean']:.3f} | kl {row['kl']:.4f} | "
+        f"uniq {row['unique_fraction']:.2f} | len {row['completion_len']:.0f} | "
+        f"{row['step_s']:.2f}s (gen {row['gen_s']:.2f} train {row['train_s']:.2f})"
+    )

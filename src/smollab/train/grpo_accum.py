@@ -42,9 +42,11 @@ def micro_batches(batch_size: int, num_generations: int, grad_accum: int) -> lis
     """The rows of each micro-batch: `grad_accum` equal runs of whole prompt groups."""
     groups = batch_size // num_generations
     if grad_accum < 1 or groups % grad_accum:
-        raise UserError(f"train.grad_accum={grad_accum} must divide the {groups} prompt groups of "
-                        f"a batch (train.batch_size={batch_size} / grpo.num_generations="
-                        f"{num_generations}) into micro-batches of whole groups")  # fmt: skip
+        raise UserError(
+            f"train.grad_accum={grad_accum} must divide the {groups} prompt groups of "
+            f"a batch (train.batch_size={batch_size} / grpo.num_generations="
+            f"{num_generations}) into micro-batches of whole groups"
+        )
     rows = groups // grad_accum * num_generations
     return [slice(i * rows, (i + 1) * rows) for i in range(grad_accum)]
 
@@ -52,10 +54,15 @@ def micro_batches(batch_size: int, num_generations: int, grad_accum: int) -> lis
 def rollout_rows(r: Rollout, rows: slice) -> Rollout:
     """The completions `rows` of a rollout (without its decode record: it covers every row)."""
     return dataclasses.replace(
-        r, prompt_ids=r.prompt_ids[rows], prompt_mask=r.prompt_mask[rows],
-        completion_ids=r.completion_ids[rows], completion_mask=r.completion_mask[rows],
-        logprobs=r.logprobs[rows], truncated=r.truncated[rows], record=None,
-    )  # fmt: skip
+        r,
+        prompt_ids=r.prompt_ids[rows],
+        prompt_mask=r.prompt_mask[rows],
+        completion_ids=r.completion_ids[rows],
+        completion_mask=r.completion_mask[rows],
+        logprobs=r.logprobs[rows],
+        truncated=r.truncated[rows],
+        record=None,
+    )
 
 
 def micro_weight(
@@ -79,8 +86,9 @@ def _mean(values: list[float], weights: list[float]) -> float:
     return sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
 
 
-def merge_stats(parts: list[dict], masks: list[torch.Tensor], weights: list[float],
-                level: str = "token") -> dict[str, float]:  # fmt: skip
+def merge_stats(
+    parts: list[dict], masks: list[torch.Tensor], weights: list[float], level: str = "token"
+) -> dict[str, float]:
     """The whole batch's `grpo_loss` stats from its micro-batches' (the means weighted by what
     each counts: tokens, sequences with tokens, rows; policy_loss by the micro weights)."""
     tokens = [float(m.sum()) for m in masks]

@@ -51,8 +51,13 @@ from smollab.train.seeds import stream_seed
 IDLE_S = 0.2  # worker mode: how often an empty worker looks at its inbox
 
 
-def train_lanes(cfgs: list[GRPOConfig], *, inbox: str | Path | None = None,
-                max_lanes: int | None = None, threads: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def train_lanes(
+    cfgs: list[GRPOConfig],
+    *,
+    inbox: str | Path | None = None,
+    max_lanes: int | None = None,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
     """Train `cfgs` as lanes (worker mode: also the trials posted to `inbox`, `max_lanes` at a
     time, until it is closed, each with perf.threads=`threads` when given). Returns each lane's
     summary, in the order they ended."""
@@ -167,14 +172,21 @@ def _open(shared: ln.Shared, name, cfg, run_dir, box, summaries) -> ln.Lane | No
         return None
     if box and (why := box.stop_reason(name)) is not None:  # stopped while it waited
         lane.ended = ("interrupted", why or "stopped before its first step")
-    lane.run.open_metrics(shared.columns,
-                          resume_step=lane.step if lane.run.resume_from else None)  # fmt: skip
+    lane.run.open_metrics(shared.columns, resume_step=lane.step if lane.run.resume_from else None)
     forward = f"computed ({shared.no_replay})" if shared.no_replay else "replayed from the decode"
     kind = f"LoRA r{cfg.model.lora.r}" if cfg.model.lora.enabled else "full fine-tuning"
-    lane.run.log(f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
-                 f"{kind}; policy forward {forward}; sampler lanes", echo=True)  # fmt: skip
-    lane.run.update_summary(status="running", device=str(shared.rt.device), sampler="lanes",
-                            world_size=1, params_trainable=sum(p.numel() for p in lane.trainable))  # fmt: skip
+    lane.run.log(
+        f"lane {name} of a lanes worker: policy {cfg.model.path or cfg.model.preset}, "
+        f"{kind}; policy forward {forward}; sampler lanes",
+        echo=True,
+    )
+    lane.run.update_summary(
+        status="running",
+        device=str(shared.rt.device),
+        sampler="lanes",
+        world_size=1,
+        params_trainable=sum(p.numel() for p in lane.trainable),
+    )
     return lane
 
 
@@ -190,8 +202,9 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
     """One GRPO step of every lane (see the module docstring)."""
     cfg, g = shared.cfg, shared.cfg.grpo
     G, B = g.num_generations, cfg.train.batch_size
-    due_base = [la for la in lanes if la.step == 0 and la.cfg.train.eval_interval and
-                la.base_eval is None]  # fmt: skip
+    due_base = [
+        la for la in lanes if la.step == 0 and la.cfg.train.eval_interval and la.base_eval is None
+    ]
     for lane, ev in zip(due_base, shared.evaluate(due_base) if due_base else [], strict=True):
         lane.base_eval = ev["reward_mean"]
         lane.run.update_summary(base_eval_reward=lane.base_eval)
@@ -221,8 +234,12 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
     if g.mask_truncated_completions:
         mask[r.truncated] = 0
     rows = [slice(i * B, (i + 1) * B) for i in range(len(lanes))]
-    advantages = torch.cat([group_advantages(total[s], G, la.cfg.grpo.scale_rewards)
-                            for la, s in zip(lanes, rows, strict=True)]).to(shared.rt.device)  # fmt: skip
+    advantages = torch.cat(
+        [
+            group_advantages(total[s], G, la.cfg.grpo.scale_rewards)
+            for la, s in zip(lanes, rows, strict=True)
+        ]
+    ).to(shared.rt.device)
     t_rew = time.perf_counter()
 
     # 3. reference log-probs: the base, in one pass over the rows of the lanes with a KL term
@@ -232,8 +249,13 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
         ref_logp = shared.reference(r, g.temperature)
     elif any(need_ref):  # the other lanes' rows are never read (`loss_backward`)
         dev = r.logprobs.device
-        idx = torch.cat([torch.arange(s.start, s.stop, device=dev)
-                         for s, need in zip(rows, need_ref, strict=True) if need])  # fmt: skip
+        idx = torch.cat(
+            [
+                torch.arange(s.start, s.stop, device=dev)
+                for s, need in zip(rows, need_ref, strict=True)
+                if need
+            ]
+        )
         ref_logp = torch.zeros_like(r.logprobs)
         ref_logp[idx] = shared.reference(r.select(idx), g.temperature)
     t_ref = time.perf_counter()
@@ -244,10 +266,13 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
     norms: list[float] = []
     for it in range(g.num_iterations):
         old = r.logprobs if g.num_iterations > 1 else None
-        parts = loss_backward(shared.lanes, lanes, r, advantages, mask, old, ref_logp, rows,
-                              g.temperature)  # fmt: skip
-        step_norms = [float(scaffold.optimizer_step(la.trainable, la.optimizer, None,
-                                                    la.cfg.optim.grad_clip)) for la in lanes]  # fmt: skip
+        parts = loss_backward(
+            shared.lanes, lanes, r, advantages, mask, old, ref_logp, rows, g.temperature
+        )
+        step_norms = [
+            float(scaffold.optimizer_step(la.trainable, la.optimizer, None, la.cfg.optim.grad_clip))
+            for la in lanes
+        ]
         if it == 0:
             losses, stats, norms = [p[0] for p in parts], [p[1] for p in parts], step_norms
     synchronize(shared.rt.device)
@@ -261,17 +286,31 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
         t, texts = total[s], completions[s]
         lane.history.append(float(t.mean()))
         entropy = float(-(r.logprobs[s] * mask[s]).sum() / mask[s].sum().clamp(min=1))
-        lane.row = metrics_row(lane.step, lane.started, lane.optimizer.param_groups[0]["lr"],
-                               losses[i], t, G, stats[i], entropy, r.completion_lengths[s],
-                               r.truncated[s], norms[i], texts, {k: v[s] for k, v in per_fn.items()},
-                               (t0, t_gen, t_rew, t_ref, t_end), shared.rt.device)  # fmt: skip
+        lane.row = metrics_row(
+            lane.step,
+            lane.started,
+            lane.optimizer.param_groups[0]["lr"],
+            losses[i],
+            t,
+            G,
+            stats[i],
+            entropy,
+            r.completion_lengths[s],
+            r.truncated[s],
+            norms[i],
+            texts,
+            {k: v[s] for k, v in per_fn.items()},
+            (t0, t_gen, t_rew, t_ref, t_end),
+            shared.rt.device,
+        )
         tc = lane.cfg.train
         if tc.eval_interval and (lane.step % tc.eval_interval == 0 or lane.step == tc.max_steps):
             due_eval.append(lane)
     for lane, ev in zip(due_eval, shared.evaluate(due_eval) if due_eval else [], strict=True):
         lane.eval_reward = ev["reward_mean"]
-        lane.row.update(eval_reward_mean=ev["reward_mean"],
-                        eval_unique_fraction=ev["unique_fraction"])  # fmt: skip
+        lane.row.update(
+            eval_reward_mean=ev["reward_mean"], eval_unique_fraction=ev["unique_fraction"]
+        )
     for lane, s in zip(lanes, rows, strict=True):
         _after_step(shared, lane, lane.row, prompts_txt[s], completions[s], total[s])
     if lanes[0].step % lanes[0].cfg.train.log_interval == 0 or lanes[0].step == 1:
@@ -283,8 +322,17 @@ def _step(shared: ln.Shared, lanes: list[ln.Lane]) -> None:
         )
 
 
-def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, old_logp,
-                  ref_logp, rows: list[slice], temperature: float) -> list[tuple[float, dict]]:  # fmt: skip
+def loss_backward(
+    model: LaneLlama,
+    lanes: list[ln.Lane],
+    r,
+    advantages,
+    mask,
+    old_logp,
+    ref_logp,
+    rows: list[slice],
+    temperature: float,
+) -> list[tuple[float, dict]]:
     """Each lane's GRPO loss on its rows (its own loss options), from one forward through all
     lanes; their sum backpropagated, so each policy's `.grad` is its own loss's gradient.
     Returns (loss, stats) per lane."""
@@ -292,11 +340,18 @@ def loss_backward(model: LaneLlama, lanes: list[ln.Lane], r, advantages, mask, o
     # replayed while the rollout holds the decode of these very weights, else computed
     logp = lanes_logprobs(model, r, temperature)
     r.record = None  # used once: the graph keeps what the backward needs
-    parts = [grpo_loss(logp[s], None if old_logp is None else old_logp[s],
-                       # a lane with beta 0 has no reference, as its run alone (no kl measured)
-                       None if ref_logp is None or not la.loss_options["beta"] else ref_logp[s],
-                       advantages[s], mask[s], **la.loss_options)
-             for la, s in zip(lanes, rows, strict=True)]  # fmt: skip
+    parts = [
+        grpo_loss(
+            logp[s],
+            None if old_logp is None else old_logp[s],
+            # a lane with beta 0 has no reference, as its run alone (no kl measured)
+            None if ref_logp is None or not la.loss_options["beta"] else ref_logp[s],
+            advantages[s],
+            mask[s],
+            **la.loss_options,
+        )
+        for la, s in zip(lanes, rows, strict=True)
+    ]
     sum(p[0] for p in parts).backward()
     return [(p[0].item(), p[1]) for p in parts]
 
@@ -305,11 +360,19 @@ def _after_step(shared: ln.Shared, lane: ln.Lane, row: dict, prompts, completion
     tc, run = lane.cfg.train, lane.run
     if lane.step % tc.log_interval == 0 or lane.step == tc.max_steps or lane.step == 1:
         run.metrics.append(row)
-        run.append_samples({"step": lane.step, "prompt": prompts[i], "completion": completions[i],
-                            "reward": float(total[i])}
-                           for i in range(min(lane.cfg.grpo.log_samples, len(completions))))  # fmt: skip
-        run.log(f"step {lane.step} | reward {row['reward_mean']:.3f} | kl {row['kl']:.4f} | "
-                f"uniq {row['unique_fraction']:.2f} | {row['step_s']:.2f}s for the lanes")  # fmt: skip
+        run.append_samples(
+            {
+                "step": lane.step,
+                "prompt": prompts[i],
+                "completion": completions[i],
+                "reward": float(total[i]),
+            }
+            for i in range(min(lane.cfg.grpo.log_samples, len(completions)))
+        )
+        run.log(
+            f"step {lane.step} | reward {row['reward_mean']:.3f} | kl {row['kl']:.4f} | "
+            f"uniq {row['unique_fraction']:.2f} | {row['step_s']:.2f}s for the lanes"
+        )
     failure = lane.watch.new_failure(row, lane.history, lane.step)
     if failure is None and not ln.params_finite(lane):
         lane.ended = ("diverged", f"its weights are not finite at step {lane.step}")

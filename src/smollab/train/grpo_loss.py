@@ -215,8 +215,9 @@ def grpo_loss(
         tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg).to(dtype)
         per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
     else:  # vespo
-        phi = vespo_weights(log_ratio, adv, mask, vespo_k_pos, vespo_lambda_pos, vespo_k_neg,
-                            vespo_lambda_neg)  # fmt: skip
+        phi = vespo_weights(
+            log_ratio, adv, mask, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg
+        )
         per_token = -phi * adv * logp
     policy_per_token = per_token.expand(n, t)
     per_token = policy_per_token
@@ -285,10 +286,18 @@ def grpo_loss(
 
 def options(g) -> dict:
     """`grpo_loss`'s keyword arguments from a config's `grpo` section (all but `num_items`)."""
-    return dict(beta=g.beta, epsilon=g.epsilon, epsilon_high=g.epsilon_high,
-                loss_type=g.loss_type, max_completion_length=g.max_completion_length,
-                importance_sampling_level=g.importance_sampling_level, delta=g.delta,
-                sapo_temperature_pos=g.sapo_temperature_pos,
-                sapo_temperature_neg=g.sapo_temperature_neg, vespo_k_pos=g.vespo_k_pos,
-                vespo_lambda_pos=g.vespo_lambda_pos, vespo_k_neg=g.vespo_k_neg,
-                vespo_lambda_neg=g.vespo_lambda_neg)  # fmt: skip
+    return dict(
+        beta=g.beta,
+        epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high,
+        loss_type=g.loss_type,
+        max_completion_length=g.max_completion_length,
+        importance_sampling_level=g.importance_sampling_level,
+        delta=g.delta,
+        sapo_temperature_pos=g.sapo_temperature_pos,
+        sapo_temperature_neg=g.sapo_temperature_neg,
+        vespo_k_pos=g.vespo_k_pos,
+        vespo_lambda_pos=g.vespo_lambda_pos,
+        vespo_k_neg=g.vespo_k_neg,
+        vespo_lambda_neg=g.vespo_lambda_neg,
+    )

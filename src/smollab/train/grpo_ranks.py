@@ -40,16 +40,22 @@ def check(cfg) -> None:
     g, tc = cfg.grpo, cfg.train
     groups = tc.batch_size // g.num_generations
     if groups % world:
-        raise UserError(f"train.batch_size={tc.batch_size} holds {groups} prompt groups "
-                        f"(grpo.num_generations={g.num_generations}), not divisible by the "
-                        f"{world} torchrun processes: each rank takes whole groups")  # fmt: skip
+        raise UserError(
+            f"train.batch_size={tc.batch_size} holds {groups} prompt groups "
+            f"(grpo.num_generations={g.num_generations}), not divisible by the "
+            f"{world} torchrun processes: each rank takes whole groups"
+        )
     if (groups // world) % tc.grad_accum:
-        raise UserError(f"train.grad_accum={tc.grad_accum} must divide each rank's "
-                        f"{groups // world} prompt groups (train.batch_size={tc.batch_size} / "
-                        f"grpo.num_generations={g.num_generations} / {world} ranks)")  # fmt: skip
+        raise UserError(
+            f"train.grad_accum={tc.grad_accum} must divide each rank's "
+            f"{groups // world} prompt groups (train.batch_size={tc.batch_size} / "
+            f"grpo.num_generations={g.num_generations} / {world} ranks)"
+        )
     if g.routing.enabled:
-        raise UserError("grpo.routing.enabled does not run under torchrun: its detector and "
-                        "routes see one process's rollouts; run it as one process")  # fmt: skip
+        raise UserError(
+            "grpo.routing.enabled does not run under torchrun: its detector and "
+            "routes see one process's rollouts; run it as one process"
+        )
 
 
 def my_prompts(picked: list[int], d: Dist) -> list[int]:
@@ -81,9 +87,16 @@ class Whole:
 def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Whole:
     """Every rank's rewards, texts and rollout sizes, on every rank (one all_gather_object)."""
     m = mask.bool()
-    mine = (total.detach().cpu(), {k: v.detach().cpu() for k, v in per_fn.items()}, prompts,
-            completions, r.completion_lengths.cpu(), r.truncated.cpu(),
-            float(r.logprobs[m].sum()), float(m.sum()))  # fmt: skip
+    mine = (
+        total.detach().cpu(),
+        {k: v.detach().cpu() for k, v in per_fn.items()},
+        prompts,
+        completions,
+        r.completion_lengths.cpu(),
+        r.truncated.cpu(),
+        float(r.logprobs[m].sum()),
+        float(m.sum()),
+    )
     if not d.enabled:
         return Whole(*mine)
     import torch.distributed as dist
@@ -94,33 +107,49 @@ def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Wh
     return Whole(
         total=torch.cat([p[0] for p in parts]),
         per_fn={k: torch.cat([p[1][k] for p in parts]) for k in mine[1]},
-        prompts=[t for p in parts for t in p[2]], completions=[t for p in parts for t in p[3]],
-        lengths=torch.cat([p[4] for p in parts]), truncated=torch.cat([p[5] for p in parts]),
-        logp_sum=sum(p[6] for p in parts), tokens=sum(p[7] for p in parts),
+        prompts=[t for p in parts for t in p[2]],
+        completions=[t for p in parts for t in p[3]],
+        lengths=torch.cat([p[4] for p in parts]),
+        truncated=torch.cat([p[5] for p in parts]),
+        logp_sum=sum(p[6] for p in parts),
+        tokens=sum(p[7] for p in parts),
         rows=slice(d.rank * n, (d.rank + 1) * n),
-    )  # fmt: skip
+    )
 
 
-def loss_backward(policy, r: Rollout, advantages, mask, old_logp, ref_logp, micro, d: Dist,
-                  trainable: list[torch.Tensor], **kwargs) -> tuple[float, dict[str, float]]:  # fmt: skip
+def loss_backward(
+    policy,
+    r: Rollout,
+    advantages,
+    mask,
+    old_logp,
+    ref_logp,
+    micro,
+    d: Dist,
+    trainable: list[torch.Tensor],
+    **kwargs,
+) -> tuple[float, dict[str, float]]:
     """`grpo_accum.loss_backward` on this rank's rows as a share of the whole step, then the
     ranks' gradients summed: every rank holds the step's gradient, loss and stats."""
     if not d.enabled:
-        return grpo_accum.loss_backward(policy, r, advantages, mask, old_logp, ref_logp, micro,
-                                        **kwargs)  # fmt: skip
+        return grpo_accum.loss_backward(
+            policy, r, advantages, mask, old_logp, ref_logp, micro, **kwargs
+        )
     import torch.distributed as dist
 
     counts = torch.tensor([float(mask.sum()), float(mask.shape[0])], device=d.device)
     dist.all_reduce(counts)
     whole = (float(counts[0]), int(counts[1]))
-    loss, stats = grpo_accum.loss_backward(policy, r, advantages, mask, old_logp, ref_logp,
-                                           micro, whole=whole, **kwargs)  # fmt: skip
+    loss, stats = grpo_accum.loss_backward(
+        policy, r, advantages, mask, old_logp, ref_logp, micro, whole=whole, **kwargs
+    )
     all_reduce_grads(trainable, d)
     parts: list = [None] * d.world
     dist.all_gather_object(parts, (loss, stats, mask.cpu()))
     level = kwargs["loss_options"].get("importance_sampling_level", "token")
-    merged = grpo_accum.merge_stats([p[1] for p in parts], [p[2] for p in parts],
-                                    [1.0] * d.world, level)  # fmt: skip
+    merged = grpo_accum.merge_stats(
+        [p[1] for p in parts], [p[2] for p in parts], [1.0] * d.world, level
+    )
     return sum(p[0] for p in parts), merged
 
 

@@ -88,11 +88,24 @@ class Inbox:
 # base model, data, prompts, batch and completion shapes, sampling, rewards, precision) is shared,
 # because the lanes are rows of one batch through one base model.
 LANE_SECTIONS = ("optim.", "run.", "failure.")
-LANE_KEYS = frozenset({
-    "grpo.beta", "grpo.epsilon", "grpo.epsilon_high", "grpo.loss_type", "grpo.scale_rewards",
-    "grpo.delta", "model.lora.r", "model.lora.alpha", "train.max_steps", "train.max_time",
-    "train.log_interval", "train.eval_interval", "train.save_interval", "train.keep_last",
-})  # fmt: skip
+LANE_KEYS = frozenset(
+    {
+        "grpo.beta",
+        "grpo.epsilon",
+        "grpo.epsilon_high",
+        "grpo.loss_type",
+        "grpo.scale_rewards",
+        "grpo.delta",
+        "model.lora.r",
+        "model.lora.alpha",
+        "train.max_steps",
+        "train.max_time",
+        "train.log_interval",
+        "train.eval_interval",
+        "train.save_interval",
+        "train.keep_last",
+    }
+)
 
 
 def may_differ(key: str) -> bool:

@@ -65,8 +65,12 @@ class Lane:
     @property
     def due_to_end(self) -> bool:
         tc = self.cfg.train
-        return (self.ended is not None or self.step >= tc.max_steps
-                or bool(tc.max_time) and self.train_seconds >= tc.max_time)  # fmt: skip
+        return (
+            self.ended is not None
+            or self.step >= tc.max_steps
+            or bool(tc.max_time)
+            and self.train_seconds >= tc.max_time
+        )
 
 
 def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
@@ -74,8 +78,10 @@ def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
     a, b = flatten(to_dict(first)), flatten(to_dict(cfg))
     for key in sorted(a.keys() | b.keys()):
         if a.get(key) != b.get(key) and not may_differ(key):
-            raise UserError(f"lane {name}: {key}={b.get(key)} differs from the first lane's "
-                            f"{a.get(key)}; lanes share it (one batch through one base model)")  # fmt: skip
+            raise UserError(
+                f"lane {name}: {key}={b.get(key)} differs from the first lane's "
+                f"{a.get(key)}; lanes share it (one batch through one base model)"
+            )
 
 
 def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) -> Lane | dict:
@@ -91,13 +97,26 @@ def open_lane(name: str, cfg: GRPOConfig, base: torch.nn.Module, rt, run_dir) ->
         policy = copy.deepcopy(base).requires_grad_(True)
     trainable = [p for p in policy.parameters() if p.requires_grad]
     oc = cfg.optim
-    optimizer = make_adamw([{"params": trainable, "weight_decay": oc.weight_decay}], rt, oc.lr,
-                           (oc.beta1, oc.beta2), oc.eps)  # fmt: skip
+    optimizer = make_adamw(
+        [{"params": trainable, "weight_decay": oc.weight_decay}],
+        rt,
+        oc.lr,
+        (oc.beta1, oc.beta2),
+        oc.eps,
+    )
     run, finished = scaffold.open_run(run_dir, cfg, "grpo")
     if finished is not None:
         return finished
-    lane = Lane(name, cfg, policy, trainable, optimizer, run, RLWatch(cfg.failure),
-                grpo_loss.options(cfg.grpo))  # fmt: skip
+    lane = Lane(
+        name,
+        cfg,
+        policy,
+        trainable,
+        optimizer,
+        run,
+        RLWatch(cfg.failure),
+        grpo_loss.options(cfg.grpo),
+    )
     try:  # resume restores the process's RNG too: harmless, every lane draws from its own seeds
         state = checkpoints.resume(run, policy, optimizer, None, lora)
     except Exception as e:  # recorded, never left running
@@ -120,9 +139,19 @@ def params_finite(lane: Lane) -> bool:
 
 def save(lane: Lane, tokenizer) -> None:
     tc = lane.cfg.train
-    checkpoints.save_state(lane.run, lane.step, lane.policy, tokenizer, lane.optimizer, None,
-                           tc.keep_last, reward_history=lane.history, flags=lane.watch.flags,
-                           rl_streak=lane.watch.streak, train_seconds=lane.train_seconds)  # fmt: skip
+    checkpoints.save_state(
+        lane.run,
+        lane.step,
+        lane.policy,
+        tokenizer,
+        lane.optimizer,
+        None,
+        tc.keep_last,
+        reward_history=lane.history,
+        flags=lane.watch.flags,
+        rl_streak=lane.watch.streak,
+        train_seconds=lane.train_seconds,
+    )
 
 
 def finish(lane: Lane, tokenizer) -> dict[str, Any]:
@@ -132,16 +161,24 @@ def finish(lane: Lane, tokenizer) -> dict[str, Any]:
     base = lane.history[0] if lane.history else None
     final = sum(tail) / len(tail) if tail else None
     return scaffold.finish(
-        lane.run, status, lane.policy, tokenizer,
+        lane.run,
+        status,
+        lane.policy,
+        tokenizer,
         f"{status}: {lane.step} steps; reward {base} -> {final}",
-        plots=lane.cfg.run.plots, evidence=evidence,
+        plots=lane.cfg.run.plots,
+        evidence=evidence,
         merged=lane.cfg.model.lora.enabled and lane.cfg.grpo.export_merged,
         flags=lane.watch.flags,
-        steps=lane.step, base_reward=base, final_reward=final, base_eval_reward=lane.base_eval,
-        final_eval_reward=lane.eval_reward, train_seconds=lane.train_seconds,
+        steps=lane.step,
+        base_reward=base,
+        final_reward=final,
+        base_eval_reward=lane.base_eval,
+        final_eval_reward=lane.eval_reward,
+        train_seconds=lane.train_seconds,
         wall_seconds=time.time() - lane.started,
         seconds_per_step=lane.train_seconds / max(lane.step, 1),
-    )  # fmt: skip
+    )
 
 
 class Shared:
@@ -158,48 +195,73 @@ class Shared:
         self.tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
         self.train_prompts, self.eval_prompts = grpo_prompts(g, cfg.data.dir, self.tokenizer)
         torch.manual_seed(cfg.run.seed)
-        base = build_model(cfg.model, vocab_size=len(self.tokenizer),
-                           attn_implementation=cfg.perf.attn_implementation, device=rt.device)  # fmt: skip
+        base = build_model(
+            cfg.model,
+            vocab_size=len(self.tokenizer),
+            attn_implementation=cfg.perf.attn_implementation,
+            device=rt.device,
+        )
         if len(self.tokenizer) > base.config.vocab_size:
-            raise UserError(f"tokenizer has {len(self.tokenizer)} entries, the model only "
-                            f"{base.config.vocab_size}")  # fmt: skip
+            raise UserError(
+                f"tokenizer has {len(self.tokenizer)} entries, the model only "
+                f"{base.config.vocab_size}"
+            )
         align_special_tokens(base, self.tokenizer)
         self.base = base.to(rt.device).requires_grad_(False)
         try:
             self.lanes = LaneLlama.from_hf(self.base, adapters=False)
         except (TypeError, NotImplementedError) as e:
-            raise UserError(f"model {cfg.model.path or cfg.model.preset}: lanes need a "
-                            f"Llama-shaped model the lean engine reads ({e})") from None  # fmt: skip
+            raise UserError(
+                f"model {cfg.model.path or cfg.model.preset}: lanes need a "
+                f"Llama-shaped model the lean engine reads ({e})"
+            ) from None
         eos = self.tokenizer.eos_token_id
         self.sampler = Sampler(self.lanes, eos_token_id=eos, pad_token_id=eos)
         self.reference = build_reference(self.base, True, g.ref_on_cpu)
         # per lane, the budget its run alone has (lanes stand for that many processes): its
         # share of the decode record and of the lane-major copy the replay reads
-        self.no_replay = replay_blocker(self.base, self.sampler, enabled=g.replay, autocast=False,
-                                        batch_size=cfg.train.batch_size,
-                                        max_new_tokens=g.max_completion_length, layer_copies=2)  # fmt: skip
+        self.no_replay = replay_blocker(
+            self.base,
+            self.sampler,
+            enabled=g.replay,
+            autocast=False,
+            batch_size=cfg.train.batch_size,
+            max_new_tokens=g.max_completion_length,
+            layer_copies=2,
+        )
         self.pool = RewardPool(cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s)
         try:  # the rewards, tried on a few base-model completions before anything is written
             r = Sampler(self.base, eos_token_id=eos, pad_token_id=eos).generate(
                 self.eval_prompts[:REWARD_CHECK], g.max_completion_length, seed=cfg.run.seed
             )
-            self.pool(r.prompt_texts(self.tokenizer), r.completion_texts(self.tokenizer),
-                      r.completion_rows())  # fmt: skip
+            self.pool(
+                r.prompt_texts(self.tokenizer),
+                r.completion_texts(self.tokenizer),
+                r.completion_rows(),
+            )
         except BaseException:
             self.pool.close()
             raise
         cols = [f"reward/{r.key}" for r in self.rewards] if len(self.rewards) > 1 else []
         self.columns = COLUMNS + cols
 
-    def generate(self, lanes: list[Lane], prompts: list[list[int]], seeds: list[int],
-                 record: bool = False):  # fmt: skip
+    def generate(
+        self, lanes: list[Lane], prompts: list[list[int]], seeds: list[int], record: bool = False
+    ):
         """Completions of `prompts` (lane-major) through the lanes' policies, each lane's rows
         drawn from a generator of its own seed (`record`: keep the decode for the replay)."""
         g = self.cfg.grpo
         with torch.no_grad():
             self.lanes.load_lanes([lane.policy for lane in lanes])
-        r = self.sampler.generate(prompts, g.max_completion_length, temperature=g.temperature,
-                                  top_p=g.top_p, top_k=g.top_k, seed=seeds, record=record)  # fmt: skip
+        r = self.sampler.generate(
+            prompts,
+            g.max_completion_length,
+            temperature=g.temperature,
+            top_p=g.top_p,
+            top_k=g.top_k,
+            seed=seeds,
+            record=record,
+        )
         release_cache(self.rt.device)
         return r
 
@@ -211,6 +273,10 @@ class Shared:
         r = self.generate(lanes, self.eval_prompts * len(lanes), seeds)
         texts = r.completion_texts(self.tokenizer)
         total, _ = self.pool(r.prompt_texts(self.tokenizer), texts, r.completion_rows())
-        return [{"reward_mean": float(total[i * n : (i + 1) * n].mean()),
-                 "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n])}
-                for i in range(len(lanes))]  # fmt: skip
+        return [
+            {
+                "reward_mean": float(total[i * n : (i + 1) * n].mean()),
+                "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n]),
+            }
+            for i in range(len(lanes))
+        ]

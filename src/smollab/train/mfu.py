@@ -89,7 +89,7 @@ GPU_PEAKS: list[tuple[str, GpuPeak | None]] = [
     (r"\bV100\b.*\bPCIe\b", GpuPeak(112.0, None, None, 14.0)),
     (r"\bV100\b", None),
     (r"\bT4\b", GpuPeak(65.0, None, None, 8.1)),
-]  # fmt: skip
+]
 
 _DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
@@ -163,8 +163,12 @@ def cpu_model_name() -> str:
             return name
     if platform.system() == "Darwin":
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            r = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                               text=True, timeout=5)  # fmt: skip
+            r = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+            )
             if r.returncode == 0 and r.stdout.strip():
                 return r.stdout.strip()
     return platform.processor() or platform.machine() or "unknown CPU"
@@ -254,9 +258,16 @@ def store_cpu_peak(dtype: str, threads: int, flops: float, load: float | None = 
         cache = _read_cache(path)
         old = cache.get(key)
         if old is None or flops > float(old["flops"]):
-            cache[key] = {"flops": flops, "cpu": cpu_model_name(), "cores": os.cpu_count() or 1,
-                          "threads": threads, "dtype": dtype, "load": load, "busy": busy,
-                          "measured": time.strftime("%Y-%m-%d %H:%M:%S")}  # fmt: skip
+            cache[key] = {
+                "flops": flops,
+                "cpu": cpu_model_name(),
+                "cores": os.cpu_count() or 1,
+                "threads": threads,
+                "dtype": dtype,
+                "load": load,
+                "busy": busy,
+                "measured": time.strftime("%Y-%m-%d %H:%M:%S"),
+            }
         elif old.get("busy") and not busy:
             old["busy"] = False  # a quiet measurement found no more: the value stands
         else:
@@ -265,8 +276,13 @@ def store_cpu_peak(dtype: str, threads: int, flops: float, load: float | None = 
         return float(cache[key]["flops"])
 
 
-def measure_cpu_peak(dtype: str = "float32", threads: int | None = None, reps: int = 8,
-                     budget_s: float = 3.0, min_rep_s: float = 0.03) -> float:  # fmt: skip
+def measure_cpu_peak(
+    dtype: str = "float32",
+    threads: int | None = None,
+    reps: int = 8,
+    budget_s: float = 3.0,
+    min_rep_s: float = 0.03,
+) -> float:
     """FLOP/s of the fastest of several square matmuls on `threads` threads (default: torch's).
 
     The size doubles from 512 until one matmul takes `min_rep_s` (capped at 4096), so a big CPU
@@ -301,8 +317,9 @@ def measure_cpu_peak(dtype: str = "float32", threads: int | None = None, reps: i
         torch.set_num_threads(prev)
 
 
-def ensure_cpu_peak(dtype: str, threads: int, refresh: bool = False,
-                    log: Callable[[str], None] | None = None) -> float:  # fmt: skip
+def ensure_cpu_peak(
+    dtype: str, threads: int, refresh: bool = False, log: Callable[[str], None] | None = None
+) -> float:
     """The cached peak for (`dtype`, `threads`), measured first if missing, if taken on a busy
     machine that is quiet now, or if `refresh`. For a lab parent before it launches children."""
     entry = cpu_peak_entry(dtype, threads)
@@ -312,10 +329,16 @@ def ensure_cpu_peak(dtype: str, threads: int, refresh: bool = False,
     measured = measure_cpu_peak(dtype, threads)
     kept = store_cpu_peak(dtype, threads, measured, load)
     if log:
-        log(f"CPU matmul peak, {threads} thread(s) {dtype}: {measured / 1e9:,.1f} GFLOP/s"
+        log(
+            f"CPU matmul peak, {threads} thread(s) {dtype}: {measured / 1e9:,.1f} GFLOP/s"
             + (f" (the cache keeps {kept / 1e9:,.1f}, measured earlier)" if kept > measured else "")
-            + (f"; the machine looked busy (1-minute load average {load:.1f} on {os.cpu_count()} "
-               f"cores): measured again when it is quiet" if load is not None and busy_for(threads, load) else ""))  # fmt: skip
+            + (
+                f"; the machine looked busy (1-minute load average {load:.1f} on {os.cpu_count()} "
+                f"cores): measured again when it is quiet"
+                if load is not None and busy_for(threads, load)
+                else ""
+            )
+        )
     return kept
 
 
@@ -331,8 +354,9 @@ def cpu_dtype_name(precision: str) -> str:
 # ---- the loop's entry point ------------------------------------------------------------------
 
 
-def peak_flops(device: torch.device, autocast_dtype: torch.dtype | None,
-               may_measure: bool = True) -> float | None:  # fmt: skip
+def peak_flops(
+    device: torch.device, autocast_dtype: torch.dtype | None, may_measure: bool = True
+) -> float | None:
     """FLOP/s peak of this device for the precision in use; None when unknown.
 
     CUDA: the datasheet table. CPU: the cache; measured here only outside the lab and when

@@ -38,16 +38,28 @@ from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
 
-COLUMNS = ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "grad_norm",
-           "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "tokens",
+    "wall_s",
+    "train_s",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "grad_norm",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_mb",
+]
 
 
 def run_dir_for(cfg: PretrainConfig) -> Path:
     if cfg.run.dir:
         return Path(cfg.run.dir)
     source = Path(cfg.model.path).name if cfg.model.path else cfg.model.preset
-    return default_run_dir("pretrain", [cfg.run.name or source, f"lr{cfg.optim.lr:g}",
-                                        f"s{cfg.run.seed}"])  # fmt: skip
+    return default_run_dir(
+        "pretrain", [cfg.run.name or source, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"]
+    )
 
 
 def batch_generator(seed: int, step: int, micro: int, rank: int) -> torch.Generator:
@@ -89,15 +101,18 @@ def train(cfg: PretrainConfig) -> dict:
 
     # ---- model and optimizer ------------------------------------------------------------
     torch.manual_seed(cfg.run.seed)
-    model = build_model(cfg.model, vocab_size=meta["vocab_size"],
-                        attn_implementation=cfg.perf.attn_implementation)  # fmt: skip
+    model = build_model(
+        cfg.model, vocab_size=meta["vocab_size"], attn_implementation=cfg.perf.attn_implementation
+    )
     max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
     if tc.seq_len > max_pos:
         raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")
     align_special_tokens(model, tokenizer)
     if meta["vocab_size"] > model.config.vocab_size:
-        raise UserError(f"data.dir {cfg.data.dir}: tokenizer has {meta['vocab_size']} entries, "
-                        f"the model only {model.config.vocab_size}")  # fmt: skip
+        raise UserError(
+            f"data.dir {cfg.data.dir}: tokenizer has {meta['vocab_size']} entries, "
+            f"the model only {model.config.vocab_size}"
+        )
     if cfg.perf.grad_checkpointing:
         model.gradient_checkpointing_enable()
     model.to(rt.device)
@@ -113,8 +128,10 @@ def train(cfg: PretrainConfig) -> dict:
     total_params, non_embed = count_parameters(model)
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": oc.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]  # fmt: skip
+    groups = [
+        {"params": decay, "weight_decay": oc.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
     state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=False, dist=dist)
@@ -123,11 +140,19 @@ def train(cfg: PretrainConfig) -> dict:
     start_loss = state.get("start_loss")
     if run:
         run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
-        run.update_summary(status="running", params_total=total_params,
-                           params_non_embedding=non_embed, device=str(rt.device),
-                           world_size=dist.world, data=meta.get("source"))  # fmt: skip
-        log(f"model {cfg.model.path or cfg.model.preset}: {total_params:,} parameters "
-            f"({non_embed:,} non-embedding)", echo=True)  # fmt: skip
+        run.update_summary(
+            status="running",
+            params_total=total_params,
+            params_non_embedding=non_embed,
+            device=str(rt.device),
+            world_size=dist.world,
+            data=meta.get("source"),
+        )
+        log(
+            f"model {cfg.model.path or cfg.model.preset}: {total_params:,} parameters "
+            f"({non_embed:,} non-embedding)",
+            echo=True,
+        )
     ddp_model = distributed.wrap(maybe_compile(model, rt), dist)
     unwrapped = model
 
@@ -136,8 +161,9 @@ def train(cfg: PretrainConfig) -> dict:
     flops_tok = flops_per_token(model.config, tc.seq_len)
     val_batches = (  # train.eval_interval=0: no evaluation, so no val_loss and no best/
         eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)
-        if tc.eval_interval else None
-    )  # fmt: skip
+        if tc.eval_interval
+        else None
+    )
     progress = Progress(tc.max_steps, enabled=dist.main, start=step)
 
     # ---- the loop -----------------------------------------------------------------------
@@ -158,8 +184,12 @@ def train(cfg: PretrainConfig) -> dict:
             for g in optimizer.param_groups:
                 g["lr"] = lr
             for micro in range(tc.grad_accum):
-                x, y = get_batch(train_tokens, tc.batch_size, tc.seq_len,
-                                 batch_generator(cfg.run.seed, step, micro, dist.rank))  # fmt: skip
+                x, y = get_batch(
+                    train_tokens,
+                    tc.batch_size,
+                    tc.seq_len,
+                    batch_generator(cfg.run.seed, step, micro, dist.rank),
+                )
                 x, y = to_device(x, rt.device), to_device(y, rt.device)
                 last_micro = micro == tc.grad_accum - 1
                 with (
@@ -192,10 +222,18 @@ def train(cfg: PretrainConfig) -> dict:
                 if failure:
                     status, evidence = failure.status, failure.evidence
                 tps = window_tokens / window_t if window_t > 0 else 0.0
-                row = dict(step=step, tokens=tokens, wall_s=time.time() - t_start, train_s=train_s,
-                           lr=lr, train_loss=loss_now, grad_norm=float(grad_norm), tokens_per_s=tps,
-                           mfu=(flops_tok * tps / peak) if peak else None,
-                           peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
+                row = dict(
+                    step=step,
+                    tokens=tokens,
+                    wall_s=time.time() - t_start,
+                    train_s=train_s,
+                    lr=lr,
+                    train_loss=loss_now,
+                    grad_norm=float(grad_norm),
+                    tokens_per_s=tps,
+                    mfu=(flops_tok * tps / peak) if peak else None,
+                    peak_mem_mb=peak_memory_mb(rt.device),
+                )
                 if do_eval and status == "completed":
                     val_loss = row["val_loss"] = evaluate(ddp_model, val_batches, rt)
                 window_loss.zero_()
@@ -212,11 +250,21 @@ def train(cfg: PretrainConfig) -> dict:
 
             periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
             if run and status == "completed" and periodic_save:
-                checkpoints.save_state(run, step, unwrapped, tokenizer, optimizer, rt.scaler,
-                                       tc.keep_last, tokens=tokens, train_s=train_s,
-                                       best_val=best_val, start_loss=start_loss,
-                                       window_loss=float(window_loss),
-                                       window_steps=window_steps)  # fmt: skip
+                checkpoints.save_state(
+                    run,
+                    step,
+                    unwrapped,
+                    tokenizer,
+                    optimizer,
+                    rt.scaler,
+                    tc.keep_last,
+                    tokens=tokens,
+                    train_s=train_s,
+                    best_val=best_val,
+                    start_loss=start_loss,
+                    window_loss=float(window_loss),
+                    window_steps=window_steps,
+                )
         scaffold.check_replicas(run, dist, model, optimizer, rt.scaler)
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
@@ -227,15 +275,24 @@ def train(cfg: PretrainConfig) -> dict:
     summary = {}
     if run:
         summary = scaffold.finish(
-            run, status, unwrapped, tokenizer,
+            run,
+            status,
+            unwrapped,
+            tokenizer,
             f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; val loss {val_loss}",
-            plots=cfg.run.plots, evidence=evidence, steps=step, tokens=tokens,
+            plots=cfg.run.plots,
+            evidence=evidence,
+            steps=step,
+            tokens=tokens,
             final_train_loss=RunView(run.path).last("train_loss"),
-            final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
-            train_seconds=train_s, wall_seconds=time.time() - t_start,
+            final_val_loss=val_loss,
+            best_val_loss=None if best_val == math.inf else best_val,
+            train_seconds=train_s,
+            wall_seconds=time.time() - t_start,
             tokens_per_s=tokens / train_s if train_s else None,
-            flops_per_token=flops_tok, peak_flops=peak,
-        )  # fmt: skip
+            flops_per_token=flops_tok,
+            peak_flops=peak,
+        )
     distributed.teardown(dist)
     if status == "interrupted":
         raise KeyboardInterrupt

@@ -14,9 +14,13 @@ class Progress:
             from rich.progress import Progress as RichProgress
 
             self._bar = RichProgress(
-                TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(),
-                TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=False,
-            )  # fmt: skip
+                TextColumn(f"[bold]{label}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=False,
+            )
             self._bar.start()
             self._task = self._bar.add_task(label, total=total, completed=start, info="")
 

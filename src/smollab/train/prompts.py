@@ -34,13 +34,18 @@ def _read_texts(path: Path, limit: int | None) -> list[str]:
 # with the option that must hold. Not Metaspace: it splits at spaces only. The cut is at these four
 # characters only, not at every Unicode space: BERT's normalizer deletes some characters Python
 # calls whitespace (\x1c), joining the words around them.
-_WORD_LOCAL = {"Whitespace": None, "WhitespaceSplit": None, "BertPreTokenizer": None,
-               "ByteLevel": ("use_regex", True)}  # fmt: skip
+_WORD_LOCAL = {
+    "Whitespace": None,
+    "WhitespaceSplit": None,
+    "BertPreTokenizer": None,
+    "ByteLevel": ("use_regex", True),
+}
 _GAP, _WORD = "[ \t\n\r]", "[^ \t\n\r]+"
 
 
-def story_prompts(data_dir: str | Path, split: str, tokenizer, prompt_tokens: int,
-                  limit: int | None = None) -> list[list[int]]:  # fmt: skip
+def story_prompts(
+    data_dir: str | Path, split: str, tokenizer, prompt_tokens: int, limit: int | None = None
+) -> list[list[int]]:
     """Token-id prompts from `train.jsonl` or `test.jsonl` (the held-out split) of a data dir."""
     path = Path(data_dir) / f"{split}.jsonl"
     if not path.is_file():

@@ -38,9 +38,20 @@ from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
 from smollab.train.seeds import stream_seed
 
-COLUMNS = ["step", "accuracy", "eval_reward_mean", "generated", "kept", "kept_fraction",
-           "prompts_with_kept", "gen_s", "completions_per_s", "sft_steps", "sft_train_loss",
-           "wall_s"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "accuracy",
+    "eval_reward_mean",
+    "generated",
+    "kept",
+    "kept_fraction",
+    "prompts_with_kept",
+    "gen_s",
+    "completions_per_s",
+    "sft_steps",
+    "sft_train_loss",
+    "wall_s",
+]
 _EVAL_SALT = 0xE7A1  # the held-out draws: the same for every round
 
 
@@ -49,8 +60,9 @@ def run_dir_for(cfg: RFTConfig) -> Path:
         return Path(cfg.run.dir)
     source = Path(cfg.rft.prompts_file or "rft").stem
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
-    return default_run_dir("rft", [cfg.run.name or source, kind, f"r{cfg.rft.rounds}",
-                                   f"s{cfg.run.seed}"])  # fmt: skip
+    return default_run_dir(
+        "rft", [cfg.run.name or source, kind, f"r{cfg.rft.rounds}", f"s{cfg.run.seed}"]
+    )
 
 
 def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
@@ -62,12 +74,15 @@ def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
         train.pop("epochs")
     else:
         train.pop("max_steps")
-    values = dict(model={"path": start, "lora": config_load.to_dict(cfg.model.lora)},
-                  data={"train_file": str(data), "eval_file": str(data)},
-                  optim=config_load.to_dict(cfg.optim), train={**train, "eval_interval": 0},
-                  perf=config_load.to_dict(cfg.perf), sft=config_load.to_dict(cfg.sft),
-                  run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed,
-                       "plots": cfg.run.plots})  # fmt: skip
+    values = dict(
+        model={"path": start, "lora": config_load.to_dict(cfg.model.lora)},
+        data={"train_file": str(data), "eval_file": str(data)},
+        optim=config_load.to_dict(cfg.optim),
+        train={**train, "eval_interval": 0},
+        perf=config_load.to_dict(cfg.perf),
+        sft=config_load.to_dict(cfg.sft),
+        run={"dir": str(out), "resume": "auto", "seed": cfg.run.seed, "plots": cfg.run.plots},
+    )
     return config_load.load_config("sft", None, (), config_load.flatten(values))
 
 
@@ -89,8 +104,9 @@ def merge_lora(start: str, sft_run: Path, out: Path) -> None:
     where = resolve_model_dir(str(sft_run))
     with peft_wrapping():
         model = PeftModel.from_pretrained(build_model(ModelConfig(preset=None, path=start)), where)
-    tokenizer = scaffold.load_tokenizer_for(ModelConfig(preset=None, path=str(sft_run)), None,
-                                            False)  # fmt: skip
+    tokenizer = scaffold.load_tokenizer_for(
+        ModelConfig(preset=None, path=str(sft_run)), None, False
+    )
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.merge_and_unload().save_pretrained(tmp, safe_serialization=True)
@@ -106,12 +122,16 @@ def train(cfg: RFTConfig) -> dict:
     distributed.single_process_only("rft")
     r = cfg.rft
     if not cfg.model.path:
-        raise UserError("model.path: rft fine-tunes a trained model (a run directory, HF model "
-                        "directory or hub id) and samples it with its own tokenizer")  # fmt: skip
+        raise UserError(
+            "model.path: rft fine-tunes a trained model (a run directory, HF model "
+            "directory or hub id) and samples it with its own tokenizer"
+        )
     check_model_source(cfg.model)
     if not cfg.reward:
-        raise UserError("reward: rft scores completions with at least one reward (a checker's "
-                        "name or module:function)")  # fmt: skip
+        raise UserError(
+            "reward: rft scores completions with at least one reward (a checker's "
+            "name or module:function)"
+        )
     rewards = validate_specs(cfg.reward)
     acc_key = r.accuracy_reward or rewards[0].key
     prompts = rft_data.read_prompts(r.prompts_file, "rft.prompts_file")
@@ -128,8 +148,13 @@ def train(cfg: RFTConfig) -> dict:
     if done < 0:  # nothing finished: a fresh start, rounds/ from a run cut short go too
         shutil.rmtree(run.path / ROUNDS, ignore_errors=True)
     run.open_metrics(COLUMNS, resume_step=done if done >= 0 else None)
-    run.update_summary(status="running", prompts=len(prompts), eval_prompts=len(held_out),
-                       accuracy_reward=acc_key, device=str(device))  # fmt: skip
+    run.update_summary(
+        status="running",
+        prompts=len(prompts),
+        eval_prompts=len(held_out),
+        accuracy_reward=acc_key,
+        device=str(device),
+    )
     run.log(
         f"rft: {r.rounds} rounds of {len(prompts)} prompts x {r.oversample} completions; "
         f"keep total reward >= {r.keep.threshold} (top {r.keep.top_k or 'all'} per prompt, "
@@ -148,17 +173,25 @@ def train(cfg: RFTConfig) -> dict:
     def evaluate(n: int) -> tuple[float, float]:
         sampler, tokenizer = load_sampler(model_of(n), device)
         scored, _ = rft_data.sample_scored(
-            sampler, tokenizer, held_out, rewards, n=r.eval_samples,
-            batch_prompts=r.gen_batch_size, max_new_tokens=r.max_new_tokens,
-            temperature=r.eval_temperature, top_p=r.top_p, seed=stream_seed(cfg.run.seed,
-            _EVAL_SALT))  # fmt: skip
+            sampler,
+            tokenizer,
+            held_out,
+            rewards,
+            n=r.eval_samples,
+            batch_prompts=r.gen_batch_size,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.eval_temperature,
+            top_p=r.top_p,
+            seed=stream_seed(cfg.run.seed, _EVAL_SALT),
+        )
         mean = sum(s.reward for s in scored) / len(scored)
         return rft_data.accuracy(scored, acc_key), mean
 
     if done < 0:
         acc, mean = evaluate(0)
-        run.metrics.append(dict(step=0, accuracy=acc, eval_reward_mean=mean,
-                                wall_s=time.time() - t_start))  # fmt: skip
+        run.metrics.append(
+            dict(step=0, accuracy=acc, eval_reward_mean=mean, wall_s=time.time() - t_start)
+        )
         run.log(f"round 0 (base {base}): accuracy {acc:.3f}, eval reward {mean:.3f}", echo=True)
         done = 0
 
@@ -174,23 +207,36 @@ def train(cfg: RFTConfig) -> dict:
         else:
             sampler, tokenizer = load_sampler(model_of(n - 1), device)
             scored, gen_s = rft_data.sample_scored(
-                sampler, tokenizer, prompts, rewards, n=r.oversample,
-                batch_prompts=r.gen_batch_size, max_new_tokens=r.max_new_tokens,
-                temperature=r.temperature, top_p=r.top_p, seed=stream_seed(cfg.run.seed, n))  # fmt: skip
+                sampler,
+                tokenizer,
+                prompts,
+                rewards,
+                n=r.oversample,
+                batch_prompts=r.gen_batch_size,
+                max_new_tokens=r.max_new_tokens,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                seed=stream_seed(cfg.run.seed, n),
+            )
             del sampler
             kept = rft_data.select(scored, r.keep.threshold, r.keep.top_k, r.dedup)
             stats = rft_data.round_stats(scored, kept, len(prompts), gen_s)
             rft_data.write_records(data, kept)
             rft_data.write_stats(stats_path, stats)  # last: marks the data stage finished
-            run.log(f"round {n}: generated {stats['generated']} in {gen_s:.1f}s, kept "
-                    f"{stats['kept']} ({stats['kept_fraction']:.1%}); prompts with one kept "
-                    f"{stats['prompts_with_kept']}/{len(prompts)}; rewards "
-                    f"{stats['reward_histogram']}", echo=True)  # fmt: skip
+            run.log(
+                f"round {n}: generated {stats['generated']} in {gen_s:.1f}s, kept "
+                f"{stats['kept']} ({stats['kept_fraction']:.1%}); prompts with one kept "
+                f"{stats['prompts_with_kept']}/{len(prompts)}; rewards "
+                f"{stats['reward_histogram']}",
+                echo=True,
+            )
         if stats["kept"] == 0:
             status = "stuck"
-            evidence = (f"round {n}: none of {stats['generated']} completions kept (total reward "
-                        f">= {r.keep.threshold}; best {stats['reward_max']}); see "
-                        f"{stats_path.relative_to(run.path)}")  # fmt: skip
+            evidence = (
+                f"round {n}: none of {stats['generated']} completions kept (total reward "
+                f">= {r.keep.threshold}; best {stats['reward_max']}); see "
+                f"{stats_path.relative_to(run.path)}"
+            )
             run.log(f"stuck: {evidence}", echo=True)
             break
 
@@ -203,12 +249,22 @@ def train(cfg: RFTConfig) -> dict:
         if cfg.model.lora.enabled and not (d / "model").exists():
             merge_lora(start, d / "sft", d / "model")
         acc, mean = evaluate(n)
-        run.metrics.append(dict(
-            step=n, accuracy=acc, eval_reward_mean=mean, generated=stats["generated"],
-            kept=stats["kept"], kept_fraction=stats["kept_fraction"],
-            prompts_with_kept=stats["prompts_with_kept"], gen_s=stats["gen_seconds"],
-            completions_per_s=stats["completions_per_s"], sft_steps=round_sft.get("steps"),
-            sft_train_loss=round_sft.get("final_train_loss"), wall_s=time.time() - t_start))  # fmt: skip
+        run.metrics.append(
+            dict(
+                step=n,
+                accuracy=acc,
+                eval_reward_mean=mean,
+                generated=stats["generated"],
+                kept=stats["kept"],
+                kept_fraction=stats["kept_fraction"],
+                prompts_with_kept=stats["prompts_with_kept"],
+                gen_s=stats["gen_seconds"],
+                completions_per_s=stats["completions_per_s"],
+                sft_steps=round_sft.get("steps"),
+                sft_train_loss=round_sft.get("final_train_loss"),
+                wall_s=time.time() - t_start,
+            )
+        )
         run.log(f"round {n}: accuracy {acc:.3f}, eval reward {mean:.3f}", echo=True)
 
     # ---- wrap up ------------------------------------------------------------------------
@@ -223,11 +279,15 @@ def _finish(run, status: str, evidence: str | None, t_start: float, plots: bool)
     rows = RunView(run.path).metrics()
     acc = [x["accuracy"] for x in rows]
     summary = run.update_summary(
-        status=status, evidence=evidence, rounds_done=len(rows) - 1 if rows else 0,
-        accuracy_per_round=acc, base_accuracy=acc[0] if acc else None,
-        final_accuracy=acc[-1] if acc else None, best_accuracy=max(acc) if acc else None,
+        status=status,
+        evidence=evidence,
+        rounds_done=len(rows) - 1 if rows else 0,
+        accuracy_per_round=acc,
+        base_accuracy=acc[0] if acc else None,
+        final_accuracy=acc[-1] if acc else None,
+        best_accuracy=max(acc) if acc else None,
         wall_seconds=time.time() - t_start,
-    )  # fmt: skip
+    )
     run.log(f"{status}: accuracy per round {', '.join(f'{a:.3f}' for a in acc)}", echo=True)
     run.close()
     crash_record.closed(run)

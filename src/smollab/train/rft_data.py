@@ -49,9 +49,19 @@ def read_prompts(path: str | None, key: str) -> list[str]:
     return lines
 
 
-def sample_scored(sampler, tokenizer, prompts: list[str], rewards: list[ResolvedReward], *,
-                  n: int, batch_prompts: int, max_new_tokens: int, temperature: float,
-                  top_p: float, seed: int) -> tuple[list[Scored], float]:  # fmt: skip
+def sample_scored(
+    sampler,
+    tokenizer,
+    prompts: list[str],
+    rewards: list[ResolvedReward],
+    *,
+    n: int,
+    batch_prompts: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    seed: int,
+) -> tuple[list[Scored], float]:
     """`n` completions of each prompt (temperature 0: greedy), `batch_prompts` prompts (x n rows)
     per sampler call, each call seeded by (seed, first prompt); returns them scored, prompt by
     prompt, and the seconds spent sampling (decode only, not scoring)."""
@@ -62,13 +72,19 @@ def sample_scored(sampler, tokenizer, prompts: list[str], rewards: list[Resolved
         chunk = range(start, min(start + batch_prompts, len(prompts)))
         rows = [ids[i] for i in chunk for _ in range(n)]
         t0 = time.perf_counter()
-        roll = sampler.generate(rows, max_new_tokens, temperature=temperature, top_p=top_p,
-                                seed=stream_seed(seed, start))  # fmt: skip
+        roll = sampler.generate(
+            rows,
+            max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=stream_seed(seed, start),
+        )
         gen_s += time.perf_counter() - t0
         texts = roll.completion_texts(tokenizer)
         owners = [i for i in chunk for _ in range(n)]
-        values = compute_rewards(rewards, [prompts[i] for i in owners], texts,
-                                 roll.completion_rows(), offset=len(out))  # fmt: skip
+        values = compute_rewards(
+            rewards, [prompts[i] for i in owners], texts, roll.completion_rows(), offset=len(out)
+        )
         for j, (i, text) in enumerate(zip(owners, texts, strict=True)):
             per = {r.key: values[r.key][j] for r in rewards}
             total = sum(r.weight * per[r.key] for r in rewards)
@@ -81,8 +97,9 @@ def normalise(text: str) -> str:
     return " ".join(text.split())
 
 
-def select(scored: list[Scored], threshold: float | None, top_k: int | None,
-           dedup: bool) -> list[Scored]:  # fmt: skip
+def select(
+    scored: list[Scored], threshold: float | None, top_k: int | None, dedup: bool
+) -> list[Scored]:
     """The completions a round trains on, prompt by prompt in prompt order: those with a total
     reward >= `threshold` (None: any), without repeats of a normalised text (`dedup`: the first
     of equal texts stays), then the `top_k` best (None: all; ties keep sampling order)."""
@@ -130,28 +147,44 @@ def round_stats(scored: list[Scored], kept: list[Scored], n_prompts: int, gen_s:
         return fractions[min(int(p * len(fractions)), len(fractions) - 1)]
 
     return dict(
-        prompts=n_prompts, generated=len(scored), kept=len(kept),
+        prompts=n_prompts,
+        generated=len(scored),
+        kept=len(kept),
         kept_fraction=len(kept) / len(scored) if scored else 0.0,
         prompts_with_kept=sum(1 for i in generated if per_prompt[i] > 0),
-        kept_fraction_per_prompt=dict(mean=sum(fractions) / len(fractions), min=fractions[0],
-                                      median=q(0.5), max=fractions[-1]) if fractions else None,
+        kept_fraction_per_prompt=dict(
+            mean=sum(fractions) / len(fractions), min=fractions[0], median=q(0.5), max=fractions[-1]
+        )
+        if fractions
+        else None,
         reward_mean=sum(rewards) / len(rewards) if rewards else None,
         reward_max=max(rewards) if rewards else None,
         reward_histogram=histogram(rewards),
-        gen_seconds=gen_s, completions_per_s=len(scored) / gen_s if gen_s > 0 else None,
-    )  # fmt: skip
+        gen_seconds=gen_s,
+        completions_per_s=len(scored) / gen_s if gen_s > 0 else None,
+    )
 
 
 def write_records(path: Path, kept: list[Scored]) -> None:
     """data.jsonl (prompt, completion, reward, and each reward's value), written atomically."""
-    lines = [json.dumps(dict(prompt=s.prompt, completion=s.completion, reward=s.reward,
-                             rewards=s.rewards)) + "\n" for s in kept]  # fmt: skip
+    lines = [
+        json.dumps(
+            dict(prompt=s.prompt, completion=s.completion, reward=s.reward, rewards=s.rewards)
+        )
+        + "\n"
+        for s in kept
+    ]
     atomic_write(path, lambda f: f.writelines(lines))
 
 
 def write_stats(path: Path, stats: dict) -> None:
-    atomic_write_json(path, {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-                             for k, v in stats.items()})  # fmt: skip
+    atomic_write_json(
+        path,
+        {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in stats.items()
+        },
+    )
 
 
 def accuracy(scored: list[Scored], key: str) -> float:

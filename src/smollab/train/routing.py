@@ -66,14 +66,22 @@ class Router:
         values = compute_rewards([self.detector], prompts, completions, rows)[self.detector.key]
         return torch.tensor(values, dtype=torch.float64) >= self.cfg.detector.threshold
 
-    def score(self, step: int, picked: list[int], total: torch.Tensor,
-              per_fn: dict[str, torch.Tensor], prompts: list[str], completions: list[str],
-              rows) -> torch.Tensor:  # fmt: skip
+    def score(
+        self,
+        step: int,
+        picked: list[int],
+        total: torch.Tensor,
+        per_fn: dict[str, torch.Tensor],
+        prompts: list[str],
+        completions: list[str],
+        rows,
+    ) -> torch.Tensor:
         """The total reward with the hack term removed for ineligible prompts; sets this step's
         routed completions and metrics. picked: each completion's prompt index."""
         c, n = self.cfg, len(completions)
-        eligible = torch.tensor([_uniform(self.seed, i, _ELIGIBLE) < c.rh_eligible_frac
-                                 for i in picked])  # fmt: skip
+        eligible = torch.tensor(
+            [_uniform(self.seed, i, _ELIGIBLE) < c.rh_eligible_frac for i in picked]
+        )
         if c.hack_reward is not None:
             drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
             total = torch.where(eligible, total, total - drop.to(total.dtype))
@@ -83,9 +91,11 @@ class Router:
         caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
         routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
         self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
-        self.row = {"hack_rate": float(hack.float().mean()),
-                    "routed_frac": float(self.routed.float().mean()),
-                    "eligible_frac": float(eligible.float().mean())}  # fmt: skip
+        self.row = {
+            "hack_rate": float(hack.float().mean()),
+            "routed_frac": float(self.routed.float().mean()),
+            "eligible_frac": float(eligible.float().mean()),
+        }
         return total
 
     def ablated(self, step: int) -> bool:
@@ -128,9 +138,14 @@ class Router:
         for mode in MODES:
             with adapter_mode(policy, mode):
                 sampler.load_weights(policy)
-            r = sampler.generate(self.prompts, g.max_completion_length, temperature=g.temperature,
-                                 top_p=g.top_p, top_k=g.top_k,
-                                 seed=stream_seed(self.seed, -1, _EVAL))  # fmt: skip
+            r = sampler.generate(
+                self.prompts,
+                g.max_completion_length,
+                temperature=g.temperature,
+                top_p=g.top_p,
+                top_k=g.top_k,
+                seed=stream_seed(self.seed, -1, _EVAL),
+            )
             release_cache(sampler.device)
             texts, prompts, rows = (
                 r.completion_texts(tokenizer),
@@ -140,9 +155,11 @@ class Router:
             total, per_fn = pool(prompts, texts, rows)
             row = {"step": step, "mode": mode, "reward_mean": float(total.mean())}
             row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
-            row.update(hack_rate=float(self.detect(prompts, texts, rows).float().mean()),
-                       unique_fraction=unique_fraction(texts),
-                       jaccard=mean_pairwise_jaccard(texts))  # fmt: skip
+            row.update(
+                hack_rate=float(self.detect(prompts, texts, rows).float().mean()),
+                unique_fraction=unique_fraction(texts),
+                jaccard=mean_pairwise_jaccard(texts),
+            )
             out.append(row)
         return out
 

@@ -70,8 +70,10 @@ def load_tokenizer_for(model_cfg: ModelConfig, data_cfg: DataConfig | None, data
         if isinstance(where, str) or (where and (where / "tokenizer_config.json").exists()):
             return load_tokenizer_near(where)  # a hub id, or a directory that has one
         if data_cfg is None:
-            raise UserError(f"model.path {model_cfg.path}: no tokenizer beside the model "
-                            f"({where}); the records are tokenized with the model's own")  # fmt: skip
+            raise UserError(
+                f"model.path {model_cfg.path}: no tokenizer beside the model "
+                f"({where}); the records are tokenized with the model's own"
+            )
         ensure_prepared(data_cfg, exact=False)
     return load_tokenizer(Path(data_cfg.dir) / "tokenizer")
 
@@ -107,13 +109,25 @@ def check_replicas(run: RunDir | None, dist: Dist, model, optimizer, scaler) -> 
     if run:
         run.update_summary(replicas_agree=agree)
         what = "weights, optimizer state and RNG"
-        run.log(f"replicas agree: {what} equal on all {dist.world} ranks" if agree else
-                f"replicas DISAGREE: {what} differ between ranks (a bug: please report it)",
-                echo=True)  # fmt: skip
+        run.log(
+            f"replicas agree: {what} equal on all {dist.world} ranks"
+            if agree
+            else f"replicas DISAGREE: {what} differ between ranks (a bug: please report it)",
+            echo=True,
+        )
 
 
-def finish(run: RunDir, status: str, model, tokenizer, log_line: str, *, plots: bool,
-           merged: bool = False, **summary: Any) -> dict[str, Any]:  # fmt: skip
+def finish(
+    run: RunDir,
+    status: str,
+    model,
+    tokenizer,
+    log_line: str,
+    *,
+    plots: bool,
+    merged: bool = False,
+    **summary: Any,
+) -> dict[str, Any]:
     """Final checkpoint (also `final_merged/` for LoRA with `merged`) unless interrupted, the
     summary, plots (`run.plots`), closing lines. The loop re-raises an interrupt after this
     returns."""

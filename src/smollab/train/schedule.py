@@ -34,7 +34,9 @@ def schedule_note(optim: OptimConfig, max_steps: int) -> str | None:
     line, `train.max_steps=20` on a 50-step warmup): the run goes on, warming up until its end,
     where it reaches `optim.lr`; nothing is left to decay."""
     if optim.warmup_steps and optim.warmup_steps >= max_steps:
-        return (f"optim.warmup_steps={optim.warmup_steps} is not below train.max_steps="
-                f"{max_steps}: the LR warms up over the whole run, reaching optim.lr="
-                f"{optim.lr:g} at its end (no {optim.schedule} phase)")  # fmt: skip
+        return (
+            f"optim.warmup_steps={optim.warmup_steps} is not below train.max_steps="
+            f"{max_steps}: the LR warms up over the whole run, reaching optim.lr="
+            f"{optim.lr:g} at its end (no {optim.schedule} phase)"
+        )
     return None

@@ -41,8 +41,20 @@ from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
 
-COLUMNS = ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
-           "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"]  # fmt: skip
+COLUMNS = [
+    "step",
+    "epoch",
+    "tokens",
+    "wall_s",
+    "train_s",
+    "lr",
+    "train_loss",
+    "val_loss",
+    "grad_norm",
+    "tokens_per_s",
+    "mfu",
+    "peak_mem_mb",
+]
 
 
 def run_dir_for(cfg: SFTConfig) -> Path:
@@ -50,8 +62,9 @@ def run_dir_for(cfg: SFTConfig) -> Path:
         return Path(cfg.run.dir)
     source = Path(cfg.data.train_file or cfg.data.hf_dataset or "sft").stem
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
-    return default_run_dir("sft", [cfg.run.name or source, kind, f"lr{cfg.optim.lr:g}",
-                                   f"s{cfg.run.seed}"])  # fmt: skip
+    return default_run_dir(
+        "sft", [cfg.run.name or source, kind, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"]
+    )
 
 
 def label_loss(model, batch: dict[str, torch.Tensor], rt) -> torch.Tensor:
@@ -61,8 +74,12 @@ def label_loss(model, batch: dict[str, torch.Tensor], rt) -> torch.Tensor:
     x, y, pos = (to_device(batch[k], rt.device) for k in ("input_ids", "labels", "position_ids"))
     with rt.autocast():
         logits = model(input_ids=x, position_ids=pos, use_cache=False).logits
-    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), y[:, 1:].flatten(),
-                           ignore_index=IGNORE, reduction="sum")  # fmt: skip
+    return F.cross_entropy(
+        logits[:, :-1].float().flatten(0, 1),
+        y[:, 1:].flatten(),
+        ignore_index=IGNORE,
+        reduction="sum",
+    )
 
 
 def count_labels(batch: dict[str, torch.Tensor]) -> int:
@@ -87,13 +104,17 @@ def train(cfg: SFTConfig) -> dict:
     dc, tc, oc = cfg.data, cfg.train, cfg.optim
     lora = cfg.model.lora.enabled
     if not cfg.model.path:
-        raise UserError("model.path: sft fine-tunes a trained model (a run directory, HF model "
-                        "directory or hub id) and tokenizes with its tokenizer")  # fmt: skip
+        raise UserError(
+            "model.path: sft fine-tunes a trained model (a run directory, HF model "
+            "directory or hub id) and tokenizes with its tokenizer"
+        )
     check_model_source(cfg.model)
     rt = setup_runtime(cfg.perf)
     if dc.pin_memory and rt.device.type != "cuda":
-        raise UserError(f"data.pin_memory: pinned memory speeds host-to-GPU copies; the device "
-                        f"is {rt.device.type}")  # fmt: skip
+        raise UserError(
+            f"data.pin_memory: pinned memory speeds host-to-GPU copies; the device "
+            f"is {rt.device.type}"
+        )
 
     # ---- records, tokenizer, rows ---------------------------------------------------------
     tokenizer = scaffold.load_tokenizer_for(cfg.model, None, data_tokens=False)
@@ -101,8 +122,9 @@ def train(cfg: SFTConfig) -> dict:
     tok = (tokenizer, tc.seq_len, cfg.sft.completion_only_loss, cfg.sft.packing)
     train_set, eval_set = tokenize(records.train, *tok), tokenize(records.eval, *tok)
     if not train_set.rows:
-        raise UserError(f"{records.source}: no example keeps a labelled token within "
-                        f"train.seq_len={tc.seq_len}")  # fmt: skip
+        raise UserError(
+            f"{records.source}: no example keeps a labelled token within train.seq_len={tc.seq_len}"
+        )
     if tc.eval_interval and not eval_set.rows:
         raise UserError(f"held-out set ({records.held_out}): no example keeps a labelled token")
     pad_id = (
@@ -118,8 +140,10 @@ def train(cfg: SFTConfig) -> dict:
     if tc.seq_len > max_pos:
         raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")
     if len(tokenizer) > model.config.vocab_size:
-        raise UserError(f"model.path {cfg.model.path}: tokenizer has {len(tokenizer)} entries, "
-                        f"the model only {model.config.vocab_size}")  # fmt: skip
+        raise UserError(
+            f"model.path {cfg.model.path}: tokenizer has {len(tokenizer)} entries, "
+            f"the model only {model.config.vocab_size}"
+        )
     align_special_tokens(model, tokenizer)
     if lora:
         model = apply_lora(model, cfg.model.lora)
@@ -135,8 +159,10 @@ def train(cfg: SFTConfig) -> dict:
 
     total_params, _ = count_parameters(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in trainable if p.dim() >= 2], "weight_decay": oc.weight_decay},
-              {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0}]  # fmt: skip
+    groups = [
+        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": oc.weight_decay},
+        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0},
+    ]
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
     state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=lora)
@@ -144,32 +170,54 @@ def train(cfg: SFTConfig) -> dict:
     train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
     start_loss = state.get("start_loss")
     n_trainable = sum(p.numel() for p in trainable)
-    data_note = dict(data=records.source, held_out=records.held_out,
-                     train_examples=train_set.examples, train_rows=len(train_set.rows),
-                     eval_examples=eval_set.examples,
-                     truncated_examples=train_set.truncated + eval_set.truncated,
-                     dropped_examples=train_set.dropped + eval_set.dropped,
-                     label_tokens=train_set.label_tokens, steps_planned=max_steps)  # fmt: skip
+    data_note = dict(
+        data=records.source,
+        held_out=records.held_out,
+        train_examples=train_set.examples,
+        train_rows=len(train_set.rows),
+        eval_examples=eval_set.examples,
+        truncated_examples=train_set.truncated + eval_set.truncated,
+        dropped_examples=train_set.dropped + eval_set.dropped,
+        label_tokens=train_set.label_tokens,
+        steps_planned=max_steps,
+    )
     run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
-    run.update_summary(status="running", params_total=total_params, params_trainable=n_trainable,
-                       device=str(rt.device), **data_note)  # fmt: skip
-    run.log(f"model {cfg.model.path}: {total_params:,} parameters, {n_trainable:,} trainable "
-            f"({'LoRA r' + str(cfg.model.lora.r) if lora else 'full'})", echo=True)  # fmt: skip
-    run.log(f"data {records.source}: {train_set.examples:,} examples in {len(train_set.rows):,} "
-            f"rows{' (packed)' if cfg.sft.packing else ''}, {train_set.label_tokens:,} labelled "
-            f"tokens; held out: {records.held_out}, {eval_set.examples} examples; cut to "
-            f"train.seq_len={tc.seq_len}: {data_note['truncated_examples']}, dropped (no "
-            f"labelled token left): {data_note['dropped_examples']}; {max_steps} steps = "
-            f"{max_steps * tc.grad_accum / per_epoch:.2f} epochs", echo=True)  # fmt: skip
+    run.update_summary(
+        status="running",
+        params_total=total_params,
+        params_trainable=n_trainable,
+        device=str(rt.device),
+        **data_note,
+    )
+    run.log(
+        f"model {cfg.model.path}: {total_params:,} parameters, {n_trainable:,} trainable "
+        f"({'LoRA r' + str(cfg.model.lora.r) if lora else 'full'})",
+        echo=True,
+    )
+    run.log(
+        f"data {records.source}: {train_set.examples:,} examples in {len(train_set.rows):,} "
+        f"rows{' (packed)' if cfg.sft.packing else ''}, {train_set.label_tokens:,} labelled "
+        f"tokens; held out: {records.held_out}, {eval_set.examples} examples; cut to "
+        f"train.seq_len={tc.seq_len}: {data_note['truncated_examples']}, dropped (no "
+        f"labelled token left): {data_note['dropped_examples']}; {max_steps} steps = "
+        f"{max_steps * tc.grad_accum / per_epoch:.2f} epochs",
+        echo=True,
+    )
     compiled = maybe_compile(model, rt)
 
     peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=True)
     flops_tok = flops_per_token(model.config, tc.seq_len)
     val_batches = eval_batches(eval_set.rows, tc.batch_size, pad_id) if tc.eval_interval else None
-    batches = MicroBatches(train_set.rows, tc.batch_size, functools.partial(stream_seed,
-                           cfg.run.seed), pad_id, max_steps * tc.grad_accum)  # fmt: skip
-    micro_batches = iter(loader(batches, step * tc.grad_accum, dc.num_workers, dc.pin_memory,
-                                dc.prefetch_factor))  # fmt: skip
+    batches = MicroBatches(
+        train_set.rows,
+        tc.batch_size,
+        functools.partial(stream_seed, cfg.run.seed),
+        pad_id,
+        max_steps * tc.grad_accum,
+    )
+    micro_batches = iter(
+        loader(batches, step * tc.grad_accum, dc.num_workers, dc.pin_memory, dc.prefetch_factor)
+    )
     progress = Progress(max_steps, start=step, label="sft")
 
     # ---- the loop -----------------------------------------------------------------------
@@ -210,11 +258,19 @@ def train(cfg: SFTConfig) -> dict:
                 if failure:
                     status, evidence = failure.status, failure.evidence
                 tps = window_tokens / window_t if window_t > 0 else 0.0
-                row = dict(step=step, epoch=step * tc.grad_accum / per_epoch, tokens=tokens,
-                           wall_s=time.time() - t_start, train_s=train_s, lr=lr,
-                           train_loss=loss_now, grad_norm=float(grad_norm), tokens_per_s=tps,
-                           mfu=(flops_tok * tps / peak) if peak else None,
-                           peak_mem_mb=peak_memory_mb(rt.device))  # fmt: skip
+                row = dict(
+                    step=step,
+                    epoch=step * tc.grad_accum / per_epoch,
+                    tokens=tokens,
+                    wall_s=time.time() - t_start,
+                    train_s=train_s,
+                    lr=lr,
+                    train_loss=loss_now,
+                    grad_norm=float(grad_norm),
+                    tokens_per_s=tps,
+                    mfu=(flops_tok * tps / peak) if peak else None,
+                    peak_mem_mb=peak_memory_mb(rt.device),
+                )
                 if do_eval and status == "completed":
                     val_loss = row["val_loss"] = evaluate(compiled, val_batches, rt)
                 window_loss.zero_()
@@ -230,11 +286,21 @@ def train(cfg: SFTConfig) -> dict:
 
             periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
             if status == "completed" and periodic_save:
-                checkpoints.save_state(run, step, model, tokenizer, optimizer, rt.scaler,
-                                       tc.keep_last, tokens=tokens, train_s=train_s,
-                                       best_val=best_val, start_loss=start_loss,
-                                       window_loss=float(window_loss),
-                                       window_steps=window_steps)  # fmt: skip
+                checkpoints.save_state(
+                    run,
+                    step,
+                    model,
+                    tokenizer,
+                    optimizer,
+                    rt.scaler,
+                    tc.keep_last,
+                    tokens=tokens,
+                    train_s=train_s,
+                    best_val=best_val,
+                    start_loss=start_loss,
+                    window_loss=float(window_loss),
+                    window_steps=window_steps,
+                )
     except KeyboardInterrupt:
         status, evidence = "interrupted", f"interrupted at step {step}"
     finally:
@@ -243,17 +309,26 @@ def train(cfg: SFTConfig) -> dict:
 
     # ---- wrap up ------------------------------------------------------------------------
     summary = scaffold.finish(
-        run, status, model, tokenizer,
+        run,
+        status,
+        model,
+        tokenizer,
         f"{status}: {step} steps ({step * tc.grad_accum / per_epoch:.2f} epochs), {tokens:,} "
         f"tokens in {train_s:.1f}s train time; val loss {val_loss}",
-        plots=cfg.run.plots, evidence=evidence, steps=step,
-        epochs=step * tc.grad_accum / per_epoch, tokens=tokens,
+        plots=cfg.run.plots,
+        evidence=evidence,
+        steps=step,
+        epochs=step * tc.grad_accum / per_epoch,
+        tokens=tokens,
         final_train_loss=RunView(run.path).last("train_loss"),
-        final_val_loss=val_loss, best_val_loss=None if best_val == math.inf else best_val,
-        train_seconds=train_s, wall_seconds=time.time() - t_start,
+        final_val_loss=val_loss,
+        best_val_loss=None if best_val == math.inf else best_val,
+        train_seconds=train_s,
+        wall_seconds=time.time() - t_start,
         tokens_per_s=tokens / train_s if train_s else None,
-        flops_per_token=flops_tok, peak_flops=peak,
-    )  # fmt: skip
+        flops_per_token=flops_tok,
+        peak_flops=peak,
+    )
     if status == "interrupted":
         raise KeyboardInterrupt
     return summary

@@ -33,7 +33,9 @@ def test_baseline_switches_every_benched_knob_off():
     assert base["perf.tf32"] is False and base["perf.compile"] is False
     assert base["perf.attn_implementation"] == "eager" and base["perf.grad_checkpointing"] is False
     assert bench_knobs.as_overrides({"perf.tf32": False, "train.max_time": None}) == [
-        "perf.tf32=false", "train.max_time=null"]  # fmt: skip
+        "perf.tf32=false",
+        "train.max_time=null",
+    ]
     # only the knobs asked for are forced off
     assert bench_knobs.baseline_values(["bf16"], "pretrain", cfg) == {"perf.precision": "fp32"}
 
@@ -59,8 +61,9 @@ def test_cuda_and_the_unread_table_decide_the_rest():
     runs, skipped = bench_knobs.plan(["tf32", "compile"], "pretrain", cfg, "cuda")
     assert dict(runs) == {"tf32": {"perf.tf32": True}, "compile": {"perf.compile": True}}
     # a key the command does not read skips its knob, with the table's reason
-    runs, skipped = bench_knobs.plan(["compile"], "pretrain", cfg, "cuda",
-                                     unread=lambda command, key: "no compiler here")  # fmt: skip
+    runs, skipped = bench_knobs.plan(
+        ["compile"], "pretrain", cfg, "cuda", unread=lambda command, key: "no compiler here"
+    )
     assert not runs and "no compiler here" in dict(skipped)["compile"]
     runs, skipped = bench_knobs.plan(["compile", "fused"], "pretrain", cfg, "mps")
     assert dict(runs) == {"compile": {"perf.compile": True}} and set(dict(skipped)) == {"fused"}
@@ -91,48 +94,110 @@ def test_runtime_skips_and_step_times(tmp_path):
         "2025-01-01 00:00:00 runtime: device cpu, 2 threads, precision fp32, AdamW fused; "
         "skipped: tf32 (CUDA only; cpu has no TF32); pin_memory (CUDA only)\n"
     )
-    assert bench_measure.runtime_skipped(tmp_path) == ["tf32 (CUDA only; cpu has no TF32)",
-                                               "pin_memory (CUDA only)"]  # fmt: skip
-    rows = [{"step": 1.0, "train_s": 2.0}, {"step": 2.0, "train_s": 2.5},
-            {"step": 4.0, "train_s": 3.5}]  # fmt: skip
+    assert bench_measure.runtime_skipped(tmp_path) == [
+        "tf32 (CUDA only; cpu has no TF32)",
+        "pin_memory (CUDA only)",
+    ]
+    rows = [
+        {"step": 1.0, "train_s": 2.0},
+        {"step": 2.0, "train_s": 2.5},
+        {"step": 4.0, "train_s": 3.5},
+    ]
     assert bench_measure.step_times(rows, "pretrain") == [(1, 2.0), (2, 0.5), (4, 0.5)]
     assert bench_measure.step_times([{"step": 1.0, "step_s": 0.7}], "grpo") == [(1, 0.7)]
 
 
 def test_combination_takes_the_best_of_each_group():
     rows = [
-        {"variant": "bf16", "knob": "bf16", "status": "ok", "speedup": 1.3, "within_tolerance": True},
-        {"variant": "fp16", "knob": "fp16", "status": "ok", "speedup": 1.5, "within_tolerance": False},
-        {"variant": "fused", "knob": "fused", "status": "ok", "speedup": 1.1, "within_tolerance": True},
-        {"variant": "foreach", "knob": "foreach", "status": "ok", "speedup": 1.2, "within_tolerance": True},
-        {"variant": "sdpa", "knob": "sdpa", "status": "ok", "speedup": 1.01, "within_tolerance": True},
+        {
+            "variant": "bf16",
+            "knob": "bf16",
+            "status": "ok",
+            "speedup": 1.3,
+            "within_tolerance": True,
+        },
+        {
+            "variant": "fp16",
+            "knob": "fp16",
+            "status": "ok",
+            "speedup": 1.5,
+            "within_tolerance": False,
+        },
+        {
+            "variant": "fused",
+            "knob": "fused",
+            "status": "ok",
+            "speedup": 1.1,
+            "within_tolerance": True,
+        },
+        {
+            "variant": "foreach",
+            "knob": "foreach",
+            "status": "ok",
+            "speedup": 1.2,
+            "within_tolerance": True,
+        },
+        {
+            "variant": "sdpa",
+            "knob": "sdpa",
+            "status": "ok",
+            "speedup": 1.01,
+            "within_tolerance": True,
+        },
         {"variant": "compile", "knob": "compile", "status": "failed"},
-    ]  # fmt: skip
+    ]
     assert bench_knobs.combination(rows, 1.03) == ["bf16", "foreach"]
 
 
 def _fake_result() -> dict:
     def ok(name, knob, step_s, q, mem, **kw):
-        return {"variant": name, "knob": knob, "status": "ok", "step_s": step_s,
-                "first_step_s": step_s * 3, "throughput": 4096 / step_s, "unit": "tok/s",
-                "peak_mem_mb": mem, "quality": q, "quality_name": "val loss", "wall_s": 12.0,
-                "values": kw.pop("values", {}), **kw}  # fmt: skip
+        return {
+            "variant": name,
+            "knob": knob,
+            "status": "ok",
+            "step_s": step_s,
+            "first_step_s": step_s * 3,
+            "throughput": 4096 / step_s,
+            "unit": "tok/s",
+            "peak_mem_mb": mem,
+            "quality": q,
+            "quality_name": "val loss",
+            "wall_s": 12.0,
+            "values": kw.pop("values", {}),
+            **kw,
+        }
 
     results = [
         ok("baseline", None, 0.50, 4.00, 600),
         ok("bf16", "bf16", 0.40, 4.01, 650, values={"perf.precision": "bf16"}),
         ok("grad_ckpt", "grad_ckpt", 0.70, 4.00, 500, values={"perf.grad_checkpointing": True}),
         ok("fp16", "fp16", 0.45, 4.50, 640, values={"perf.precision": "fp16"}),
-        {"variant": "compile", "knob": "compile", "status": "failed", "wall_s": 3.0,
-         "reason": "exit 1: RuntimeError | boom", "values": {"perf.compile": True}},
+        {
+            "variant": "compile",
+            "knob": "compile",
+            "status": "failed",
+            "wall_s": 3.0,
+            "reason": "exit 1: RuntimeError | boom",
+            "values": {"perf.compile": True},
+        },
         ok("baseline (repeat)", None, 0.52, 4.00, 600),
-    ]  # fmt: skip
+    ]
     bench.rescore(results, "pretrain", 0.02)
-    return {"workload": "configs/pretrain/x.yaml", "kind": "pretrain", "device": "cpu",
-            "steps": 30, "warmup_steps": 5, "tolerance": 0.02, "min_speedup": 1.03,
-            "overrides": ["train.batch_size=8"], "baseline_values": {"perf.precision": "fp32"},
-            "results": results, "combined_knobs": ["bf16"], "load_start": [1.0, 1.0, 1.0],
-            "skipped": [{"knob": "tf32", "reason": "TF32 is a CUDA matmul mode; device is cpu"}]}  # fmt: skip
+    return {
+        "workload": "configs/pretrain/x.yaml",
+        "kind": "pretrain",
+        "device": "cpu",
+        "steps": 30,
+        "warmup_steps": 5,
+        "tolerance": 0.02,
+        "min_speedup": 1.03,
+        "overrides": ["train.batch_size=8"],
+        "baseline_values": {"perf.precision": "fp32"},
+        "results": results,
+        "combined_knobs": ["bf16"],
+        "load_start": [1.0, 1.0, 1.0],
+        "skipped": [{"knob": "tf32", "reason": "TF32 is a CUDA matmul mode; device is cpu"}],
+    }
 
 
 def test_report_writer_on_a_fake_result(tmp_path):
@@ -159,12 +224,22 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     fused AdamW is what every other CPU training test runs (optimizer_impl auto)."""
     out = tmp_path / "bench"
     lines = []
-    result = bench.run_bench(str(PRETRAIN), [*micro_pretrain, "perf.threads=1"],
-                             knobs=["grad_accum", "tf32", "log_interval", "save_interval"],
-                             steps=6, out=out, recheck=False, min_speedup=100.0,
-                             echo=lines.append)  # fmt: skip
+    result = bench.run_bench(
+        str(PRETRAIN),
+        [*micro_pretrain, "perf.threads=1"],
+        knobs=["grad_accum", "tf32", "log_interval", "save_interval"],
+        steps=6,
+        out=out,
+        recheck=False,
+        min_speedup=100.0,
+        echo=lines.append,
+    )
     assert [r["variant"] for r in result["results"]] == [
-        "baseline", "grad_accum", "log_interval", "save_interval"]  # fmt: skip
+        "baseline",
+        "grad_accum",
+        "log_interval",
+        "save_interval",
+    ]
     assert all(r["status"] == "ok" for r in result["results"]), result["results"]
     by = {r["variant"]: r for r in result["results"]}
     assert by["baseline"]["tokens_per_step"] == by["grad_accum"]["tokens_per_step"] == 4 * 32
@@ -176,8 +251,10 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     assert base_cfg["perf"]["tf32"] is False and base_cfg["train"]["max_steps"] == 6
     assert base_cfg["perf"]["optimizer_impl"] == "auto"
     # the interval knobs' values reach their variants over the workload's and the bench's own
-    train = {v: json.loads((out / v / "config.json").read_text())["train"]
-             for v in ("baseline", "log_interval", "save_interval")}  # fmt: skip
+    train = {
+        v: json.loads((out / v / "config.json").read_text())["train"]
+        for v in ("baseline", "log_interval", "save_interval")
+    }
     assert train["baseline"]["log_interval"] == 1 and train["baseline"]["save_interval"] == 0
     assert train["log_interval"]["log_interval"] == 10
     assert train["save_interval"]["save_interval"] == 5
@@ -195,12 +272,17 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
 
 
 SEED_KNOBS = {  # issue 18's speed guide, knob by knob, as the bench names them
-    "mixed precision": {"bf16", "fp16"}, "gradient checkpointing": {"grad_ckpt"},
-    "data loader workers": {"workers"}, "pinned memory": {"pin_memory"},
-    "prefetch": {"prefetch"}, "gradient accumulation": {"grad_accum"}, "compile": {"compile"},
-    "fused AdamW": {"fused"}, "save strategy": {"save_interval"},
+    "mixed precision": {"bf16", "fp16"},
+    "gradient checkpointing": {"grad_ckpt"},
+    "data loader workers": {"workers"},
+    "pinned memory": {"pin_memory"},
+    "prefetch": {"prefetch"},
+    "gradient accumulation": {"grad_accum"},
+    "compile": {"compile"},
+    "fused AdamW": {"fused"},
+    "save strategy": {"save_interval"},
     "logging interval": {"log_interval"},
-}  # fmt: skip
+}
 
 
 def test_the_sft_plan_covers_every_knob_of_the_seed():
@@ -215,22 +297,30 @@ def test_the_sft_plan_covers_every_knob_of_the_seed():
     assert runs["save_interval"] == {"train.save_interval": 5}
     base = bench_knobs.baseline_values(bench_knobs.select(None, "sft"), "sft", cfg)
     assert base["train.log_interval"] == 1 and base["train.save_interval"] == 0
-    load_config("sft", ROOT / "configs/sft/story-continuation.yaml",
-                bench_knobs.as_overrides(base))  # fmt: skip
+    load_config("sft", ROOT / "configs/sft/story-continuation.yaml", bench_knobs.as_overrides(base))
 
 
 def test_wall_timed_knobs_count_what_falls_between_steps():
-    rows = [{"step": 1, "wall_s": 5.0}, {"step": 2, "wall_s": 6.0}, {"step": 4, "wall_s": 7.0},
-            {"step": 8, "wall_s": 11.0}]  # fmt: skip
+    rows = [
+        {"step": 1, "wall_s": 5.0},
+        {"step": 2, "wall_s": 6.0},
+        {"step": 4, "wall_s": 7.0},
+        {"step": 8, "wall_s": 11.0},
+    ]
     assert bench_measure.wall_step_s(rows, 2) == pytest.approx(5.0 / 6)  # steps 2..8
     assert bench_measure.wall_step_s(rows, 20) == pytest.approx(6.0 / 7)  # from the first row
     assert bench_measure.wall_step_s(rows[:1], 0) is None
     results = [
         {"variant": "baseline", "knob": None, "status": "ok", "step_s": 0.5, "wall_step_s": 0.6},
-        {"variant": "save_interval", "knob": "save_interval", "status": "ok", "step_s": 0.5,
-         "wall_step_s": 0.8},
+        {
+            "variant": "save_interval",
+            "knob": "save_interval",
+            "status": "ok",
+            "step_s": 0.5,
+            "wall_step_s": 0.8,
+        },
         {"variant": "fused", "knob": "fused", "status": "ok", "step_s": 0.4, "wall_step_s": 0.9},
-    ]  # fmt: skip
+    ]
     bench.rescore(results, "sft", 0.02)
     by = {r["variant"]: r for r in results}
     assert by["save_interval"]["speedup"] == pytest.approx(0.6 / 0.8)  # wall against wall
@@ -243,7 +333,10 @@ def test_wall_timed_knobs_count_what_falls_between_steps():
 @pytest.mark.parametrize(
     "kw, message",
     [
-        ({"steps": 0}, "--steps must be at least 3 (warm-up steps are excluded from timing), got 0"),
+        (
+            {"steps": 0},
+            "--steps must be at least 3 (warm-up steps are excluded from timing), got 0",
+        ),
         ({"repeat": 0}, "--repeat must be at least 1, got 0"),
         ({"timeout": 0.0}, "--timeout must be a positive number of seconds, got 0"),
         ({"tolerance": -1.0}, "--tolerance must be 0 or more, got -1"),
@@ -251,7 +344,7 @@ def test_wall_timed_knobs_count_what_falls_between_steps():
         ({"knobs": []}, "--knobs: empty"),
         ({"knobs": ["bogus"]}, "--knobs: unknown bogus"),
     ],
-)  # fmt: skip
+)
 def test_bad_bench_settings_fail_with_one_line_and_no_directory(tmp_path, kw, message):
     out = tmp_path / "bench"
     with pytest.raises(UserError) as e:

@@ -38,8 +38,15 @@ def fake_measure(step_s, mem=100.0, fail_at=None, calls=None):
 @pytest.fixture
 def workload(micro_data, tmp_path, monkeypatch):
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
-    overrides = ["model.preset=micro", f"data.dir={micro_data}", "data.num_stories=400",
-                 "data.vocab_size=256", "train.batch_size=8", "train.seq_len=64", "perf.device=cpu"]  # fmt: skip
+    overrides = [
+        "model.preset=micro",
+        f"data.dir={micro_data}",
+        "data.num_stories=400",
+        "data.vocab_size=256",
+        "train.batch_size=8",
+        "train.seq_len=64",
+        "perf.device=cpu",
+    ]
     return overrides
 
 
@@ -55,8 +62,11 @@ def probe(workload, tmp_path, measure, device=CPU, **spec):
 
 def test_stops_when_aggregate_throughput_falls(workload, tmp_path):
     calls = []
-    result, said = probe(workload, tmp_path,
-                         fake_measure(lambda k: 0.1 if k <= 4 else 0.1 * k / 4 * 1.5, calls=calls))  # fmt: skip
+    result, said = probe(
+        workload,
+        tmp_path,
+        fake_measure(lambda k: 0.1 if k <= 4 else 0.1 * k / 4 * 1.5, calls=calls),
+    )
     assert [k for k, _ in calls] == [1, 2, 4, 8]
     assert [t for _, t in calls] == [8, 4, 2, 1]  # threads divided among the runs
     assert "aggregate throughput at k=8 is 33% below the best (k=4)" in result["stop_reason"]
@@ -157,8 +167,9 @@ def test_cuda_mps_and_client_limit(workload, tmp_path):
     gpu = {"kind": "cuda", "name": "H100", "memory_mb": 80_000.0, "threads": 8}
     s = ProbeSpec(command="pretrain", dir=str(tmp_path / "probe"), threads=8, max_k=256)
     said: list[str] = []
-    result = Probe(s, workload, out=said.append, measure=fake_measure(lambda k: 0.01), device=gpu,
-                   mps=control).run(tmp_path / "probe")  # fmt: skip
+    result = Probe(
+        s, workload, out=said.append, measure=fake_measure(lambda k: 0.01), device=gpu, mps=control
+    ).run(tmp_path / "probe")
     assert result["stop_reason"] == "k=64 exceeds the MPS client limit of 48"
     assert control.events == ["start", "stop"]  # started for the probe, stopped after
     assert any("started the control daemon" in s for s in said)
@@ -170,10 +181,19 @@ def test_the_cache_and_concurrency_auto(workload, tmp_path, micro_data):
     assert cache_lookup(CPU, result["workload"])["best_throughput"]["k"] == 2
 
     spec_file = tmp_path / "sweep.yaml"
-    spec_file.write_text(yaml.safe_dump({
-        "command": "pretrain", "overrides": dict(o.split("=", 1) for o in workload),
-        "space": {"optim.lr": [1e-3, 1e-2]}, "metric": {"name": "val_loss"},
-        "concurrency": "auto", "threads": 8, "dir": str(tmp_path / "sw")}))  # fmt: skip
+    spec_file.write_text(
+        yaml.safe_dump(
+            {
+                "command": "pretrain",
+                "overrides": dict(o.split("=", 1) for o in workload),
+                "space": {"optim.lr": [1e-3, 1e-2]},
+                "metric": {"name": "val_loss"},
+                "concurrency": "auto",
+                "threads": 8,
+                "dir": str(tmp_path / "sw"),
+            }
+        )
+    )
     spec = load_spec(spec_file)
     said = []
     k = auto_concurrency(
@@ -184,8 +204,13 @@ def test_the_cache_and_concurrency_auto(workload, tmp_path, micro_data):
     # another workload (batch 16): not cached, so a quick probe runs first and says so
     spec = load_spec(spec_file, ["overrides.train.batch_size=16"])
     said = []
-    k = auto_concurrency(spec, tmp_path / "sw2", "cpu", out=said.append,
-                         probe_kw={"device": CPU, "measure": fake_measure(lambda k: 0.1 if k <= 4 else k)})  # fmt: skip
+    k = auto_concurrency(
+        spec,
+        tmp_path / "sw2",
+        "cpu",
+        out=said.append,
+        probe_kw={"device": CPU, "measure": fake_measure(lambda k: 0.1 if k <= 4 else k)},
+    )
     assert k == 4 and "running a quick probe first" in said[0]
     assert json.loads((tmp_path / "sw2" / "probe.json").read_text())["spec"]["steps"] == 10
     other = dict(result["workload"], batch_size=16)
@@ -197,8 +222,9 @@ def test_load_probe_routes_keys(tmp_path, micro_data):
     recipe.write_text(
         f"command: pretrain\noverrides: {{model.preset: micro, data: {{dir: {micro_data}}}}}\n"
     )
-    spec, work = load_probe(str(recipe), ["steps=7", "max_k=4", "train.batch_size=3",
-                                          "overrides.train.seq_len=16"])  # fmt: skip
+    spec, work = load_probe(
+        str(recipe), ["steps=7", "max_k=4", "train.batch_size=3", "overrides.train.seq_len=16"]
+    )
     assert spec.steps == 7 and spec.max_k == 4 and spec.dir == "probes/p"
     assert (
         "train.batch_size=3" in work and "train.seq_len=16" in work and "model.preset=micro" in work
@@ -214,8 +240,12 @@ def test_load_probe_routes_keys(tmp_path, micro_data):
 
 
 def test_step_times_from_metrics():
-    rows = [{"step": 1.0, "train_s": 0.5}, {"step": 2.0, "train_s": 0.6}, {"step": 3.0, "train_s": 0.8},
-            {"step": 5.0, "train_s": 1.2}]  # fmt: skip
+    rows = [
+        {"step": 1.0, "train_s": 0.5},
+        {"step": 2.0, "train_s": 0.6},
+        {"step": 3.0, "train_s": 0.8},
+        {"step": 5.0, "train_s": 1.2},
+    ]
     assert step_times(rows, "pretrain") == [(2, pytest.approx(0.1)), (3, pytest.approx(0.2))]
     assert step_times([{"step": 1.0, "step_s": 0.3}], "grpo") == [(1, 0.3)]
 
@@ -243,8 +273,11 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
     spec = ProbeSpec(
         command="grpo", dir=str(tmp_path / "probe"), threads=4, max_k=4, warmup=2, steps=8
     )
-    overrides = [o for o in workload
-                 if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))]  # fmt: skip
+    overrides = [
+        o
+        for o in workload
+        if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))
+    ]
     overrides += ["train.batch_size=8", "grpo.num_generations=4", "model.path=unused"]
     result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
     steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}
@@ -262,8 +295,13 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
 def test_cpu_stops_after_an_oversubscribed_level_that_does_not_win(workload, tmp_path):
     two_cores = dict(CPU, threads=2)
     # k=2 fills both cores; k=4 shares them (5% less aggregate, inside `drop`): stop there
-    result, _ = probe(workload, tmp_path, fake_measure(lambda k: 0.1 * max(1, k / 2) * (1.1 if k > 2 else 1)),
-                      device=two_cores, max_k=32)  # fmt: skip
+    result, _ = probe(
+        workload,
+        tmp_path,
+        fake_measure(lambda k: 0.1 * max(1, k / 2) * (1.1 if k > 2 else 1)),
+        device=two_cores,
+        max_k=32,
+    )
     assert [lv["k"] for lv in result["levels"]] == [1, 2, 4]
     assert result["stop_reason"] == "k=4 runs oversubscribe the 2 CPU threads and did not beat k=2"
     assert result["best_throughput"]["k"] == 2
@@ -282,13 +320,15 @@ def test_cpu_stops_after_an_oversubscribed_level_that_does_not_win(workload, tmp
         (["overrides=[model.preset, micro]"], "probe key overrides: expected a mapping"),
         (["timeout_s=0"], "probe key timeout_s: Input should be greater than 0"),
     ],
-)  # fmt: skip
+)
 def test_bad_probe_settings_fail_with_one_line(tmp_path, micro_data, capsys, overrides, message):
     from smollab.cli import main
 
     recipe = tmp_path / "p.yaml"
-    recipe.write_text(f"command: pretrain\noverrides: {{data: {{dir: {micro_data}}}}}\n"
-                      f"dir: {tmp_path / 'probe'}\n")  # fmt: skip
+    recipe.write_text(
+        f"command: pretrain\noverrides: {{data: {{dir: {micro_data}}}}}\n"
+        f"dir: {tmp_path / 'probe'}\n"
+    )
     with pytest.raises(UserError) as e:
         load_probe(str(recipe), overrides)
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -328,14 +368,25 @@ def test_sweep_concurrency_auto_probes_under_the_sweeps_own_mps_setting(workload
     spec_file = tmp_path / "sweep.yaml"
 
     def auto(mps: bool, measure=None):
-        spec_file.write_text(yaml.safe_dump({
-            "command": "pretrain", "overrides": dict(o.split("=", 1) for o in workload),
-            "space": {"optim.lr": [1e-3, 1e-2]}, "metric": {"name": "val_loss"},
-            "concurrency": "auto", "threads": 8, "mps": mps, "dir": str(tmp_path / "sw")}))  # fmt: skip
+        spec_file.write_text(
+            yaml.safe_dump(
+                {
+                    "command": "pretrain",
+                    "overrides": dict(o.split("=", 1) for o in workload),
+                    "space": {"optim.lr": [1e-3, 1e-2]},
+                    "metric": {"name": "val_loss"},
+                    "concurrency": "auto",
+                    "threads": 8,
+                    "mps": mps,
+                    "dir": str(tmp_path / "sw"),
+                }
+            )
+        )
         control, said = StubMPS(), []
         kw = {"device": gpu, "mps": control, "measure": measure}
-        k = auto_concurrency(load_spec(spec_file), tmp_path / f"probe-{mps}", "cuda",
-                             out=said.append, probe_kw=kw)  # fmt: skip
+        k = auto_concurrency(
+            load_spec(spec_file), tmp_path / f"probe-{mps}", "cuda", out=said.append, probe_kw=kw
+        )
         return k, control.events, said
 
     time_sliced = fake_measure(lambda k: 0.1 * k * 1.05)

@@ -26,9 +26,16 @@ FAKE_WORKER = Path(__file__).parents[1] / "fake_lanes_worker.py"
 @pytest.fixture
 def workload(micro_data, tmp_path, monkeypatch):
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
-    return [f"model.path={tmp_path / 'base'}", "model.lora.enabled=true", f"data.dir={micro_data}",
-            "data.num_stories=400", "data.vocab_size=256", "train.batch_size=8", "grpo.num_generations=4",
-            "perf.device=cpu"]  # fmt: skip
+    return [
+        f"model.path={tmp_path / 'base'}",
+        "model.lora.enabled=true",
+        f"data.dir={micro_data}",
+        "data.num_stories=400",
+        "data.vocab_size=256",
+        "train.batch_size=8",
+        "grpo.num_generations=4",
+        "perf.device=cpu",
+    ]
 
 
 def processes(step_s):
@@ -48,8 +55,9 @@ def lanes(step_s, fail_at=None, calls=None):
         s = step_s(n, workers) if step_s.__code__.co_argcount == 2 else step_s(n)
         if s is None:
             return LaneLevel(lanes=n, threads=threads, workers=workers, error="out of memory")
-        return LaneLevel(lanes=n, threads=threads, workers=workers, step_s=s, steps=10,
-                         peak_mem_mb=50.0 * n)  # fmt: skip
+        return LaneLevel(
+            lanes=n, threads=threads, workers=workers, step_s=s, steps=10, peak_mem_mb=50.0 * n
+        )
 
     return measure
 
@@ -58,8 +66,9 @@ def probe(workload, tmp_path, measure, lanes_measure, **spec):
     spec.setdefault("split", False)
     s = ProbeSpec(command="grpo", dir=str(tmp_path / "probe"), threads=2, max_k=4, **spec)
     said: list[str] = []
-    result = Probe(s, workload, out=said.append, measure=measure,
-                   lanes_measure=lanes_measure).run(tmp_path / "probe")  # fmt: skip
+    result = Probe(s, workload, out=said.append, measure=measure, lanes_measure=lanes_measure).run(
+        tmp_path / "probe"
+    )
     return result, said
 
 
@@ -67,9 +76,13 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
     """Processes gain nothing (k runs, k times slower); lanes cost 10% per lane per iteration:
     8 lanes win, by 8 / 1.7 over the best process packing; a lanes sweep's `lanes: auto` reads it."""
     calls: list = []
-    result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
-                         lanes(lambda n: 0.1 * (1 + 0.1 * (n - 1)), calls=calls),
-                         lanes=[1, 2, 4, 8])  # fmt: skip
+    result, said = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        lanes(lambda n: 0.1 * (1 + 0.1 * (n - 1)), calls=calls),
+        lanes=[1, 2, 4, 8],
+    )
     assert calls == [(1, 2), (2, 2), (4, 2), (8, 2)]  # every lane count on all the threads
     assert result["best_throughput"]["k"] == 1  # the process half, as before
     best = result["best_lanes"]
@@ -85,34 +98,61 @@ def test_lanes_beside_processes_recommended_and_cached_for_lanes_auto(workload, 
     assert cache_lookup(device, lanes_signature(result["workload"]))["best_lanes"]["lanes"] == 8
     sweep = tmp_path / "sweep.yaml"
     overrides = dict(item.split("=", 1) for item in workload)
-    sweep.write_text(yaml.safe_dump({
-        "command": "grpo", "executor": "lanes", "lanes": "auto", "threads": 2,
-        "overrides": {k: yaml.safe_load(v) for k, v in overrides.items()},
-        "space": {"optim.lr": [1e-3, 2e-3]}, "metric": "reward_mean"}))  # fmt: skip
+    sweep.write_text(
+        yaml.safe_dump(
+            {
+                "command": "grpo",
+                "executor": "lanes",
+                "lanes": "auto",
+                "threads": 2,
+                "overrides": {k: yaml.safe_load(v) for k, v in overrides.items()},
+                "space": {"optim.lr": [1e-3, 2e-3]},
+                "metric": "reward_mean",
+            }
+        )
+    )
     said.clear()
     assert resolve_lanes(load_spec(sweep), "cpu", said.append) == 8
     assert said[0].startswith("lanes auto: 8 lanes in one worker (the best of the probe of")
 
 
 def test_processes_recommended_when_lanes_do_not_pay(workload, tmp_path):
-    result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * (1 + 0.2 * (k - 1))),
-                         lanes(lambda n: 0.1 * n), lanes=[1, 2])  # fmt: skip
-    assert result["recommended"] == {"executor": "local", "concurrency": 4,
-                                     "steps_per_s": pytest.approx(4 / 0.16),
-                                     "units_per_s": pytest.approx(8 * 4 / 0.16),
-                                     "sweep": "concurrency: 4"}  # fmt: skip
+    result, said = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * (1 + 0.2 * (k - 1))),
+        lanes(lambda n: 0.1 * n),
+        lanes=[1, 2],
+    )
+    assert result["recommended"] == {
+        "executor": "local",
+        "concurrency": 4,
+        "steps_per_s": pytest.approx(4 / 0.16),
+        "units_per_s": pytest.approx(8 * 4 / 0.16),
+        "sweep": "concurrency: 4",
+    }
     assert any(ln.startswith("recommended: 4 processes") for ln in said)
 
 
 def test_lanes_stop_at_a_failure_or_a_drop(workload, tmp_path):
     calls: list = []
-    result, _ = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
-                      lanes(lambda n: 0.1, fail_at=4, calls=calls), lanes=[1, 2, 4, 8])  # fmt: skip
+    result, _ = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        lanes(lambda n: 0.1, fail_at=4, calls=calls),
+        lanes=[1, 2, 4, 8],
+    )
     assert [n for n, _ in calls] == [1, 2, 4]
     assert result["lanes_stop_reason"] == "lanes=4 failed: out of memory"
     assert result["best_lanes"]["lanes"] == 2
-    result, _ = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
-                      lanes(lambda n: 0.1 if n < 4 else 0.1 * n), lanes=[1, 2, 4, 8])  # fmt: skip
+    result, _ = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        lanes(lambda n: 0.1 if n < 4 else 0.1 * n),
+        lanes=[1, 2, 4, 8],
+    )
     assert result["lanes_stop_reason"].startswith("aggregate throughput at lanes=4 is 50% below")
     assert len(result["lanes"]) == 3
 
@@ -126,8 +166,14 @@ def test_workers_x_lanes_measured_recommended_and_cached(workload, tmp_path):
     def step_s(n, w):
         return 0.1 * (1 + 0.1 * (n - 1)) * (1.2 if w == 2 else 1.0)
 
-    result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
-                         lanes(step_s, calls=calls), lanes=[1, 2, 4, 8], lane_workers=[1, 2])  # fmt: skip
+    result, said = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        lanes(step_s, calls=calls),
+        lanes=[1, 2, 4, 8],
+        lane_workers=[1, 2],
+    )
     assert calls == [(1, 2), (2, 2), (4, 2), (8, 2), (1, 1, 2), (2, 1, 2), (4, 1, 2), (8, 1, 2)]
     best = result["best_lanes"]
     assert (best["workers"], best["lanes"], best["threads"]) == (2, 8, 1)
@@ -136,19 +182,36 @@ def test_workers_x_lanes_measured_recommended_and_cached(workload, tmp_path):
     rec = result["recommended"]
     assert rec["executor"] == "lanes" and (rec["lanes"], rec["lane_workers"]) == (8, 2)
     assert rec["sweep"] == "executor: lanes, lanes: 8, lane_workers: 2"
-    assert any(ln.startswith("recommended: 2 workers x 8 lanes (2 processes, 1 thread(s) each)")
-               and "the best process packing (k=1)" in ln for ln in said)  # fmt: skip
+    assert any(
+        ln.startswith("recommended: 2 workers x 8 lanes (2 processes, 1 thread(s) each)")
+        and "the best process packing (k=1)" in ln
+        for ln in said
+    )
     assert any(ln.split()[:3] == ["2", "8", "1"] and "best lanes" in ln for ln in said)
-    assert result["lanes_stop_reason"] == ("1 worker(s): tried every lane count in [1, 2, 4, 8]; "
-                                           "2 worker(s): tried every lane count in [1, 2, 4, 8]")  # fmt: skip
+    assert result["lanes_stop_reason"] == (
+        "1 worker(s): tried every lane count in [1, 2, 4, 8]; "
+        "2 worker(s): tried every lane count in [1, 2, 4, 8]"
+    )
     overrides = dict(item.split("=", 1) for item in workload)
-    for keys, total in (({"lanes": "auto"}, 16), ({"lanes": "auto", "lane_workers": 1}, 8),
-                        ({"lanes": 4, "lane_workers": "auto"}, 8)):  # fmt: skip
+    for keys, total in (
+        ({"lanes": "auto"}, 16),
+        ({"lanes": "auto", "lane_workers": 1}, 8),
+        ({"lanes": 4, "lane_workers": "auto"}, 8),
+    ):
         sweep = tmp_path / "sweep.yaml"
-        sweep.write_text(yaml.safe_dump({
-            "command": "grpo", "executor": "lanes", "threads": 2, **keys,
-            "overrides": {k: yaml.safe_load(v) for k, v in overrides.items()},
-            "space": {"optim.lr": [1e-3, 2e-3]}, "metric": "reward_mean"}))  # fmt: skip
+        sweep.write_text(
+            yaml.safe_dump(
+                {
+                    "command": "grpo",
+                    "executor": "lanes",
+                    "threads": 2,
+                    **keys,
+                    "overrides": {k: yaml.safe_load(v) for k, v in overrides.items()},
+                    "space": {"optim.lr": [1e-3, 2e-3]},
+                    "metric": "reward_mean",
+                }
+            )
+        )
         spec, said = load_spec(sweep), []
         assert resolve_lanes(spec, "cpu", said.append) == total, keys
         assert spec.lanes * spec.lane_workers == total and isinstance(spec.lane_workers, int)
@@ -158,9 +221,14 @@ def test_workers_x_lanes_measured_recommended_and_cached(workload, tmp_path):
 def test_each_worker_count_climbs_and_stops_on_its_own(workload, tmp_path):
     """2 processes run out of memory at 4 lanes each; one process goes on to 8."""
     calls: list = []
-    result, _ = probe(workload, tmp_path, processes(lambda k: 0.1 * k),
-                      lanes(lambda n, w: None if w == 2 and n >= 4 else 0.1, calls=calls),
-                      lanes=[1, 2, 4, 8], lane_workers=[1, 2])  # fmt: skip
+    result, _ = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        lanes(lambda n, w: None if w == 2 and n >= 4 else 0.1, calls=calls),
+        lanes=[1, 2, 4, 8],
+        lane_workers=[1, 2],
+    )
     assert calls == [(1, 2), (2, 2), (4, 2), (8, 2), (1, 1, 2), (2, 1, 2), (4, 1, 2)]
     assert result["lanes_stop_reason"].endswith(
         "2 worker(s): 2 workers x lanes=4 failed: out of memory"
@@ -171,13 +239,22 @@ def test_each_worker_count_climbs_and_stops_on_its_own(workload, tmp_path):
 def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     """One `smollab lanes grpo ... --lane ... --lane ...` process per lane count; the iteration
     time is the lanes' steady-state step_s (the fake's is exact: 0.02 x (1 + 0.5 (n - 1)))."""
-    monkeypatch.setattr(children, "lanes_argv",
-                        lambda args: [sys.executable, str(FAKE_WORKER), *args])  # fmt: skip
+    monkeypatch.setattr(
+        children, "lanes_argv", lambda args: [sys.executable, str(FAKE_WORKER), *args]
+    )
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_LANE_COST", "0.5")
     monkeypatch.setenv("FAKE_MEM_MB", "123")
-    result, said = probe(workload, tmp_path, processes(lambda k: 0.1 * k), None, lanes=[1, 2],
-                         lane_workers=[1, 2], warmup=2, steps=5)  # fmt: skip
+    result, said = probe(
+        workload,
+        tmp_path,
+        processes(lambda k: 0.1 * k),
+        None,
+        lanes=[1, 2],
+        lane_workers=[1, 2],
+        warmup=2,
+        steps=5,
+    )
     one, two, _, two_x2 = result["lanes"]
     assert one["step_s"] == pytest.approx(0.02) and two["step_s"] == pytest.approx(0.03)
     assert two["steps_per_s"] == pytest.approx(2 / 0.03) and two["steps"] == 5
@@ -192,24 +269,42 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     assert two_x2["steps_per_s"] == pytest.approx(2 * 2 / 0.03)
     level = tmp_path / "probe" / "lanes2x2"
     for j in (0, 1):
-        cmd = next(ln for ln in (level / f"p{j}" / "child.log").read_text().splitlines()
-                   if ln.startswith("$ "))  # fmt: skip
+        cmd = next(
+            ln
+            for ln in (level / f"p{j}" / "child.log").read_text().splitlines()
+            if ln.startswith("$ ")
+        )
         assert f"--lane run.seed={2 * j + 1} run.dir={level / f'p{j}' / 'l1'}" in cmd
         assert "--threads 1" in cmd
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["lanes=[]"], "probe key lanes: give at least one lane count"),
-    (["lanes=[2, 2]"], "probe key lanes: repeated lane count in [2, 2]"),
-    (["lanes=[1, 2]", "train.grad_accum=2"], "train.grad_accum=2 is not supported in lanes"),
-    (["lane_workers=[1, 2]"], "probe key lane_workers: set it with lanes: [...]"),
-    (["lanes=[1, 2]", "lane_workers=[0, 2]"], "probe key lane_workers: every worker count must be"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["lanes=[]"], "probe key lanes: give at least one lane count"),
+        (["lanes=[2, 2]"], "probe key lanes: repeated lane count in [2, 2]"),
+        (["lanes=[1, 2]", "train.grad_accum=2"], "train.grad_accum=2 is not supported in lanes"),
+        (["lane_workers=[1, 2]"], "probe key lane_workers: set it with lanes: [...]"),
+        (
+            ["lanes=[1, 2]", "lane_workers=[0, 2]"],
+            "probe key lane_workers: every worker count must be",
+        ),
+    ],
+)
 def test_bad_lane_settings_fail_with_one_line(tmp_path, micro_data, overrides, message):
     recipe = tmp_path / "w.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "command": "grpo", "overrides": {"model.path": str(tmp_path / "base"),
-                                         "model.lora.enabled": True, "data.dir": str(micro_data)}}))  # fmt: skip
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "command": "grpo",
+                "overrides": {
+                    "model.path": str(tmp_path / "base"),
+                    "model.lora.enabled": True,
+                    "data.dir": str(micro_data),
+                },
+            }
+        )
+    )
     with pytest.raises(UserError) as e:
         load_probe(str(recipe), overrides)
     assert message in str(e.value)

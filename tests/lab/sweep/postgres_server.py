@@ -22,8 +22,10 @@ import pytest
 
 def server_bin_dir() -> Path | None:
     """The newest installed server's bin dir, or None."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                   key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)  # fmt: skip
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
     return Path(found[-1]).parent if found else None
 
 
@@ -58,13 +60,36 @@ class PostgresServer:
             )
 
     def start(self) -> PostgresServer:
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                  "--no-sync", "--no-instructions")  # fmt: skip
-        opts = (f"-c port={self.port} -c listen_addresses=127.0.0.1 "
-                f"-c unix_socket_directories={self.root} -c fsync=off "
-                f"-c synchronous_commit=off -c full_page_writes=off")  # fmt: skip
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"), "-o", opts,
-                  "-w", "-t", "60", "start")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
+        opts = (
+            f"-c port={self.port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={self.root} -c fsync=off "
+            f"-c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            opts,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self
 
     def stop(self) -> None:
@@ -82,8 +107,9 @@ class PostgresServer:
         import psycopg2
 
         name = f"t_{uuid.uuid4().hex[:12]}"
-        conn = psycopg2.connect(host="127.0.0.1", port=self.port, user="postgres",
-                                dbname="postgres", connect_timeout=10)  # fmt: skip
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", connect_timeout=10
+        )
         conn.autocommit = True  # CREATE DATABASE cannot run in a transaction
         with conn.cursor() as cur:
             cur.execute(f'CREATE DATABASE "{name}"')
@@ -94,8 +120,10 @@ class PostgresServer:
 def start_or_skip() -> PostgresServer:
     bin_dir = server_bin_dir()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb); "
-                    "install Debian's postgresql package (.ci/run does)")  # fmt: skip
+        pytest.skip(
+            "no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb); "
+            "install Debian's postgresql package (.ci/run does)"
+        )
     server = PostgresServer(bin_dir)
     try:
         return server.start()

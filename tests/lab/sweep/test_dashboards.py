@@ -24,12 +24,22 @@ from smollab.runs import RunView
 @pytest.fixture
 def finished_sweep(fake_child, micro_data, tmp_path):
     """A grid over three learning rates with the fake child: two complete, one diverges."""
-    spec = dict(command="pretrain",
-                overrides={"data.dir": str(micro_data), "data.num_stories": 400,
-                           "data.vocab_size": 256, "perf.device": "cpu", "train.max_steps": 10,
-                           "optim.warmup_steps": 0},
-                space={"optim.lr": [0.1, 0.5, 20.0]}, metric={"name": "val_loss", "goal": "min"},
-                concurrency=2, dir=str(tmp_path / "sweep"), poll_s=0.05)  # fmt: skip
+    spec = dict(
+        command="pretrain",
+        overrides={
+            "data.dir": str(micro_data),
+            "data.num_stories": 400,
+            "data.vocab_size": 256,
+            "perf.device": "cpu",
+            "train.max_steps": 10,
+            "optim.warmup_steps": 0,
+        },
+        space={"optim.lr": [0.1, 0.5, 20.0]},
+        metric={"name": "val_loss", "goal": "min"},
+        concurrency=2,
+        dir=str(tmp_path / "sweep"),
+        poll_s=0.05,
+    )
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     assert run_sweep(load_spec(tmp_path / "spec.yaml")) == {"completed": 2, "diverged": 1}
     return tmp_path / "sweep"
@@ -53,7 +63,10 @@ def test_load_study_reads_trials_params_values_and_states(finished_sweep):
     by_lr = {t.params["optim.lr"]: t for t in study.trials}
     assert sorted(by_lr) == [0.1, 0.5, 20.0] and len(study.trials) == 3
     assert {lr: t.state.name for lr, t in by_lr.items()} == {
-        0.1: "COMPLETE", 0.5: "COMPLETE", 20.0: "PRUNED"}  # fmt: skip
+        0.1: "COMPLETE",
+        0.5: "COMPLETE",
+        20.0: "PRUNED",
+    }
     for lr in (0.1, 0.5):
         run = RunView(finished_sweep / rows[lr]["run_dir"])
         assert by_lr[lr].value == run.last("val_loss")  # the study holds the run's metric
@@ -82,8 +95,11 @@ def test_optuna_dashboard_serves_the_study(finished_sweep):
     # The README's command, `optuna-dashboard <sweep dir>/study.journal`, from this interpreter's
     # environment (its console script sits beside it).
     exe = Path(sys.executable).parent / "optuna-dashboard"
-    server = subprocess.Popen([str(exe), str(finished_sweep / JOURNAL), "--port", str(port),
-                               "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    server = subprocess.Popen(
+        [str(exe), str(finished_sweep / JOURNAL), "--port", str(port), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         body, deadline = None, time.monotonic() + 60
         while body is None and time.monotonic() < deadline:

@@ -68,8 +68,11 @@ def kill_leftovers(pids: list[int]) -> None:
 
 @pytest.mark.parametrize(
     "limit, evidence",
-    [("trial_timeout_s", "timed out after 3 s"), ("stall_timeout_s", "stalled: wrote nothing for 3 s")],
-)  # fmt: skip
+    [
+        ("trial_timeout_s", "timed out after 3 s"),
+        ("stall_timeout_s", "stalled: wrote nothing for 3 s"),
+    ],
+)
 def test_a_hung_trial_is_stopped_and_the_sweep_goes_on(
     fake_child, micro_data, tmp_path, monkeypatch, limit, evidence
 ):
@@ -78,8 +81,15 @@ def test_a_hung_trial_is_stopped_and_the_sweep_goes_on(
     pids = tmp_path / "pids"
     monkeypatch.setenv("FAKE_PIDS_FILE", str(pids))
     monkeypatch.setenv("FAKE_HANG_LR", "0.3")
-    spec = load_spec(fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
-                               stop_timeout_s=1, **{limit: 3}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
+            stop_timeout_s=1,
+            **{limit: 3},
+        )
+    )
     said: list[str] = []
     try:
         counts = run_guarded(spec, said)
@@ -114,8 +124,16 @@ def test_a_child_that_survives_sigkill_is_given_up_on(
     monkeypatch.setenv("FAKE_HANG_LR", "0.3")
     monkeypatch.setattr(scheduler, "KILL_WAIT_S", 1.0)
     monkeypatch.setattr(ch.Child, "kill", lambda self: setattr(self, "kill_sent", 0.0))
-    spec = load_spec(fake_spec(tmp_path, micro_data, space={"optim.lr": [0.3]}, concurrency=1,
-                               trial_timeout_s=1, stop_timeout_s=1))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            space={"optim.lr": [0.3]},
+            concurrency=1,
+            trial_timeout_s=1,
+            stop_timeout_s=1,
+        )
+    )
     try:
         assert run_guarded(spec, []) == {"failed": 1}
     finally:
@@ -127,12 +145,20 @@ def test_a_child_that_survives_sigkill_is_given_up_on(
 
 
 def test_ctrl_c_kills_children_that_ignore_sigint(fake_child, micro_data, tmp_path):
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]},
-                          overrides={"train.max_steps": 100_000}, stop_timeout_s=1)  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        overrides={"train.max_steps": 100_000},
+        stop_timeout_s=1,
+    )
     d = tmp_path / "sweep"
     pids = tmp_path / "pids"
-    parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.02", "FAKE_IGNORE_SIGINT": "1",
-                                                  "FAKE_PIDS_FILE": str(pids)})  # fmt: skip
+    parent = start_parent(
+        fake_child,
+        spec_path,
+        {"FAKE_STEP_S": "0.02", "FAKE_IGNORE_SIGINT": "1", "FAKE_PIDS_FILE": str(pids)},
+    )
     try:
         wait_for(lambda: len(recorded_pids(pids)) == 2)  # both ignore SIGINT by now
         parent.send_signal(signal.SIGINT)
@@ -162,14 +188,27 @@ def test_the_reaper_kills_children_that_ignore_sigint_after_the_sweep_is_sigkill
     fake_child, micro_data, tmp_path
 ):
     """PR_SET_PDEATHSIG only sends SIGINT: the reaper SIGKILLs what ignores it, then exits."""
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]},
-                          overrides={"train.max_steps": 100_000}, stop_timeout_s=1)  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        overrides={"train.max_steps": 100_000},
+        stop_timeout_s=1,
+    )
     pids = tmp_path / "pids"
     with open(tmp_path / "parent.log", "w") as log:
-        env = {**os.environ, "FAKE_STEP_S": "0.02", "FAKE_IGNORE_SIGINT": "1",
-               "FAKE_PIDS_FILE": str(pids)}  # fmt: skip
-        parent = subprocess.Popen([sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+        env = {
+            **os.environ,
+            "FAKE_STEP_S": "0.02",
+            "FAKE_IGNORE_SIGINT": "1",
+            "FAKE_PIDS_FILE": str(pids),
+        }
+        parent = subprocess.Popen(
+            [sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     reaper = None
     try:
         wait_for(
@@ -188,8 +227,9 @@ def test_the_reaper_kills_children_that_ignore_sigint_after_the_sweep_is_sigkill
 
 
 def test_a_second_sweep_on_the_same_dir_stops_at_once(fake_child, micro_data, tmp_path, capsys):
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1]},
-                          overrides={"train.max_steps": 100_000})  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path, micro_data, space={"optim.lr": [0.1]}, overrides={"train.max_steps": 100_000}
+    )
     d = tmp_path / "sweep"
     parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.02"})
     try:
@@ -217,13 +257,23 @@ def test_sweep_dirs_sharing_an_rdb_url_keep_their_own_studies(fake_child, micro_
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     names = {}
     for sub, lr, extra in (("a", 0.1, {}), ("b", 0.2, {}), ("c", 0.3, {"study_name": "mine"})):
-        spec = load_spec(fake_spec(tmp_path, micro_data, space={"optim.lr": [lr]}, storage=url,
-                                   dir=str(tmp_path / sub), **extra))  # fmt: skip
+        spec = load_spec(
+            fake_spec(
+                tmp_path,
+                micro_data,
+                space={"optim.lr": [lr]},
+                storage=url,
+                dir=str(tmp_path / sub),
+                **extra,
+            )
+        )
         assert run_sweep(spec, out=lambda _: None) == {"completed": 1}
         meta = json.loads((tmp_path / sub / "sweep.json").read_text())
         names[sub] = meta["spec"]["study_name"]
-        assert [t.params["optim.lr"] for t in open_study(load_spec(tmp_path / "spec.yaml"),
-                                                         tmp_path / sub).trials] == [lr]  # fmt: skip
+        assert [
+            t.params["optim.lr"]
+            for t in open_study(load_spec(tmp_path / "spec.yaml"), tmp_path / sub).trials
+        ] == [lr]
     assert names["a"].startswith("a-") and names["b"].startswith("b-") and names["c"] == "mine"
     studies = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(url)}
     assert studies == {names["a"]: 1, names["b"]: 1, "mine": 1}

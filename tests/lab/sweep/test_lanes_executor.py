@@ -39,12 +39,24 @@ def spec_file(tmp_path, micro_data):
 
 
 def _spec_file(tmp_path: Path, micro_data: Path, **fields) -> Path:
-    tree = dict(command="grpo", executor="lanes", lanes=2,
-                overrides={"model.path": str(tmp_path / "base"), "model.lora.enabled": True,
-                           "data.dir": str(micro_data), "data.num_stories": 400,
-                           "data.vocab_size": 256, "perf.device": "cpu", "train.max_steps": 6},
-                space={"optim.lr": [1e-3, 2e-3]}, metric={"name": "loss", "goal": "min"},
-                dir=str(tmp_path / "sweep"), poll_s=0.05)  # fmt: skip
+    tree = dict(
+        command="grpo",
+        executor="lanes",
+        lanes=2,
+        overrides={
+            "model.path": str(tmp_path / "base"),
+            "model.lora.enabled": True,
+            "data.dir": str(micro_data),
+            "data.num_stories": 400,
+            "data.vocab_size": 256,
+            "perf.device": "cpu",
+            "train.max_steps": 6,
+        },
+        space={"optim.lr": [1e-3, 2e-3]},
+        metric={"name": "loss", "goal": "min"},
+        dir=str(tmp_path / "sweep"),
+        poll_s=0.05,
+    )
     for k, v in fields.items():
         if k == "overrides":  # None removes a key
             tree["overrides"].update(v)
@@ -77,25 +89,42 @@ def workers_started(sweep_dir: Path, inbox: str = "lanes") -> int:
 # ---- the spec -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("fields", "message"), [
-    ({"command": "pretrain", "overrides": {"model.lora.enabled": None}},
-     "sweep key executor: lanes trains grpo trials only, not pretrain"),
-    ({"overrides": {"perf.grad_checkpointing": True}},
-     "sweep key executor: lanes: lane of this sweep: perf.grad_checkpointing=True is not supported"),
-    ({"space": {"train.batch_size": [8, 16]}},
-     "sweep key space.train.batch_size: executor lanes: train.batch_size cannot differ between lanes"),
-    ({"space": {"grpo.num_generations": [4, 8]}}, "grpo.num_generations cannot differ"),
-    ({"lanes": None}, "sweep key lanes: executor lanes needs lanes: N"),
-    ({"lanes": 0}, "sweep key lanes: at least 1"),
-    ({"executor": "local"}, "sweep key lanes: set only with executor: lanes (the executor is local)"),
-    ({"concurrency": 4}, "sweep key concurrency: not with executor: lanes"),
-    ({"overrides": {"perf.threads": 2}}, "sweep key overrides.perf.threads: not with executor: lanes"),
-    ({"routing_baseline": True}, "sweep key routing_baseline: not with executor: lanes"),
-    ({"lane_workers": 0}, "sweep key lane_workers: at least 1 (lanes worker processes"),
-    ({"lane_workers": "two"}, "sweep key lane_workers: at least 1"),
-    ({"executor": "local", "lanes": None, "lane_workers": 2},
-     "sweep key lane_workers: set only with executor: lanes (the executor is local)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"command": "pretrain", "overrides": {"model.lora.enabled": None}},
+            "sweep key executor: lanes trains grpo trials only, not pretrain",
+        ),
+        (
+            {"overrides": {"perf.grad_checkpointing": True}},
+            "sweep key executor: lanes: lane of this sweep: perf.grad_checkpointing=True is not supported",
+        ),
+        (
+            {"space": {"train.batch_size": [8, 16]}},
+            "sweep key space.train.batch_size: executor lanes: train.batch_size cannot differ between lanes",
+        ),
+        ({"space": {"grpo.num_generations": [4, 8]}}, "grpo.num_generations cannot differ"),
+        ({"lanes": None}, "sweep key lanes: executor lanes needs lanes: N"),
+        ({"lanes": 0}, "sweep key lanes: at least 1"),
+        (
+            {"executor": "local"},
+            "sweep key lanes: set only with executor: lanes (the executor is local)",
+        ),
+        ({"concurrency": 4}, "sweep key concurrency: not with executor: lanes"),
+        (
+            {"overrides": {"perf.threads": 2}},
+            "sweep key overrides.perf.threads: not with executor: lanes",
+        ),
+        ({"routing_baseline": True}, "sweep key routing_baseline: not with executor: lanes"),
+        ({"lane_workers": 0}, "sweep key lane_workers: at least 1 (lanes worker processes"),
+        ({"lane_workers": "two"}, "sweep key lane_workers: at least 1"),
+        (
+            {"executor": "local", "lanes": None, "lane_workers": 2},
+            "sweep key lane_workers: set only with executor: lanes (the executor is local)",
+        ),
+    ],
+)
 def test_spec_refusals(tmp_path, spec_file, fields, message):
     if fields.get("command") == "pretrain":
         fields["metric"] = {"name": "val_loss", "goal": "min"}
@@ -105,9 +134,13 @@ def test_spec_refusals(tmp_path, spec_file, fields, message):
 
 
 def test_spec_lanes_is_the_concurrency_and_lane_keys_may_differ(tmp_path, spec_file):
-    spec = load_spec(spec_file(tmp_path, lanes=3, space={"optim.lr": [1e-3, 2e-3],
-                                                          "grpo.beta": [0.0, 0.04],
-                                                          "model.lora.r": [4, 8]}))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path,
+            lanes=3,
+            space={"optim.lr": [1e-3, 2e-3], "grpo.beta": [0.0, 0.04], "model.lora.r": [4, 8]},
+        )
+    )
     assert spec.concurrency == 3 and spec.lanes == 3
     assert any("lanes: 3; executor: lanes" in ln for ln in spec.describe())
     spec = load_spec(spec_file(tmp_path, lanes=3, lane_workers=2))
@@ -119,8 +152,9 @@ def test_spec_lanes_is_the_concurrency_and_lane_keys_may_differ(tmp_path, spec_f
 def test_more_workers_than_threads_is_refused_in_one_line(tmp_path, spec_file, fake_lanes):
     with pytest.raises(UserError) as e:
         run_sweep(load_spec(spec_file(tmp_path, lane_workers=3, threads=2)), out=lambda m: None)
-    assert str(e.value) == ("sweep key lane_workers: 3 workers need at least 3 CPU threads (one "
-                            "each), the sweep has 2")  # fmt: skip
+    assert str(e.value) == (
+        "sweep key lane_workers: 3 workers need at least 3 CPU threads (one each), the sweep has 2"
+    )
 
 
 def test_lanes_auto_without_a_probe_is_refused_in_one_line(
@@ -141,8 +175,11 @@ def test_lanes_sweep_refills_a_freed_lane_in_one_worker(
     trial's lane refilled while the longer goes on; every run dir as a process trial's; the
     worker gone at the end."""
     monkeypatch.setenv("FAKE_UNTIL_DONE", "2")  # the long lane ends once both short ones have
-    spec = load_spec(spec_file(tmp_path, space={"train.max_steps": [3, 5, 1000]},
-                               overrides={"train.max_steps": None}))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path, space={"train.max_steps": [3, 5, 1000]}, overrides={"train.max_steps": None}
+        )
+    )
     lines: list[str] = []
     counts = run_sweep(spec, out=lines.append)
     d = tmp_path / "sweep"
@@ -158,8 +195,11 @@ def test_lanes_sweep_refills_a_freed_lane_in_one_worker(
     assert workers_started(d) == 1
     sets = lane_sets(d)
     assert max(len(s) for s in sets) == 2
-    refilled = [b for a, b in zip(sets, sets[1:], strict=False) if len(b) == 2 and set(a) & set(b)
-                and a != b]  # fmt: skip
+    refilled = [
+        b
+        for a, b in zip(sets, sets[1:], strict=False)
+        if len(b) == 2 and set(a) & set(b) and a != b
+    ]
     assert refilled, sets
     assert any("2 lanes in one worker" in ln for ln in lines)
     assert not pid_alive(worker_pid(lines))
@@ -168,8 +208,11 @@ def test_lanes_sweep_refills_a_freed_lane_in_one_worker(
 def test_two_workers_share_the_trials_and_the_threads(tmp_path, spec_file, fake_lanes):
     """lane_workers: 2 x lanes: 2 on 2 threads: two workers of 1 thread each, each with its own
     inbox, never more than 2 lanes each; 5 trials spread over both, every one completed."""
-    spec = load_spec(spec_file(tmp_path, lane_workers=2, threads=2,
-                               space={"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3]}))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path, lane_workers=2, threads=2, space={"optim.lr": [1e-3, 2e-3, 3e-3, 4e-3, 5e-3]}
+        )
+    )
     lines: list[str] = []
     assert run_sweep(spec, out=lines.append) == {"completed": 5}
     d = tmp_path / "sweep"
@@ -194,9 +237,16 @@ def test_a_dying_worker_ends_only_its_own_lanes(tmp_path, spec_file, fake_lanes,
     monkeypatch.setenv("FAKE_DIE_AT", "3")
     monkeypatch.setenv("FAKE_DIE_ONCE", str(tmp_path / "died"))
     monkeypatch.setenv("FAKE_DIE_IN", "w0")
-    spec = load_spec(spec_file(tmp_path, lanes=1, lane_workers=2, threads=2,
-                               overrides={"train.max_steps": 30},
-                               space={"optim.lr": [1e-3, 2e-3, 3e-3]}))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path,
+            lanes=1,
+            lane_workers=2,
+            threads=2,
+            overrides={"train.max_steps": 30},
+            space={"optim.lr": [1e-3, 2e-3, 3e-3]},
+        )
+    )
     lines: list[str] = []
     assert run_sweep(spec, out=lines.append) == {"completed": 2, "failed": 1}
     d = tmp_path / "sweep"
@@ -215,9 +265,14 @@ def worker_pid(lines: list[str], which: int = 0) -> int:
 
 
 def test_pruned_lane_is_stopped_through_the_inbox(tmp_path, spec_file, fake_lanes):
-    spec = load_spec(spec_file(tmp_path, space={"optim.lr": [1e-3, 0.5]},
-                               overrides={"train.max_steps": 40},
-                               pruner={"type": "threshold", "upper": 4.9, "n_warmup_steps": 2}))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path,
+            space={"optim.lr": [1e-3, 0.5]},
+            overrides={"train.max_steps": 40},
+            pruner={"type": "threshold", "upper": 4.9, "n_warmup_steps": 2},
+        )
+    )
     run_sweep(spec, out=lambda m: None)
     d = tmp_path / "sweep"
     by_lr = {r["optim.lr"]: r for r in results(d).values()}
@@ -237,8 +292,11 @@ def test_a_lane_that_ignores_its_stop_is_given_up_and_the_abandoned_worker_kille
     """trial_timeout_s, then stop_timeout_s: each lane is given up (-9, failed, timed out), and
     the worker, with no lane the sweep still follows, is SIGKILLed."""
     monkeypatch.setenv("FAKE_IGNORE_STOP", "1")
-    spec = load_spec(spec_file(tmp_path, overrides={"train.max_steps": 10**6},
-                               trial_timeout_s=0.5, stop_timeout_s=0.5))  # fmt: skip
+    spec = load_spec(
+        spec_file(
+            tmp_path, overrides={"train.max_steps": 10**6}, trial_timeout_s=0.5, stop_timeout_s=0.5
+        )
+    )
     lines: list[str] = []
     with pytest.raises(UserError, match="every trial fails so far"):
         run_sweep(spec, out=lines.append)
@@ -272,8 +330,9 @@ def test_stopped_lanes_sweep_resumes_its_trials(tmp_path, spec_file, fake_lanes)
     """Ctrl-C (the stop flag) once the lanes have logged 7 steps: each lane is interrupted through
     the inbox (status interrupted, left running in the study); a rerun resumes them from their
     checkpoints in the same run dirs, under a fresh worker, and runs the third trial."""
-    spec_path = spec_file(tmp_path, space={"optim.lr": [1e-3, 2e-3, 3e-3]},
-                          overrides={"train.max_steps": 200})  # fmt: skip
+    spec_path = spec_file(
+        tmp_path, space={"optim.lr": [1e-3, 2e-3, 3e-3]}, overrides={"train.max_steps": 200}
+    )
     sweep = Sweep(load_spec(spec_path), out=lambda m: None)
     d = tmp_path / "sweep"
 
@@ -313,15 +372,35 @@ def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_dat
     """2 GRPO LoRA trials of the micro model as 2 lanes of one `smollab lanes grpo` worker: each
     run dir as `smollab grpo` writes it, results.csv complete, one worker, gone at the end."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "command": "grpo", "executor": "lanes", "lanes": 2, "threads": 1,
-        "overrides": {"model.path": str(micro_model), "model.lora.enabled": True,
-                      "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
-                      "perf.device": "cpu", "train.max_steps": 3, "train.batch_size": 8,
-                      "grpo.num_generations": 4, "grpo.max_completion_length": 12,
-                      "train.eval_interval": 0, "train.save_interval": 2, "run.plots": False},
-        "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
-        "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "command": "grpo",
+                "executor": "lanes",
+                "lanes": 2,
+                "threads": 1,
+                "overrides": {
+                    "model.path": str(micro_model),
+                    "model.lora.enabled": True,
+                    "data.dir": str(micro_data),
+                    "data.num_stories": 400,
+                    "data.vocab_size": 256,
+                    "perf.device": "cpu",
+                    "train.max_steps": 3,
+                    "train.batch_size": 8,
+                    "grpo.num_generations": 4,
+                    "grpo.max_completion_length": 12,
+                    "train.eval_interval": 0,
+                    "train.save_interval": 2,
+                    "run.plots": False,
+                },
+                "space": {"optim.lr": [1e-3, 3e-3]},
+                "metric": {"name": "reward_mean", "goal": "max"},
+                "dir": str(tmp_path / "sweep"),
+                "poll_s": 0.2,
+            }
+        )
+    )
     lines: list[str] = []
     assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2}
     d = tmp_path / "sweep"
@@ -344,15 +423,35 @@ def test_micro_sweep_with_two_real_workers(tmp_path, micro_model, micro_data):
     """lane_workers: 2 x lanes: 1 on 2 threads: two real `smollab lanes grpo` workers at once,
     one thread each, each trial's run dir complete; both workers gone at the end."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "command": "grpo", "executor": "lanes", "lanes": 1, "lane_workers": 2, "threads": 2,
-        "overrides": {"model.path": str(micro_model), "model.lora.enabled": True,
-                      "data.dir": str(micro_data), "data.num_stories": 400, "data.vocab_size": 256,
-                      "perf.device": "cpu", "train.max_steps": 2, "train.batch_size": 8,
-                      "grpo.num_generations": 4, "grpo.max_completion_length": 12,
-                      "train.eval_interval": 0, "run.plots": False},
-        "space": {"optim.lr": [1e-3, 3e-3]}, "metric": {"name": "reward_mean", "goal": "max"},
-        "dir": str(tmp_path / "sweep"), "poll_s": 0.2}))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "command": "grpo",
+                "executor": "lanes",
+                "lanes": 1,
+                "lane_workers": 2,
+                "threads": 2,
+                "overrides": {
+                    "model.path": str(micro_model),
+                    "model.lora.enabled": True,
+                    "data.dir": str(micro_data),
+                    "data.num_stories": 400,
+                    "data.vocab_size": 256,
+                    "perf.device": "cpu",
+                    "train.max_steps": 2,
+                    "train.batch_size": 8,
+                    "grpo.num_generations": 4,
+                    "grpo.max_completion_length": 12,
+                    "train.eval_interval": 0,
+                    "run.plots": False,
+                },
+                "space": {"optim.lr": [1e-3, 3e-3]},
+                "metric": {"name": "reward_mean", "goal": "max"},
+                "dir": str(tmp_path / "sweep"),
+                "poll_s": 0.2,
+            }
+        )
+    )
     lines: list[str] = []
     assert run_sweep(load_spec(spec), out=lines.append) == {"completed": 2}
     d = tmp_path / "sweep"

@@ -43,9 +43,14 @@ def pg_url(postgres) -> str:
 
 def start_parent(fake_child, spec_path, env_extra) -> subprocess.Popen:
     """`smollab sweep SPEC` in a process group of its own, so the test can kill the group."""
-    return subprocess.Popen([sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **env_extra}, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env_extra},
+        start_new_session=True,
+    )
 
 
 def statuses(sweep_dir) -> list[str]:
@@ -58,8 +63,12 @@ def server_sessions(url: str) -> int:
 
     engine = create_engine(url)
     with engine.connect() as conn:
-        n = conn.execute(text("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                              "current_database() AND pid <> pg_backend_pid()")).scalar()  # fmt: skip
+        n = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                "current_database() AND pid <> pg_backend_pid()"
+            )
+        ).scalar()
     engine.dispose()
     return n
 
@@ -70,8 +79,15 @@ def metric_steps(run_dir) -> list[int]:
 
 
 def test_a_sweep_runs_to_the_end_in_postgres(fake_child, micro_data, tmp_path, pg_url):
-    spec = load_spec(fake_spec(tmp_path, micro_data, storage=pg_url, study_name="pg-grid",
-                               space={"optim.lr": [0.1, 0.5, 20.0, 200.0]}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            storage=pg_url,
+            study_name="pg-grid",
+            space={"optim.lr": [0.1, 0.5, 20.0, 200.0]},
+        )
+    )
     assert run_sweep(spec) == {"completed": 2, "diverged": 1, "failed": 1}
     assert server_sessions(pg_url) == 0  # the sweep closed its connections
     by_lr = {float(r["optim.lr"]): r for r in results(tmp_path / "sweep")}
@@ -86,9 +102,14 @@ def test_a_sweep_runs_to_the_end_in_postgres(fake_child, micro_data, tmp_path, p
 
 
 def test_a_killed_parent_resumes_from_postgres(fake_child, micro_data, tmp_path, pg_url):
-    spec_path = fake_spec(tmp_path, micro_data, storage=pg_url, study_name="pg-resume",
-                          space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
-                          overrides={"train.max_steps": 40})  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path,
+        micro_data,
+        storage=pg_url,
+        study_name="pg-resume",
+        space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
+        overrides={"train.max_steps": 40},
+    )
     d = tmp_path / "sweep"
     parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.04"})
     wait_for(lambda: "completed" in statuses(d) and "running" in statuses(d))
@@ -140,15 +161,28 @@ def test_two_parents_share_one_study(fake_child, micro_data, tmp_path, pg_url):
     (tmp_path / "race").mkdir()
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        specs[name] = fake_spec(tmp_path / name, micro_data, storage=pg_url, study_name="shared",
-                                space={"optim.lr": lrs}, concurrency=3)  # fmt: skip
+        specs[name] = fake_spec(
+            tmp_path / name,
+            micro_data,
+            storage=pg_url,
+            study_name="shared",
+            space={"optim.lr": lrs},
+            concurrency=3,
+        )
     for name in ("a", "b"):
-        env = {"FAKE_STEP_S": "0.05", "RACE_DIR": str(tmp_path / "race"), "RACE_ME": name,
-               "RACE_GAP_S": "0.5"}  # fmt: skip
-        parents[name] = subprocess.Popen([sys.executable, "-c", RACE + PARENT, str(fake_child),
-                                          str(specs[name])], stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True,
-                                         env={**os.environ, **env})  # fmt: skip
+        env = {
+            "FAKE_STEP_S": "0.05",
+            "RACE_DIR": str(tmp_path / "race"),
+            "RACE_ME": name,
+            "RACE_GAP_S": "0.5",
+        }
+        parents[name] = subprocess.Popen(
+            [sys.executable, "-c", RACE + PARENT, str(fake_child), str(specs[name])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+        )
     outs = {name: p.communicate(timeout=120)[0] for name, p in parents.items()}
     for name, p in parents.items():
         assert p.returncode == 0, outs[name]
@@ -167,8 +201,9 @@ def test_two_parents_share_one_study(fake_child, micro_data, tmp_path, pg_url):
     assert len(owners) == 2
 
 
-def test_a_parent_settles_its_own_trials_outside_the_lock(micro_data, tmp_path, pg_url,
-                                                          monkeypatch):  # fmt: skip
+def test_a_parent_settles_its_own_trials_outside_the_lock(
+    micro_data, tmp_path, pg_url, monkeypatch
+):
     """A rerun of dir a stops what a's previous parent left and retries a's failed trial, without
     holding the study lock meanwhile; dir b's parent touches none of it, nor takes a's retry."""
     from optuna.trial import TrialState
@@ -178,14 +213,22 @@ def test_a_parent_settles_its_own_trials_outside_the_lock(micro_data, tmp_path, 
     from smollab.lab.sweep import trials as trials_mod
     from smollab.lab.sweep.study_lock import StudyLock
 
-    spec = load_spec(fake_spec(tmp_path, micro_data, storage=pg_url, study_name="own",
-                               space={"optim.lr": [0.1, 0.2, 0.3, 0.4]}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            storage=pg_url,
+            study_name="own",
+            space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
+        )
+    )
     study = open_study(spec, tmp_path / "a")
     lock = StudyLock(pg_url, "own")
 
     def parent(name):
-        return trials_mod.Trials(spec, study, tmp_path / name, lambda _: None, owner=name,
-                                 lock=lock)  # fmt: skip
+        return trials_mod.Trials(
+            spec, study, tmp_path / name, lambda _: None, owner=name, lock=lock
+        )
 
     first = parent("a")
     failed, left, done = (first.next_trial() for _ in range(3))
@@ -208,7 +251,7 @@ def test_a_parent_settles_its_own_trials_outside_the_lock(micro_data, tmp_path, 
         lambda run_dir, timeout: seen.append(("reap", run_dir.name, lock_free())),
     )
 
-    def conclude(trial, name, status, summary, code, wall):  # fmt: skip
+    def conclude(trial, name, status, summary, code, wall):
         seen.append(("conclude", name, lock_free()))
         study.tell(trial, 1.0)
 
@@ -220,8 +263,9 @@ def test_a_parent_settles_its_own_trials_outside_the_lock(micro_data, tmp_path, 
     with lock:
         assert not lock_free()  # the probe sees a held lock
     rerun.settle_previous(1.0, conclude)
-    assert sorted(seen) == sorted([("reap", left.name, True), ("reap", done.name, True),
-                                   ("conclude", done.name, True)])  # fmt: skip
+    assert sorted(seen) == sorted(
+        [("reap", left.name, True), ("reap", done.name, True), ("conclude", done.name, True)]
+    )
     fresh = b.next_trial()
     assert fresh.name not in (failed.name, left.name, done.name) and b.next_trial() is None
     resumed, retry = rerun.next_trial(), rerun.next_trial()

@@ -45,8 +45,11 @@ def ray_cluster():
     tmp = tempfile.mkdtemp(prefix="smr", dir="/tmp")
     mp = pytest.MonkeyPatch()
     mp.setenv("RAY_TMPDIR", tmp)
-    cluster = Cluster(initialize_head=True, connect=False,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})  # fmt: skip
+    cluster = Cluster(
+        initialize_head=True,
+        connect=False,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
@@ -85,10 +88,16 @@ def same_results(local: list[dict], ray: list[dict], metric: str, loose: set[str
 
 
 def test_real_micro_trials_give_the_local_results(ray_cluster, micro_pretrain, tmp_path, capsys):
-    spec = write_spec(tmp_path / "lr.yaml", command="pretrain",
-                      overrides=micro_overrides(micro_pretrain), space={"optim.lr": [1e-2]},
-                      metric={"name": "val_loss", "goal": "min"}, concurrency=1, threads=1,
-                      dir=str(tmp_path / "local"))  # fmt: skip
+    spec = write_spec(
+        tmp_path / "lr.yaml",
+        command="pretrain",
+        overrides=micro_overrides(micro_pretrain),
+        space={"optim.lr": [1e-2]},
+        metric={"name": "val_loss", "goal": "min"},
+        concurrency=1,
+        threads=1,
+        dir=str(tmp_path / "local"),
+    )
     assert run_sweep(load_spec(spec)) == {"completed": 1}
     ray_spec = on_ray(spec, ray_cluster, tmp_path / "ray")
     assert run_sweep(load_spec(ray_spec)) == {"completed": 1}
@@ -97,22 +106,29 @@ def test_real_micro_trials_give_the_local_results(ray_cluster, micro_pretrain, t
     assert "ray: 1 trial slot(s) of 1 CPU, 0 GPU" in out
     (row,) = results(tmp_path / "ray")
     assert "perf.threads=1" in (tmp_path / "ray" / row["run_dir"] / "child.log").read_text()
-    rows = [list(csv.DictReader(open(d / row["run_dir"] / "metrics.csv")))
-            for d in (tmp_path / "local", tmp_path / "ray")]  # fmt: skip
+    rows = [
+        list(csv.DictReader(open(d / row["run_dir"] / "metrics.csv")))
+        for d in (tmp_path / "local", tmp_path / "ray")
+    ]
     assert [r["step"] for r in rows[0]] == [r["step"] for r in rows[1]] and len(rows[0]) >= 4
     for name in ("train_loss", "val_loss"):  # every logged value, not only the final metric
         local, ray = ([float(r[name]) for r in rs if r[name]] for rs in rows)
         assert local and local == pytest.approx(ray, abs=1e-5)
 
 
-def test_pruned_and_failed_trials_are_recorded_as_locally(ray_cluster, fake_child, micro_data,
-                                                          tmp_path):  # fmt: skip
+def test_pruned_and_failed_trials_are_recorded_as_locally(
+    ray_cluster, fake_child, micro_data, tmp_path
+):
     """lr 0.1 completes, 1e-4 stays above the threshold (pruned by SIGINT), 100 raises (failed),
     20 turns nan (diverged)."""
-    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 1e-4, 100, 20]},
-                     overrides={"train.max_steps": 100}, dir=str(tmp_path / "local"),
-                     pruner={"type": "threshold", "metric": "train_loss", "upper": 4.9,
-                             "n_warmup_steps": 3})  # fmt: skip
+    spec = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 1e-4, 100, 20]},
+        overrides={"train.max_steps": 100},
+        dir=str(tmp_path / "local"),
+        pruner={"type": "threshold", "metric": "train_loss", "upper": 4.9, "n_warmup_steps": 3},
+    )
     want = {"completed": 1, "pruned": 1, "failed": 1, "diverged": 1}
     assert run_sweep(load_spec(spec)) == want
     assert run_sweep(load_spec(on_ray(spec, ray_cluster, tmp_path / "ray"))) == want
@@ -129,13 +145,24 @@ def test_pruned_and_failed_trials_are_recorded_as_locally(ray_cluster, fake_chil
 def test_a_killed_parent_resumes_on_ray(ray_cluster, fake_child, micro_data, tmp_path):
     """SIGKILL the sweep: Ray ends its actors, their children die, and a rerun finishes the sweep
     with each metrics row exactly once, as locally (tests/lab/sweep/test_sweep.py)."""
-    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]},
-                     overrides={"train.max_steps": 300}, executor="ray",
-                     ray={"address": ray_cluster})  # fmt: skip
+    spec = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        overrides={"train.max_steps": 300},
+        executor="ray",
+        ray={"address": ray_cluster},
+    )
     d = tmp_path / "sweep"
     parent = start_parent(fake_child, spec, {})
-    wait_for(lambda: any(r["status"] == "running" for r in results(d))
-             if (d / "results.csv").exists() and child_pids(d) else False, timeout=120)  # fmt: skip
+    wait_for(
+        lambda: (
+            any(r["status"] == "running" for r in results(d))
+            if (d / "results.csv").exists() and child_pids(d)
+            else False
+        ),
+        timeout=120,
+    )
     wait_for(lambda: all((p / "metrics.csv").exists() for p in child_pids(d)))
     pids = child_pids(d)
     parent.send_signal(signal.SIGKILL)
@@ -149,17 +176,24 @@ def test_a_killed_parent_resumes_on_ray(ray_cluster, fake_child, micro_data, tmp
     assert [launches(p) for p in pids] == [2] * len(pids)  # killed while running: resumed
 
 
-def test_a_lost_actor_fails_its_trial_and_its_slot_is_replaced(ray_cluster, fake_child, micro_data,
-                                                                tmp_path, monkeypatch):  # fmt: skip
+def test_a_lost_actor_fails_its_trial_and_its_slot_is_replaced(
+    ray_cluster, fake_child, micro_data, tmp_path, monkeypatch
+):
     """A node or worker lost mid-trial: the trial is recorded failed, naming it, and the next trial
     runs on a fresh actor in the slot."""
     import ray
 
     from smollab.lab.sweep import ray_executor
 
-    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2]}, concurrency=1,
-                     overrides={"train.max_steps": 300}, executor="ray",
-                     ray={"address": ray_cluster})  # fmt: skip
+    spec = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2]},
+        concurrency=1,
+        overrides={"train.max_steps": 300},
+        executor="ray",
+        ray={"address": ray_cluster},
+    )
     launched: list = []
     real_launch = ray_executor.RayExecutor.launch
 
@@ -167,8 +201,9 @@ def test_a_lost_actor_fails_its_trial_and_its_slot_is_replaced(ray_cluster, fake
         child = real_launch(self, *a, **kw)
         if not launched:  # the first trial: its actor dies once it has logged a step
             metrics = child.run_dir / "metrics.csv"
-            threading.Thread(target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor),
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor), daemon=True
+            ).start()
         launched.append(child)
         return child
 
@@ -190,8 +225,11 @@ def test_a_trial_on_ray_gets_its_slots_threads_even_alone(fake_child, micro_data
     argvs: list[list[str]] = []
     sweep = Sweep(load_spec(fake_spec(tmp_path, micro_data, concurrency=2)), out=lambda _: None)
     sweep.concurrency, sweep.total_threads = 2, 2
-    sweep.trials = SimpleNamespace(run_dir=lambda name: tmp_path / name, remaining=lambda: 0,
-                                   study=SimpleNamespace(study_name="s"))  # fmt: skip
+    sweep.trials = SimpleNamespace(
+        run_dir=lambda name: tmp_path / name,
+        remaining=lambda: 0,
+        study=SimpleNamespace(study_name="s"),
+    )
 
     class Slot:  # the RayExecutor's part the scheduler uses
         trial_threads = 1
@@ -234,9 +272,11 @@ def test_ray_keys(micro_data, tmp_path, monkeypatch):
 def test_the_local_executor_never_imports_ray(micro_data, tmp_path):
     """`import ray` costs seconds and the package is an extra: only `executor: ray` loads it."""
     spec = fake_spec(tmp_path, micro_data)
-    code = ("import sys; from smollab.cli import main; import smollab.lab.sweep.scheduler; "
-            f"main(['sweep', {str(spec)!r}, '--dry-run']); "
-            "assert 'ray' not in sys.modules, 'ray imported'")  # fmt: skip
+    code = (
+        "import sys; from smollab.cli import main; import smollab.lab.sweep.scheduler; "
+        f"main(['sweep', {str(spec)!r}, '--dry-run']); "
+        "assert 'ray' not in sys.modules, 'ray imported'"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "executor: local" in done.stdout
@@ -252,9 +292,15 @@ def test_an_idle_dead_actor_or_a_slow_launch_hands_the_trial_to_a_fresh_slot(
 
     from smollab.lab.sweep import ray_executor
 
-    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]}, concurrency=1,
-                     overrides={"train.max_steps": 20}, executor="ray",
-                     ray={"address": ray_cluster})  # fmt: skip
+    spec = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        concurrency=1,
+        overrides={"train.max_steps": 20},
+        executor="ray",
+        ray={"address": ray_cluster},
+    )
     names: list[str] = []
     slow: list[int] = []
     real_launch, real_get = ray_executor.RayExecutor.launch, ray.get
@@ -300,9 +346,15 @@ def test_a_slot_ray_cannot_place_again_leaves_the_sweep_running(
 
     from smollab.lab.sweep import ray_executor
 
-    spec = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]}, concurrency=2,
-                     overrides={"train.max_steps": 300}, executor="ray",
-                     ray={"address": ray_cluster})  # fmt: skip
+    spec = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        concurrency=2,
+        overrides={"train.max_steps": 300},
+        executor="ray",
+        ray={"address": ray_cluster},
+    )
     real_init, real_launch = ray_executor.RayExecutor.__init__, ray_executor.RayExecutor.launch
     launched: list = []
 
@@ -315,8 +367,9 @@ def test_a_slot_ray_cannot_place_again_leaves_the_sweep_running(
         child = real_launch(self, *a, **kw)
         if len(launched) == 1:  # the second trial: its actor dies once it has logged a step
             metrics = child.run_dir / "metrics.csv"
-            threading.Thread(target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor),
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=lambda: wait_for(metrics.exists) and ray.kill(child.slot.actor), daemon=True
+            ).start()
         launched.append(child)
         return child
 
@@ -348,8 +401,11 @@ def test_a_slot_that_cannot_start_and_a_gpu_cluster_seen_from_a_cpu_driver(
     monkeypatch.setattr(os, "getcwd", lambda: missing)
     with pytest.raises(UserError) as e:
         RayExecutor(spec, 1, "cpu", say=lambda _: None)
-    assert re.fullmatch(rf"sweep key executor: ray: node \S+ has no directory {missing} "
-                        r"\(No such file or directory\); every node must see .*", str(e.value))  # fmt: skip
+    assert re.fullmatch(
+        rf"sweep key executor: ray: node \S+ has no directory {missing} "
+        r"\(No such file or directory\); every node must see .*",
+        str(e.value),
+    )
     assert not ray.is_initialized()
     monkeypatch.setattr(os, "getcwd", real_getcwd)
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 2.0})

@@ -22,12 +22,21 @@ from smollab.report.sweep_report import write_sweep_report
 
 
 def routing_spec(tmp_path: Path, **fields) -> SweepSpec:
-    tree = dict(command="grpo",
-                overrides={"grpo.routing.enabled": True, "grpo.routing.mode": "classic",
-                           "train.max_steps": 6, "optim.lr": 0.1},
-                space={"grpo.routing.routing_frac": [0.2, 1.0], "grpo.routing.retain_r": [4, 32]},
-                metric={"name": "reward_mean", "goal": "max"}, concurrency=2,
-                dir=str(tmp_path / "sweep"), poll_s=0.05, routing_baseline=True)  # fmt: skip
+    tree = dict(
+        command="grpo",
+        overrides={
+            "grpo.routing.enabled": True,
+            "grpo.routing.mode": "classic",
+            "train.max_steps": 6,
+            "optim.lr": 0.1,
+        },
+        space={"grpo.routing.routing_frac": [0.2, 1.0], "grpo.routing.retain_r": [4, 32]},
+        metric={"name": "reward_mean", "goal": "max"},
+        concurrency=2,
+        dir=str(tmp_path / "sweep"),
+        poll_s=0.05,
+        routing_baseline=True,
+    )
     tree.update(fields)
     return SweepSpec.model_validate(tree)
 
@@ -59,8 +68,15 @@ def test_which_trials_get_which_baseline(tmp_path):
     assert a.extra["grpo.routing.mode"] == "none" and a.name.startswith("b")
     assert a.name.endswith("-retain_r4-s0") and d.name.endswith("-s1")
     # ablated_frac is read by a none run too: the baseline keeps it, and it tells baselines apart
-    e = found.add("005-x", {"grpo.routing.routing_frac": 0.2, "grpo.routing.retain_r": 4,
-                            "grpo.routing.ablated_frac": 0.3}, 0)  # fmt: skip
+    e = found.add(
+        "005-x",
+        {
+            "grpo.routing.routing_frac": 0.2,
+            "grpo.routing.retain_r": 4,
+            "grpo.routing.ablated_frac": 0.3,
+        },
+        0,
+    )
     assert e is not a and e.params["grpo.routing.ablated_frac"] == 0.3
     assert "grpo.routing.ablated_frac" not in e.extra
     # a trial whose routing is off, or already mode none, is no routed trial
@@ -133,7 +149,12 @@ def test_a_baseline_option_with_nothing_to_match_is_refused(tmp_path, command, m
     from smollab.errors import UserError
     from smollab.lab.sweep.spec_load import validate_spec
 
-    tree = dict(command=command, space={"optim.lr": [1e-3]}, routing_baseline=True,
-                metric={"name": "lr", "goal": "min"}, dir=str(tmp_path / "sweep"))  # fmt: skip
+    tree = dict(
+        command=command,
+        space={"optim.lr": [1e-3]},
+        routing_baseline=True,
+        metric={"name": "lr", "goal": "min"},
+        dir=str(tmp_path / "sweep"),
+    )
     with pytest.raises(UserError, match=f"^sweep key routing_baseline: {match}"):
         validate_spec(tree)

@@ -31,14 +31,25 @@ def spec_file(tmp_path):
 def test_loads_with_numbers_flattened_keys_and_default_dir(spec_file):
     spec = load_spec(spec_file)
     assert spec.space == {"optim.lr": [1e-4, 1e-3, 1e-2]}  # 1e-4 without a dot is a number
-    assert spec.overrides == {"model.preset": "micro", "optim.warmup_steps": 2,
-                              "train.max_steps": 20}  # fmt: skip
+    assert spec.overrides == {
+        "model.preset": "micro",
+        "optim.warmup_steps": 2,
+        "train.max_steps": 20,
+    }
     assert spec.dir == "sweeps/lr" and spec.total_runs() == 3 and spec.sampler == "grid"
 
 
 def test_overrides_on_the_spec(spec_file):
-    spec = load_spec(spec_file, ["dir=/tmp/x", "concurrency=4", "space.optim.lr=[1e-3,3e-3]",
-                                 "overrides.train.max_steps=5", "seeds=[0,1]"])  # fmt: skip
+    spec = load_spec(
+        spec_file,
+        [
+            "dir=/tmp/x",
+            "concurrency=4",
+            "space.optim.lr=[1e-3,3e-3]",
+            "overrides.train.max_steps=5",
+            "seeds=[0,1]",
+        ],
+    )
     assert spec.dir == "/tmp/x" and spec.concurrency == 4
     assert spec.space["optim.lr"] == [1e-3, 3e-3] and spec.overrides["train.max_steps"] == 5
     assert spec.total_runs() == 4
@@ -49,52 +60,103 @@ def test_overrides_on_the_spec(spec_file):
     [
         (["samplr=tpe"], "unknown sweep key samplr (did you mean sampler?)"),
         (["sampler=bogus"], "sweep key sampler: Input should be 'grid', 'random', 'qmc' or 'tpe'"),
-        (["space.optim.lrr=[1,2]"], "space.optim.lrr: unknown pretrain config key (did you mean optim.lr?)"),
+        (
+            ["space.optim.lrr=[1,2]"],
+            "space.optim.lrr: unknown pretrain config key (did you mean optim.lr?)",
+        ),
         (["metric.name=val_los"], "pretrain logs no metric 'val_los' (did you mean val_loss?)"),
         (["metric.goal=minimize"], "sweep key metric.goal: Input should be 'min' or 'max'"),
         (["command=pretrian"], "unknown command 'pretrian' (did you mean pretrain?)"),
-        (["space.optim.lr={low: 1e-4, high: 1e-2, log: true}"], "sampler grid needs a list of values"),
+        (
+            ["space.optim.lr={low: 1e-4, high: 1e-2, log: true}"],
+            "sampler grid needs a list of values",
+        ),
         (["sampler=tpe"], "sampler tpe needs n_trials"),
         (["n_trials=3"], "the grid sampler runs every point (3 here)"),
         (["space.optim.lr=[]"], "space.optim.lr: empty list of values"),
-        (["space.optim.lr=[-1, 1e-3]"], "sweep trial {optim.lr=-1}: config key optim.lr: Input should be greater than 0"),
+        (
+            ["space.optim.lr=[-1, 1e-3]"],
+            "sweep trial {optim.lr=-1}: config key optim.lr: Input should be greater than 0",
+        ),
         (["space.run.seed=[1,2]"], "space.run.seed: set by the sweep"),
         (["pruner.type=asha"], "asha needs an explicit min_resource"),
         (["pruner.type=threshold"], "threshold needs lower or upper"),
         (["pruner.metric=reward_mean"], "pretrain logs no metric 'reward_mean'"),
         (["concurrency=0"], "concurrency: at least 1"),
         (["seeds=[1,1]"], "repeated seeds"),
-        (["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-2, high: 1e-4}"], "low (0.01) must be below high"),
-        (["sampler=random", "n_trials=2", "space.optim.lr={low: 0, high: 1, log: true}"], "log: true needs low > 0"),
-        (["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-4, hgh: 1}"], "unknown sweep key space.optim.lr.hgh (did you mean space.optim.lr.high?)"),
-        (["sampler=random", "n_trials=2", "enqueue=[{optim.beta1: 0.9}]"], "enqueue.0.optim.beta1: not a key of space"),
+        (
+            ["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-2, high: 1e-4}"],
+            "low (0.01) must be below high",
+        ),
+        (
+            ["sampler=random", "n_trials=2", "space.optim.lr={low: 0, high: 1, log: true}"],
+            "log: true needs low > 0",
+        ),
+        (
+            ["sampler=random", "n_trials=2", "space.optim.lr={low: 1e-4, hgh: 1}"],
+            "unknown sweep key space.optim.lr.hgh (did you mean space.optim.lr.high?)",
+        ),
+        (
+            ["sampler=random", "n_trials=2", "enqueue=[{optim.beta1: 0.9}]"],
+            "enqueue.0.optim.beta1: not a key of space",
+        ),
         (["overrides.optim.lr=1e-3"], "overrides.optim.lr: also swept in space"),
         (["base=nope.yaml"], "sweep key base: file not found: nope.yaml"),
-        (["overrides=[train.max_steps, 5]"], "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got list"),
+        (
+            ["overrides=[train.max_steps, 5]"],
+            "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got list",
+        ),
         (["overrides=[{a: 1}]"], "sweep key overrides: expected a mapping of config keys"),
-        (["overrides=5"], "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got int 5"),
+        (
+            ["overrides=5"],
+            "sweep key overrides: expected a mapping of config keys (train.max_steps: 50), got int 5",
+        ),
         (["space=[optim.lr]"], "sweep key space: expected a mapping of config keys"),
-        (["sampler=random", "n_trials=2", "enqueue=[0.1]"], "sweep key enqueue.0: expected a mapping of space keys to values, got 0.1"),
-        (["sampler=random", "n_trials=2", "space.optim.lr={low: true, high: 1}"], "sweep key space.optim.lr.low: expected a number, not true or false"),
-        (["sampler=random", "n_trials=true"], "sweep key n_trials: expected a number, not true or false"),
+        (
+            ["sampler=random", "n_trials=2", "enqueue=[0.1]"],
+            "sweep key enqueue.0: expected a mapping of space keys to values, got 0.1",
+        ),
+        (
+            ["sampler=random", "n_trials=2", "space.optim.lr={low: true, high: 1}"],
+            "sweep key space.optim.lr.low: expected a number, not true or false",
+        ),
+        (
+            ["sampler=random", "n_trials=true"],
+            "sweep key n_trials: expected a number, not true or false",
+        ),
         (["seeds=[0, true]"], "sweep key seeds: expected numbers, not true or false"),
-        (["concurrency=true"], "sweep key concurrency: at least 1 (trials at once, a whole number) or auto, got True"),
+        (
+            ["concurrency=true"],
+            "sweep key concurrency: at least 1 (trials at once, a whole number) or auto, got True",
+        ),
         (["concurrency=1.5"], "sweep key concurrency: at least 1"),
         (["concurrency=many"], "sweep key concurrency: at least 1"),
         (["threads=true"], "sweep key threads: expected a number, not true or false"),
         (["metric.at_step=true"], "sweep key metric.at_step: expected a step number, got True"),
         (["metric=[val_loss]"], "sweep key metric: Input should be a valid dictionary"),
-        (["pruner.type=median", "pruner.n_warmup_steps=x"], "sweep key pruner.n_warmup_steps: Input should be a valid integer"),
-        (["report.plots_every_s=false"], "sweep key report.plots_every_s: expected a number, not true or false"),
+        (
+            ["pruner.type=median", "pruner.n_warmup_steps=x"],
+            "sweep key pruner.n_warmup_steps: Input should be a valid integer",
+        ),
+        (
+            ["report.plots_every_s=false"],
+            "sweep key report.plots_every_s: expected a number, not true or false",
+        ),
         (["trial_timeout_s=0"], "sweep key trial_timeout_s: Input should be greater than 0"),
         (["stall_timeout_s=-1"], "sweep key stall_timeout_s: Input should be greater than 0"),
         (["study_name=''"], "sweep key study_name: String should have at least 1 character"),
-        (["storage=foo://bar"], "sweep key storage: unknown database scheme 'foo' in 'foo://bar'; use sqlite, postgresql or mysql"),
+        (
+            ["storage=foo://bar"],
+            "sweep key storage: unknown database scheme 'foo' in 'foo://bar'; use sqlite, postgresql or mysql",
+        ),
         (["storage=not a url"], "sweep key storage: 'not a url' is not a database URL"),
         (["storage=sqlite://"], "sweep key storage: 'sqlite://' is an in-memory database"),
-        (["storage=sqlite:////nonexistent-dir/x.db"], "sweep key storage: directory not found for /nonexistent-dir/x.db"),
+        (
+            ["storage=sqlite:////nonexistent-dir/x.db"],
+            "sweep key storage: directory not found for /nonexistent-dir/x.db",
+        ),
     ],
-)  # fmt: skip
+)
 def test_invalid_specs_fail_with_one_line(spec_file, overrides, message):
     with pytest.raises(UserError) as e:
         load_spec(spec_file, overrides)
@@ -105,12 +167,15 @@ def test_invalid_specs_fail_with_one_line(spec_file, overrides, message):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("overrides: [model.preset, micro]\n", "sweep key overrides: expected a mapping of config keys"),
+        (
+            "overrides: [model.preset, micro]\n",
+            "sweep key overrides: expected a mapping of config keys",
+        ),
         ("storage: redis://localhost\n", "sweep key storage: unknown database scheme 'redis'"),
         ("base: missing.yaml\n", "sweep key base: file not found: missing.yaml"),
         ("enqueue: 3\n", "sweep key enqueue: Input should be a valid list"),
     ],
-)  # fmt: skip
+)
 def test_spec_file_mistakes_through_the_cli_leave_nothing_behind(tmp_path, capsys, text, message):
     from smollab.cli import main
 
@@ -133,9 +198,11 @@ def test_empty_space_and_missing_file(tmp_path):
 
 def test_grpo_metrics_and_distributions(tmp_path):
     p = tmp_path / "g.yaml"
-    p.write_text("command: grpo\nspace:\n  grpo.beta: {low: 0.001, high: 0.1, log: true}\n"
-                 "sampler: tpe\nn_trials: 4\nseeds: [0, 1]\nmetric: {name: reward_mean, goal: max}\n"
-                 "enqueue: [{grpo.beta: 0.02}]\n")  # fmt: skip
+    p.write_text(
+        "command: grpo\nspace:\n  grpo.beta: {low: 0.001, high: 0.1, log: true}\n"
+        "sampler: tpe\nn_trials: 4\nseeds: [0, 1]\nmetric: {name: reward_mean, goal: max}\n"
+        "enqueue: [{grpo.beta: 0.02}]\n"
+    )
     spec = load_spec(p)
     assert isinstance(spec.space["grpo.beta"], Distribution) and spec.total_runs() == 8
     assert spec.space["grpo.beta"].optuna().log

@@ -46,12 +46,22 @@ def micro_overrides(micro_pretrain: list[str]) -> dict:
 
 
 def fake_spec(tmp_path, micro_data, **fields):
-    base = dict(command="pretrain",
-                overrides={"data.dir": str(micro_data), "data.num_stories": 400,
-                           "data.vocab_size": 256, "perf.device": "cpu", "train.max_steps": 10,
-                           "optim.warmup_steps": 0},
-                space={"optim.lr": [0.1]}, metric={"name": "val_loss", "goal": "min"},
-                concurrency=2, dir=str(tmp_path / "sweep"), poll_s=0.05)  # fmt: skip
+    base = dict(
+        command="pretrain",
+        overrides={
+            "data.dir": str(micro_data),
+            "data.num_stories": 400,
+            "data.vocab_size": 256,
+            "perf.device": "cpu",
+            "train.max_steps": 10,
+            "optim.warmup_steps": 0,
+        },
+        space={"optim.lr": [0.1]},
+        metric={"name": "val_loss", "goal": "min"},
+        concurrency=2,
+        dir=str(tmp_path / "sweep"),
+        poll_s=0.05,
+    )
     for k, v in fields.items():
         if k == "overrides":
             base["overrides"].update(v)
@@ -93,10 +103,16 @@ def test_a_new_trials_thread_share():
 
 def test_micro_grid_sweep_end_to_end(micro_pretrain, tmp_path):
     """Concurrency 2, a huge LR that diverges: results.csv complete, report with the LR analysis."""
-    spec = write_spec(tmp_path / "lr.yaml", command="pretrain", overrides=micro_overrides(micro_pretrain),
-                      space={"optim.lr": [1e-2, 1e3]}, seeds=[0, 1],
-                      metric={"name": "val_loss", "goal": "min"}, concurrency=2,
-                      dir=str(tmp_path / "sweep"))  # fmt: skip
+    spec = write_spec(
+        tmp_path / "lr.yaml",
+        command="pretrain",
+        overrides=micro_overrides(micro_pretrain),
+        space={"optim.lr": [1e-2, 1e3]},
+        seeds=[0, 1],
+        metric={"name": "val_loss", "goal": "min"},
+        concurrency=2,
+        dir=str(tmp_path / "sweep"),
+    )
     d = tmp_path / "sweep"
     counts = run_sweep(load_spec(spec))
     assert counts == {"completed": 2, "diverged": 2}
@@ -129,11 +145,16 @@ def test_micro_grid_sweep_end_to_end(micro_pretrain, tmp_path):
 
 def test_threshold_pruner_stops_a_trial(micro_pretrain, tmp_path):
     over = micro_overrides(micro_pretrain) | {"train.max_steps": 100_000, "optim.min_lr": 0}
-    spec = write_spec(tmp_path / "p.yaml", command="pretrain", overrides=over,
-                      space={"optim.lr": [1e-7]}, metric={"name": "val_loss"},
-                      pruner={"type": "threshold", "metric": "train_loss", "upper": 5.0,
-                              "n_warmup_steps": 5},
-                      concurrency=1, dir=str(tmp_path / "sweep"))  # fmt: skip
+    spec = write_spec(
+        tmp_path / "p.yaml",
+        command="pretrain",
+        overrides=over,
+        space={"optim.lr": [1e-7]},
+        metric={"name": "val_loss"},
+        pruner={"type": "threshold", "metric": "train_loss", "upper": 5.0, "n_warmup_steps": 5},
+        concurrency=1,
+        dir=str(tmp_path / "sweep"),
+    )
     assert run_sweep(load_spec(spec)) == {"pruned": 1}
     (row,) = results(tmp_path / "sweep")
     assert row["status"] == "pruned" and "above the upper bound 5" in row["reason"]
@@ -152,8 +173,9 @@ def test_status_mapping_threads_and_rerun(fake_child, micro_data, tmp_path):
     and retries the failed one in its own run dir."""
     # The first poll comes after both quick endings (crash, divergence), so the last trial is
     # launched alone whatever order they end in; a 50 ms poll made the thread count a race.
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 20.0, 200.0]}, threads=4,
-                          poll_s=0.5)  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path, micro_data, space={"optim.lr": [0.1, 20.0, 200.0]}, threads=4, poll_s=0.5
+    )
     spec = load_spec(spec_path)
     counts = run_sweep(spec)
     assert counts == {"completed": 1, "diverged": 1, "failed": 1}
@@ -190,13 +212,20 @@ def test_every_trial_failing_stops_the_sweep(fake_child, micro_data, tmp_path):
 
 def test_median_pruner_and_enqueued_points_first(fake_child, micro_data, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
-    spec = load_spec(fake_spec(
-        tmp_path, micro_data, sampler="random", n_trials=2, concurrency=1,
-        overrides={"train.max_steps": 60},
-        space={"optim.lr": {"low": 1e-4, "high": 1.0, "log": True}},
-        enqueue=[{"optim.lr": 1.0}, {"optim.lr": 1e-4}],
-        metric={"name": "train_loss"}, pruner={"type": "median", "n_startup_trials": 1,
-                                               "n_warmup_steps": 5}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            sampler="random",
+            n_trials=2,
+            concurrency=1,
+            overrides={"train.max_steps": 60},
+            space={"optim.lr": {"low": 1e-4, "high": 1.0, "log": True}},
+            enqueue=[{"optim.lr": 1.0}, {"optim.lr": 1e-4}],
+            metric={"name": "train_loss"},
+            pruner={"type": "median", "n_startup_trials": 1, "n_warmup_steps": 5},
+        )
+    )
     assert run_sweep(spec) == {"completed": 1, "pruned": 1}
     rows = results(tmp_path / "sweep")
     assert [float(r["optim.lr"]) for r in rows] == [1.0, 1e-4]  # the enqueued points, in order
@@ -204,8 +233,16 @@ def test_median_pruner_and_enqueued_points_first(fake_child, micro_data, tmp_pat
 
 
 def test_seeds_run_each_sampled_configuration(fake_child, micro_data, tmp_path):
-    spec = load_spec(fake_spec(tmp_path, micro_data, sampler="tpe", n_trials=2, seeds=[0, 1, 2],
-                               space={"optim.lr": {"low": 1e-3, "high": 1.0, "log": True}}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            sampler="tpe",
+            n_trials=2,
+            seeds=[0, 1, 2],
+            space={"optim.lr": {"low": 1e-3, "high": 1.0, "log": True}},
+        )
+    )
     assert run_sweep(spec) == {"completed": 6}
     rows = results(tmp_path / "sweep")
     by_lr: dict[str, set] = {}
@@ -234,8 +271,13 @@ sys.exit(main(["sweep", *sys.argv[2:]]))
 
 def start_parent(fake_child, spec_path, env_extra) -> subprocess.Popen:
     env = {**os.environ, **env_extra}
-    return subprocess.Popen([sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(fake_child), str(spec_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def wait_for(cond, timeout=60.0):
@@ -252,8 +294,12 @@ def child_pids(sweep_dir: Path) -> dict[Path, int]:
 
 
 def test_resume_after_the_parent_is_killed(fake_child, micro_data, tmp_path):
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
-                          overrides={"train.max_steps": 40})  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
+        overrides={"train.max_steps": 40},
+    )
     d = tmp_path / "sweep"
     parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.04"})
 
@@ -284,8 +330,12 @@ def test_resume_after_the_parent_is_killed(fake_child, micro_data, tmp_path):
 
 
 def test_ctrl_c_stops_children_cleanly_and_leaves_no_orphans(fake_child, micro_data, tmp_path):
-    spec_path = fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2, 0.3]},
-                          overrides={"train.max_steps": 100_000})  # fmt: skip
+    spec_path = fake_spec(
+        tmp_path,
+        micro_data,
+        space={"optim.lr": [0.1, 0.2, 0.3]},
+        overrides={"train.max_steps": 100_000},
+    )
     d = tmp_path / "sweep"
     parent = start_parent(fake_child, spec_path, {"FAKE_STEP_S": "0.02"})
     wait_for(
@@ -316,11 +366,24 @@ def test_concurrency_auto_uses_the_cached_probe(fake_child, micro_data, tmp_path
     from smollab.lab.sweep.spec import resolve_config
 
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
-    spec = load_spec(fake_spec(tmp_path, micro_data, concurrency="auto", threads=6,
-                               space={"optim.lr": [0.1, 0.2, 0.3, 0.4]}))  # fmt: skip
+    spec = load_spec(
+        fake_spec(
+            tmp_path,
+            micro_data,
+            concurrency="auto",
+            threads=6,
+            space={"optim.lr": [0.1, 0.2, 0.3, 0.4]},
+        )
+    )
     cfg = resolve_config(spec, {"optim.lr": 0.1}, 0)
-    cache_store({"device": device_info("cpu", 6), "workload": workload_signature("pretrain", cfg),
-                 "best_throughput": {"k": 3}, "created": "earlier"})  # fmt: skip
+    cache_store(
+        {
+            "device": device_info("cpu", 6),
+            "workload": workload_signature("pretrain", cfg),
+            "best_throughput": {"k": 3},
+            "created": "earlier",
+        }
+    )
     said: list[str] = []
     from smollab.lab.sweep.scheduler import Sweep
 

@@ -39,45 +39,141 @@ class Knob:
 
 _IN_PROCESS = {"data.num_workers": 0, "data.prefetch_factor": None}
 
-KNOBS: dict[str, Knob] = {k.name: k for k in [
-    Knob("bf16", "bf16 autocast", "perf.precision", {"perf.precision": "fp32"},
-         {"perf.precision": "bf16"}, group="precision", runtime_word="bf16"),
-    Knob("fp16", "fp16 autocast + GradScaler", "perf.precision", {"perf.precision": "fp32"},
-         {"perf.precision": "fp16"}, group="precision", runtime_word="fp16"),
-    Knob("tf32", "TF32 matmuls", "perf.tf32", {"perf.tf32": False}, {"perf.tf32": True},
-         cuda_only="TF32 is a CUDA (Ampere+) matmul mode", runtime_word="tf32"),
-    Knob("compile", "torch.compile", "perf.compile", {"perf.compile": False},
-         {"perf.compile": True}, runtime_word="compile"),
-    Knob("fused", "fused AdamW (vs plain)", "perf.optimizer_impl", {"perf.optimizer_impl": "plain"},
-         {"perf.optimizer_impl": "fused"}, group="optimizer", runtime_word="fused"),
-    Knob("foreach", "foreach AdamW (vs plain)", "perf.optimizer_impl",
-         {"perf.optimizer_impl": "plain"}, {"perf.optimizer_impl": "foreach"}, group="optimizer"),
-    Knob("grad_ckpt", "gradient checkpointing", "perf.grad_checkpointing",
-         {"perf.grad_checkpointing": False}, {"perf.grad_checkpointing": True}),
-    Knob("grad_accum", "2x accumulation of half batches (same tokens/step; grpo: same batch)",
-         "train.grad_accum"),
-    Knob("sdpa", "SDPA attention (vs eager)", "perf.attn_implementation",
-         {"perf.attn_implementation": "eager"}, {"perf.attn_implementation": "sdpa"}),
-    Knob("completion_len", "grpo.max_completion_length halved", "grpo.max_completion_length",
-         kinds=("grpo",)),
-    Knob("reward_workers", "reward worker processes (2)", "grpo.reward_workers",
-         {"grpo.reward_workers": 0}, {"grpo.reward_workers": 2}, kinds=("grpo",)),
-    # SFT's DataLoader: the baseline loads in the training process, unpinned
-    Knob("workers", "DataLoader worker processes (2)", "data.num_workers", _IN_PROCESS,
-         {"data.num_workers": 2}, kinds=("sft",), group="loader"),
-    Knob("prefetch", "2 workers, each 8 batches ahead (vs in-process)", "data.prefetch_factor",
-         _IN_PROCESS, {"data.num_workers": 2, "data.prefetch_factor": 8}, kinds=("sft",),
-         group="loader"),
-    Knob("pin_memory", "pinned batches (the loader pins them)", "data.pin_memory",
-         {"data.pin_memory": False}, {"data.pin_memory": True}, kinds=("sft",),
-         cuda_only="pinned memory speeds host-to-GPU copies"),
-    # the loop's bookkeeping, which the speed guides also tune
-    Knob("log_interval", "metrics logged every 10 steps (vs every step)", "train.log_interval",
-         {"train.log_interval": 1}, {"train.log_interval": 10}, timing="wall"),
-    Knob("save_interval", "a full checkpoint every 5 steps (vs none): the cost of saving",
-         "train.save_interval", {"train.save_interval": 0}, {"train.save_interval": 5},
-         timing="wall"),
-]}  # fmt: skip
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        Knob(
+            "bf16",
+            "bf16 autocast",
+            "perf.precision",
+            {"perf.precision": "fp32"},
+            {"perf.precision": "bf16"},
+            group="precision",
+            runtime_word="bf16",
+        ),
+        Knob(
+            "fp16",
+            "fp16 autocast + GradScaler",
+            "perf.precision",
+            {"perf.precision": "fp32"},
+            {"perf.precision": "fp16"},
+            group="precision",
+            runtime_word="fp16",
+        ),
+        Knob(
+            "tf32",
+            "TF32 matmuls",
+            "perf.tf32",
+            {"perf.tf32": False},
+            {"perf.tf32": True},
+            cuda_only="TF32 is a CUDA (Ampere+) matmul mode",
+            runtime_word="tf32",
+        ),
+        Knob(
+            "compile",
+            "torch.compile",
+            "perf.compile",
+            {"perf.compile": False},
+            {"perf.compile": True},
+            runtime_word="compile",
+        ),
+        Knob(
+            "fused",
+            "fused AdamW (vs plain)",
+            "perf.optimizer_impl",
+            {"perf.optimizer_impl": "plain"},
+            {"perf.optimizer_impl": "fused"},
+            group="optimizer",
+            runtime_word="fused",
+        ),
+        Knob(
+            "foreach",
+            "foreach AdamW (vs plain)",
+            "perf.optimizer_impl",
+            {"perf.optimizer_impl": "plain"},
+            {"perf.optimizer_impl": "foreach"},
+            group="optimizer",
+        ),
+        Knob(
+            "grad_ckpt",
+            "gradient checkpointing",
+            "perf.grad_checkpointing",
+            {"perf.grad_checkpointing": False},
+            {"perf.grad_checkpointing": True},
+        ),
+        Knob(
+            "grad_accum",
+            "2x accumulation of half batches (same tokens/step; grpo: same batch)",
+            "train.grad_accum",
+        ),
+        Knob(
+            "sdpa",
+            "SDPA attention (vs eager)",
+            "perf.attn_implementation",
+            {"perf.attn_implementation": "eager"},
+            {"perf.attn_implementation": "sdpa"},
+        ),
+        Knob(
+            "completion_len",
+            "grpo.max_completion_length halved",
+            "grpo.max_completion_length",
+            kinds=("grpo",),
+        ),
+        Knob(
+            "reward_workers",
+            "reward worker processes (2)",
+            "grpo.reward_workers",
+            {"grpo.reward_workers": 0},
+            {"grpo.reward_workers": 2},
+            kinds=("grpo",),
+        ),
+        # SFT's DataLoader: the baseline loads in the training process, unpinned
+        Knob(
+            "workers",
+            "DataLoader worker processes (2)",
+            "data.num_workers",
+            _IN_PROCESS,
+            {"data.num_workers": 2},
+            kinds=("sft",),
+            group="loader",
+        ),
+        Knob(
+            "prefetch",
+            "2 workers, each 8 batches ahead (vs in-process)",
+            "data.prefetch_factor",
+            _IN_PROCESS,
+            {"data.num_workers": 2, "data.prefetch_factor": 8},
+            kinds=("sft",),
+            group="loader",
+        ),
+        Knob(
+            "pin_memory",
+            "pinned batches (the loader pins them)",
+            "data.pin_memory",
+            {"data.pin_memory": False},
+            {"data.pin_memory": True},
+            kinds=("sft",),
+            cuda_only="pinned memory speeds host-to-GPU copies",
+        ),
+        # the loop's bookkeeping, which the speed guides also tune
+        Knob(
+            "log_interval",
+            "metrics logged every 10 steps (vs every step)",
+            "train.log_interval",
+            {"train.log_interval": 1},
+            {"train.log_interval": 10},
+            timing="wall",
+        ),
+        Knob(
+            "save_interval",
+            "a full checkpoint every 5 steps (vs none): the cost of saving",
+            "train.save_interval",
+            {"train.save_interval": 0},
+            {"train.save_interval": 5},
+            timing="wall",
+        ),
+    ]
+}
 
 
 def as_overrides(d: dict[str, Any]) -> list[str]:
@@ -125,9 +221,13 @@ def baseline_values(names: list[str], kind: str, cfg) -> dict[str, Any]:
     return out
 
 
-def plan(names: list[str], kind: str, cfg, device: str,
-         unread: Callable[[str, str], str | None] = not_read,
-         ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:  # fmt: skip
+def plan(
+    names: list[str],
+    kind: str,
+    cfg,
+    device: str,
+    unread: Callable[[str, str], str | None] = not_read,
+) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str]]]:
     """([(knob, switched-on values)], [(knob, reason skipped)]) on `device` (cpu, cuda, mps).
 
     `unread(command, key)`: why the command does not read a config key, or None when it does.
@@ -153,8 +253,14 @@ def plan(names: list[str], kind: str, cfg, device: str,
 
 def combination(results: list[dict[str, Any]], min_speedup: float) -> list[str]:
     """The knobs that helped (fast enough and within tolerance), best of each group only."""
-    helped = [r for r in results if r.get("status") == "ok" and r.get("knob")
-              and (r.get("speedup") or 0) >= min_speedup and r.get("within_tolerance")]  # fmt: skip
+    helped = [
+        r
+        for r in results
+        if r.get("status") == "ok"
+        and r.get("knob")
+        and (r.get("speedup") or 0) >= min_speedup
+        and r.get("within_tolerance")
+    ]
     best: dict[str, dict[str, Any]] = {}
     for r in helped:
         g = KNOBS[r["knob"]].group or r["knob"]

@@ -78,8 +78,11 @@ def wall_step_s(rows: list[dict[str, Any]], warmup: int) -> float | None:
     metrics sync and write, periodic checkpoints), which is what the logging and saving
     intervals change. A row's wall_s is taken before that step's evaluation, so the final
     evaluation stays out."""
-    pts = [(int(r["step"]), r["wall_s"]) for r in rows
-           if r.get("step") is not None and r.get("wall_s") is not None]  # fmt: skip
+    pts = [
+        (int(r["step"]), r["wall_s"])
+        for r in rows
+        if r.get("step") is not None and r.get("wall_s") is not None
+    ]
     if len(pts) < 2:
         return None
     start = next((p for p in pts[:-1] if p[0] >= warmup), pts[0])
@@ -106,7 +109,7 @@ def measure(run_dir: Path, kind: str, warmup: int) -> dict[str, Any]:
         "wall_step_s": wall_step_s(rows, warmup),
         "peak_mem_mb": max(
             (r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None), default=None
-        ),  # fmt: skip
+        ),
         "device": str(summary.get("device", "")).split(":")[0] or None,
         "run_status": summary.get("status"),
         "runtime_skipped": runtime_skipped(run_dir),
@@ -163,14 +166,25 @@ def _wait(child: ch.Child, timeout: float | None) -> int | None:
     return rc
 
 
-def run_variant(name: str, argv: list[str], run_dir: Path, kind: str, warmup: int,
-                timeout: float | None, values: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def run_variant(
+    name: str,
+    argv: list[str],
+    run_dir: Path,
+    kind: str,
+    warmup: int,
+    timeout: float | None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    res: dict[str, Any] = {"variant": name, "values": values or {}, "run_dir": str(run_dir),
-                           "load": (load_average() or [None])[0],
-                           "command": argv[2:]}  # fmt: skip
+    res: dict[str, Any] = {
+        "variant": name,
+        "values": values or {},
+        "run_dir": str(run_dir),
+        "load": (load_average() or [None])[0],
+        "command": argv[2:],
+    }
     t0 = time.perf_counter()
     rc = _wait(ch.launch(name, argv, run_dir, env=env), timeout)
     res["wall_s"] = time.perf_counter() - t0

@@ -21,8 +21,10 @@ def table_markdown(result: dict[str, Any]) -> str:
     head = ["variant", "changes", "step s", "1st step s", "compl/s" if grpo else "tok/s"]
     head += ["gen tok/s"] if grpo else []
     head += ["speedup", "peak MB", qname, "delta", "within tol", "wall s", "load"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(
-        "---" if h in ("variant", "changes") else "---:" for h in head) + "|"]  # fmt: skip
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---" if h in ("variant", "changes") else "---:" for h in head) + "|",
+    ]
     for r in result.get("results", []):
         changes = " ".join(as_overrides(r.get("values") or {})) or "-"
         if r.get("status") != "ok":
@@ -41,10 +43,15 @@ def table_markdown(result: dict[str, Any]) -> str:
             ]
             if grpo:
                 cells.append(_n(r.get("gen_tokens_per_s"), ",.0f"))
-            cells += [_n(r.get("speedup"), ".2f") + "x", _n(r.get("peak_mem_mb"), ",.0f"),
-                      _n(r.get("quality"), ".4f"), _n(r.get("quality_delta"), "+.4f"),
-                      "" if tol is None else ("yes" if tol else "**no**"),
-                      _n(r.get("wall_s"), ".0f"), _n(r.get("load"), ".1f")]  # fmt: skip
+            cells += [
+                _n(r.get("speedup"), ".2f") + "x",
+                _n(r.get("peak_mem_mb"), ",.0f"),
+                _n(r.get("quality"), ".4f"),
+                _n(r.get("quality_delta"), "+.4f"),
+                "" if tol is None else ("yes" if tol else "**no**"),
+                _n(r.get("wall_s"), ".0f"),
+                _n(r.get("load"), ".1f"),
+            ]
         lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
@@ -57,11 +64,15 @@ def _rep(result: dict[str, Any]) -> str:
 def render_markdown(result: dict[str, Any], image: bool = True) -> str:
     kind = result.get("kind")
     tol = result.get("tolerance")
-    tol_text = (f"final validation loss within {100 * tol:g}% of the baseline's" if kind != "grpo"
-                else f"mean training reward within {tol:g} of the baseline's")  # fmt: skip
+    tol_text = (
+        f"final validation loss within {100 * tol:g}% of the baseline's"
+        if kind != "grpo"
+        else f"mean training reward within {tol:g} of the baseline's"
+    )
     base_vals = " ".join(as_overrides(result.get("baseline_values") or {})) or "(none)"
     lines = [
-        f"# smollab bench: `{result.get('workload')}` ({kind})", "",
+        f"# smollab bench: `{result.get('workload')}` ({kind})",
+        "",
         f"Device {result.get('device', '?')}; {result.get('steps')} optimizer steps per variant, "
         f"each a separate `smollab {kind}` process; step time is the median over steps "
         f"{result.get('warmup_steps', 0) + 1}..{result.get('steps')} (steps up to "
@@ -71,19 +82,25 @@ def render_markdown(result: dict[str, Any], image: bool = True) -> str:
         f"from step {result.get('warmup_steps', 0)} on, against the baseline's wall clock. "
         f"Within tolerance: {tol_text}. Peak memory: max allocated on CUDA, peak "
         f"RSS of the process on CPU. Load average at start {result.get('load_start')}, at end "
-        f"{result.get('load_end')}.", "",
+        f"{result.get('load_end')}.",
+        "",
         f"Workload overrides: `{' '.join(result.get('overrides') or []) or '(none)'}`; baseline "
-        f"(every benched knob off): `{base_vals}`.", "",
-        table_markdown(result), "",
-    ]  # fmt: skip
+        f"(every benched knob off): `{base_vals}`.",
+        "",
+        table_markdown(result),
+        "",
+    ]
     res = {r["variant"]: r for r in result.get("results", [])}
     base, rep = res.get("baseline"), res.get("baseline (repeat)")
     if base and rep and base.get("status") == rep.get("status") == "ok":
         diff = abs(base["step_s"] - rep["step_s"]) / min(base["step_s"], rep["step_s"])
-        lines += [f"Noise: the baseline, run again after the knobs, took {rep['step_s']:.3f} s "
-                  f"per step against {base['step_s']:.3f} s the first time ({100 * diff:.0f}% "
-                  "apart). Speedups are against the faster of the two; the load column shows "
-                  "what else the machine was doing when each run started.", ""]  # fmt: skip
+        lines += [
+            f"Noise: the baseline, run again after the knobs, took {rep['step_s']:.3f} s "
+            f"per step against {base['step_s']:.3f} s the first time ({100 * diff:.0f}% "
+            "apart). Speedups are against the faster of the two; the load column shows "
+            "what else the machine was doing when each run started.",
+            "",
+        ]
     combo = result.get("combined_knobs")
     if combo is not None:
         if len(combo) >= 2:
@@ -105,8 +122,11 @@ def render_markdown(result: dict[str, Any], image: bool = True) -> str:
                 "",
             ]
     skipped = [(s["knob"], s["reason"]) for s in result.get("skipped", [])]
-    skipped += [(r["variant"], r["reason"]) for r in result.get("results", [])
-                if r.get("status") == "skipped"]  # fmt: skip
+    skipped += [
+        (r["variant"], r["reason"])
+        for r in result.get("results", [])
+        if r.get("status") == "skipped"
+    ]
     if skipped:
         lines += ["Skipped (do not apply here):", ""]
         lines += [f"- **{n}**: {why}" for n, why in skipped]
@@ -127,8 +147,14 @@ def write_plot(result: dict[str, Any], path: Path) -> Path | None:
     names = [r["variant"] for r in rows][::-1]
     speed = [r.get("speedup") or 0.0 for r in rows][::-1]
     mem = [r.get("peak_mem_mb") or 0.0 for r in rows][::-1]
-    colors = ["tab:green" if r.get("within_tolerance") else "tab:orange" if
-              r.get("within_tolerance") is False else "tab:gray" for r in rows][::-1]  # fmt: skip
+    colors = [
+        "tab:green"
+        if r.get("within_tolerance")
+        else "tab:orange"
+        if r.get("within_tolerance") is False
+        else "tab:gray"
+        for r in rows
+    ][::-1]
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(rows) + 1.6), sharey=True)
     axes[0].barh(names, speed, color=colors)
     axes[0].axvline(1.0, color="black", lw=1)
@@ -140,8 +166,10 @@ def write_plot(result: dict[str, Any], path: Path) -> Path | None:
     axes[1].set_xlabel("peak memory (MB)")
     for ax in axes:
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle(f"smollab bench: {Path(str(result.get('workload'))).name} ({result.get('kind')}, "
-                 f"{result.get('device', '?')}); orange = outside tolerance")  # fmt: skip
+    fig.suptitle(
+        f"smollab bench: {Path(str(result.get('workload'))).name} ({result.get('kind')}, "
+        f"{result.get('device', '?')}); orange = outside tolerance"
+    )
     save_figure(fig, path)
     plt.close(fig)
     return path

@@ -37,11 +37,20 @@ DEFAULT_STEPS = {"pretrain": 30, "grpo": 20, "sft": 30}
 DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05, "sft": 0.02}  # relative loss / abs. reward
 
 
-def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = None,
-              steps: int | None = None, out: str | Path | None = None, kind: str | None = None,
-              tolerance: float | None = None, min_speedup: float = 1.03,
-              timeout: float | None = None, recheck: bool = True, repeat: int = 1,
-              echo=print) -> dict[str, Any]:  # fmt: skip
+def run_bench(
+    workload: str,
+    overrides: list[str],
+    knobs: list[str] | None = None,
+    steps: int | None = None,
+    out: str | Path | None = None,
+    kind: str | None = None,
+    tolerance: float | None = None,
+    min_speedup: float = 1.03,
+    timeout: float | None = None,
+    recheck: bool = True,
+    repeat: int = 1,
+    echo=print,
+) -> dict[str, Any]:
     """Run the bench; write bench.json, bench.md and bench.png into `out`; return the result.
 
     Order: baseline, each knob alone, the baseline again (`recheck`), then the knobs that helped
@@ -61,8 +70,9 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
     names = select(knobs, kind)
     steps = DEFAULT_STEPS[kind] if steps is None else steps
     if steps < 3:
-        raise UserError(f"--steps must be at least 3 (warm-up steps are excluded from timing), "
-                        f"got {steps}")  # fmt: skip
+        raise UserError(
+            f"--steps must be at least 3 (warm-up steps are excluded from timing), got {steps}"
+        )
     if repeat < 1:
         raise UserError(f"--repeat must be at least 1, got {repeat}")
     if timeout is not None and not timeout > 0:
@@ -83,8 +93,14 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
         # prepare data once, outside every variant's wall time
         ensure_prepared(cfg.data, exact=kind == "pretrain", log=lambda _: None)
 
-    forced = [f"train.max_steps={steps}", "train.log_interval=1", f"train.eval_interval={steps}",
-              f"train.save_interval={steps + 1}", "train.max_time=null", "run.resume=never"]  # fmt: skip
+    forced = [
+        f"train.max_steps={steps}",
+        "train.log_interval=1",
+        f"train.eval_interval={steps}",
+        f"train.save_interval={steps + 1}",
+        "train.max_time=null",
+        "run.resume=never",
+    ]
     if cfg.optim.warmup_steps >= steps:  # the schedule's warmup must end within the run
         forced.append(f"optim.warmup_steps={steps - 1}")
     if kind == "pretrain":
@@ -98,23 +114,38 @@ def run_bench(workload: str, overrides: list[str], knobs: list[str] | None = Non
 
     def command(vals: dict[str, Any], run_dir: Path) -> list[str]:
         # forced before the knobs: the log_interval and save_interval knobs change two of them
-        return ch.smollab_argv(kind, str(workload), [*overrides, *forced, *base_ov,
-                                                     *as_overrides(vals), f"run.dir={run_dir}"])  # fmt: skip
+        return ch.smollab_argv(
+            kind,
+            str(workload),
+            [*overrides, *forced, *base_ov, *as_overrides(vals), f"run.dir={run_dir}"],
+        )
 
     result: dict[str, Any] = {
-        "workload": str(workload), "kind": kind, "overrides": overrides, "steps": steps,
-        "warmup_steps": warmup, "repeat": repeat, "tolerance": tol, "min_speedup": min_speedup,
-        "baseline_values": base_vals, "knobs": names, "results": [], "skipped": [],
-        "load_start": load_average(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-    }  # fmt: skip
+        "workload": str(workload),
+        "kind": kind,
+        "overrides": overrides,
+        "steps": steps,
+        "warmup_steps": warmup,
+        "repeat": repeat,
+        "tolerance": tol,
+        "min_speedup": min_speedup,
+        "baseline_values": base_vals,
+        "knobs": names,
+        "results": [],
+        "skipped": [],
+        "load_start": load_average(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     results: list[dict[str, Any]] = result["results"]
     counter = {"i": 0, "n": 1 + int(recheck)}
 
     def variant(name: str, dirname: str, vals: dict[str, Any], knob: str | None, what: str):
         counter["i"] += 1
         echo(f"[{counter['i']}/{counter['n']}] {name}: {what}")
-        runs = [run_variant(name, command(vals, out / d), out / d, kind, warmup, timeout, vals)
-                for d in [dirname] + [f"{dirname}.r{k}" for k in range(2, repeat + 1)]]  # fmt: skip
+        runs = [
+            run_variant(name, command(vals, out / d), out / d, kind, warmup, timeout, vals)
+            for d in [dirname] + [f"{dirname}.r{k}" for k in range(2, repeat + 1)]
+        ]
         r = _merge_repeats(runs)
         r["knob"] = knob
         if knob and r.get("status") == "ok":
@@ -201,8 +232,10 @@ def _short(r: dict[str, Any]) -> str:
         return f"{r['variant']}: {r.get('status')} ({r.get('reason')})"
     q = r.get("quality")
     if r.get("timing") == "wall":
-        return (f"{r['variant']}: {r['wall_step_s']:.3f} s/step by wall clock, "
-                f"x{r.get('speedup', 1.0):.2f}")  # fmt: skip
+        return (
+            f"{r['variant']}: {r['wall_step_s']:.3f} s/step by wall clock, "
+            f"x{r.get('speedup', 1.0):.2f}"
+        )
     return (
         f"{r['variant']}: {r['step_s']:.3f} s/step, {r['throughput']:,.1f} {r['unit']}, "
         f"x{r.get('speedup', 1.0):.2f}"

@@ -17,13 +17,22 @@ def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
     if kind == "cuda":
         from smollab.lab.mps import run_tool
 
-        r = (runner or run_tool)(["nvidia-smi", "--query-gpu=name,memory.total,memory.used",
-                              "--format=csv,noheader,nounits"])  # fmt: skip
+        r = (runner or run_tool)(
+            [
+                "nvidia-smi",
+                "--query-gpu=name,memory.total,memory.used",
+                "--format=csv,noheader,nounits",
+            ]
+        )
         line = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else ""
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 3:
-            return {"kind": "cuda", "name": parts[0], "memory_mb": float(parts[1]) - float(parts[2]),
-                    "threads": threads}  # fmt: skip
+            return {
+                "kind": "cuda",
+                "name": parts[0],
+                "memory_mb": float(parts[1]) - float(parts[2]),
+                "threads": threads,
+            }
         return {"kind": "cuda", "name": "cuda", "memory_mb": None, "threads": threads}
     from smollab.train.mfu import cpu_model_name
 
@@ -74,8 +83,11 @@ def workload_signature(command: str, cfg, mps_daemon: bool | None = None) -> dic
         "grad_checkpointing": cfg.perf.grad_checkpointing,
     }
     if command == "grpo":
-        sig.update(max_completion_length=cfg.grpo.max_completion_length,
-                   num_generations=cfg.grpo.num_generations, beta=cfg.grpo.beta > 0)  # fmt: skip
+        sig.update(
+            max_completion_length=cfg.grpo.max_completion_length,
+            num_generations=cfg.grpo.num_generations,
+            beta=cfg.grpo.beta > 0,
+        )
     else:
         sig.update(seq_len=cfg.train.seq_len, grad_accum=cfg.train.grad_accum)
     if mps_daemon is not None:  # CUDA only: CPU signatures (so their cache keys) stay as they were

@@ -56,8 +56,15 @@ def label(lv: LaneLevel | dict) -> str:
 class LanesProcess:
     """Measures one level with `workers` real `smollab lanes grpo` processes of n lanes each."""
 
-    def __init__(self, spec: ProbeSpec, overrides: list[str], probe_dir: Path, out: Any,
-                 env: dict[str, str] | None = None, poll_s: float = 0.1):  # fmt: skip
+    def __init__(
+        self,
+        spec: ProbeSpec,
+        overrides: list[str],
+        probe_dir: Path,
+        out: Any,
+        env: dict[str, str] | None = None,
+        poll_s: float = 0.1,
+    ):
         self.spec, self.overrides, self.dir, self.out = spec, overrides, probe_dir, out
         self.env, self.poll_s = env, poll_s
 
@@ -79,8 +86,9 @@ class LanesProcess:
             for i, d in enumerate(run_dirs):
                 args += ["--lane", f"run.seed={j * n + i} run.dir={d}"]
             args += ["--threads", str(threads)]
-            kids.append(ch.launch(f"{name}p{j}", ch.lanes_argv(args), pdir, threads=threads,
-                                  env=self.env))  # fmt: skip
+            kids.append(
+                ch.launch(f"{name}p{j}", ch.lanes_argv(args), pdir, threads=threads, env=self.env)
+            )
             tails.append([ch.MetricsTail(RunView(d).metrics_path) for d in run_dirs])
         # when each process's steps were first seen (its lanes step together: lane 0 is its
         # clock); the window opens when the last process has passed its warm-up
@@ -94,8 +102,10 @@ class LanesProcess:
                     for s, _ in step_times(tails[j][0].read(), "grpo"):
                         seen[j].setdefault(s, now)
                     if error is None and kid.poll() is not None:
-                        error = (f"run exited (code {kid.proc.returncode}): "
-                                 f"{ch.last_log_line(kid.run_dir)}")  # fmt: skip
+                        error = (
+                            f"run exited (code {kid.proc.returncode}): "
+                            f"{ch.last_log_line(kid.run_dir)}"
+                        )
                 if error:
                     break
                 if w0 is None and all(any(s > spec.warmup for s in st) for st in seen):
@@ -124,8 +134,14 @@ class LanesProcess:
                 mems += [r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb")]
             if len(medians) == n:
                 per_proc.append(statistics.median(medians))
-        lv = LaneLevel(lanes=n, threads=threads, workers=workers, steps=min(counts), error=error,
-                       peak_mem_mb=max(mems) if mems else (rss or None))  # fmt: skip
+        lv = LaneLevel(
+            lanes=n,
+            threads=threads,
+            workers=workers,
+            steps=min(counts),
+            error=error,
+            peak_mem_mb=max(mems) if mems else (rss or None),
+        )
         if error is None and len(per_proc) < workers:
             lv.error = "a lane logged no steady-state steps"
         if lv.error is None:
@@ -151,14 +167,18 @@ def next_lanes(levels: list[LaneLevel], spec: ProbeSpec) -> tuple[int | None, st
     best = max((lv for lv in levels if lv.steps_per_s), key=lambda lv: lv.steps_per_s)
     if last.steps_per_s < (1 - spec.drop) * best.steps_per_s:
         fall = 1 - last.steps_per_s / best.steps_per_s
-        return None, (f"aggregate throughput at {label(last)} is {100 * fall:.0f}% below "
-                      f"the best ({label(best)})")  # fmt: skip
+        return None, (
+            f"aggregate throughput at {label(last)} is {100 * fall:.0f}% below "
+            f"the best ({label(best)})"
+        )
     later = [n for n in spec.lanes or [] if n > last.lanes]
     return (later[0], "") if later else (None, f"tried every lane count in {spec.lanes}")
 
 
-BEST_RULE = ("the workers x lanes with the highest aggregate steps/s (within 2% of the top, the "
-             "fewest trials at once, then the fewest workers)")  # fmt: skip
+BEST_RULE = (
+    "the workers x lanes with the highest aggregate steps/s (within 2% of the top, the "
+    "fewest trials at once, then the fewest workers)"
+)
 
 
 def pick_best(levels: list[dict]) -> dict | None:
@@ -177,10 +197,16 @@ def best_lanes(levels: list[LaneLevel], best_processes: dict | None) -> dict | N
     if lv is None:
         return None
     vs = (best_processes or {}).get("steps_per_s")
-    return {"lanes": lv["lanes"], "workers": lv["workers"], "threads": lv["threads"],
-            "step_s": lv["step_s"], "steps_per_s": lv["steps_per_s"],
-            "units_per_s": lv["units_per_s"],
-            "vs_best_processes": lv["steps_per_s"] / vs if vs else None, "rule": BEST_RULE}  # fmt: skip
+    return {
+        "lanes": lv["lanes"],
+        "workers": lv["workers"],
+        "threads": lv["threads"],
+        "step_s": lv["step_s"],
+        "steps_per_s": lv["steps_per_s"],
+        "units_per_s": lv["units_per_s"],
+        "vs_best_processes": lv["steps_per_s"] / vs if vs else None,
+        "rule": BEST_RULE,
+    }
 
 
 def sweep_keys(lanes: int, workers: int) -> str:
@@ -196,12 +222,22 @@ def recommend(best_processes: dict | None, lanes: dict | None) -> dict | None:
         return None
     if lanes and (not best_processes or lanes["steps_per_s"] > best_processes["steps_per_s"]):
         w = lanes.get("workers", 1)
-        return {"executor": "lanes", "lanes": lanes["lanes"], "lane_workers": w,
-                "steps_per_s": lanes["steps_per_s"], "units_per_s": lanes["units_per_s"],
-                "sweep": sweep_keys(lanes["lanes"], w)}  # fmt: skip
+        return {
+            "executor": "lanes",
+            "lanes": lanes["lanes"],
+            "lane_workers": w,
+            "steps_per_s": lanes["steps_per_s"],
+            "units_per_s": lanes["units_per_s"],
+            "sweep": sweep_keys(lanes["lanes"], w),
+        }
     bp = best_processes
-    return {"executor": "local", "concurrency": bp["k"], "steps_per_s": bp["steps_per_s"],
-            "units_per_s": bp["units_per_s"], "sweep": f"concurrency: {bp['k']}"}  # fmt: skip
+    return {
+        "executor": "local",
+        "concurrency": bp["k"],
+        "steps_per_s": bp["steps_per_s"],
+        "units_per_s": bp["units_per_s"],
+        "sweep": f"concurrency: {bp['k']}",
+    }
 
 
 def lanes_table(result: dict[str, Any]) -> list[str]:
@@ -210,8 +246,10 @@ def lanes_table(result: dict[str, Any]) -> list[str]:
     if not levels:
         return []
     unit = result.get("unit") or "units/s"
-    head = (f"{'workers':>7} {'lanes':>5} {'threads':>7} {'step ms':>9} {'steps/s':>9} "
-            f"{unit:>14} {'MB':>9}  note")  # fmt: skip
+    head = (
+        f"{'workers':>7} {'lanes':>5} {'threads':>7} {'step ms':>9} {'steps/s':>9} "
+        f"{unit:>14} {'MB':>9}  note"
+    )
     lines = [head, "-" * len(head)]
     bl = result.get("best_lanes") or {}
     best = (bl.get("workers", 1), bl.get("lanes"))
@@ -226,10 +264,12 @@ def lanes_table(result: dict[str, Any]) -> list[str]:
             for x in ("best lanes" if (w, lv["lanes"]) == best else "", lv.get("error") or "")
             if x
         )
-        lines.append(f"{w:>7} {lv['lanes']:>5} {f(lv['threads'], '>7')} "
-                     f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
-                     f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
-                     f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}")  # fmt: skip
+        lines.append(
+            f"{w:>7} {lv['lanes']:>5} {f(lv['threads'], '>7')} "
+            f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
+            f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
+            f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}"
+        )
     return lines
 
 
@@ -250,8 +290,11 @@ def recommendation_line(result: dict[str, Any]) -> str | None:
             else ""
         )
         w = rec.get("lane_workers", 1)
-        what = (f"{rec['lanes']} lanes in one process" if w == 1 else
-                f"{w} workers x {rec['lanes']} lanes ({w} processes, {bl['threads']} thread(s) each)")  # fmt: skip
+        what = (
+            f"{rec['lanes']} lanes in one process"
+            if w == 1
+            else f"{w} workers x {rec['lanes']} lanes ({w} processes, {bl['threads']} thread(s) each)"
+        )
         return f"recommended: {what} ({rate}{vs}); a sweep: {rec['sweep']}"
     vs = (
         f"; lanes top out at {bl['vs_best_processes']:.2f}x it ({label(bl)})"

@@ -74,15 +74,18 @@ def next_k(
     best = max((lv for lv in levels if lv.steps_per_s), key=lambda lv: lv.steps_per_s)
     if last.steps_per_s < (1 - spec.drop) * best.steps_per_s:
         fall = 1 - last.steps_per_s / best.steps_per_s
-        return None, (f"aggregate throughput at k={last.k} is {100 * fall:.0f}% below the best "
-                      f"(k={best.k}), more than the {100 * spec.drop:.0f}% allowed")  # fmt: skip
+        return None, (
+            f"aggregate throughput at k={last.k} is {100 * fall:.0f}% below the best "
+            f"(k={best.k}), more than the {100 * spec.drop:.0f}% allowed"
+        )
     cores = device.get("threads") or 0
     if device.get("kind") == "cpu" and cores and last.k > cores and best.k < last.k:
         # k processes on fewer cores share the same compute: once an oversubscribed level does
         # not beat the best, doubling again can only repeat that (it cost 2.5 min per level for
         # the 1.25M GRPO workload on 2 cores).
-        return None, (f"k={last.k} runs oversubscribe the {cores} CPU threads and did not beat "
-                      f"k={best.k}")  # fmt: skip
+        return None, (
+            f"k={last.k} runs oversubscribe the {cores} CPU threads and did not beat k={best.k}"
+        )
     if spec.ks:
         later = [k for k in spec.ks if k > last.k]
         nxt = later[0] if later else None
@@ -100,8 +103,10 @@ def next_k(
         extra = CUDA_CONTEXT_MB if device.get("kind") == "cuda" else 0.0
         need = nxt * (per + extra)
         if need > spec.mem_fraction * mem:
-            return None, (f"k={nxt} would need about {need:,.0f} MB ({per + extra:,.0f} per run), "
-                          f"over {100 * spec.mem_fraction:.0f}% of {mem:,.0f} MB available")  # fmt: skip
+            return None, (
+                f"k={nxt} would need about {need:,.0f} MB ({per + extra:,.0f} per run), "
+                f"over {100 * spec.mem_fraction:.0f}% of {mem:,.0f} MB available"
+            )
     return nxt, ""
 
 
@@ -144,13 +149,21 @@ def optima(levels: list[Level], spec: ProbeSpec) -> tuple[dict | None, dict | No
     bl = max(within, key=lambda lv: (lv.k, lv.steps_per_s)) if within else base
 
     def pick(lv: Level, rule: str) -> dict:
-        return {"k": lv.k, "threads_per_run": lv.threads, "step_s": lv.step_s,
-                "steps_per_s": lv.steps_per_s, "units_per_s": lv.units_per_s,
-                "speedup_vs_k1": lv.steps_per_s / base.steps_per_s if base.steps_per_s else None,
-                "rule": rule}  # fmt: skip
+        return {
+            "k": lv.k,
+            "threads_per_run": lv.threads,
+            "step_s": lv.step_s,
+            "steps_per_s": lv.steps_per_s,
+            "units_per_s": lv.units_per_s,
+            "speedup_vs_k1": lv.steps_per_s / base.steps_per_s if base.steps_per_s else None,
+            "rule": rule,
+        }
 
     return (
-        pick(bl, f"the largest k whose median step time is within {100 * spec.latency_tolerance:.0f}% "
-                 f"of the fastest k={base.k} run ({base.k} x {base.threads} threads, {base.step_s:.4g}s)"),
+        pick(
+            bl,
+            f"the largest k whose median step time is within {100 * spec.latency_tolerance:.0f}% "
+            f"of the fastest k={base.k} run ({base.k} x {base.threads} threads, {base.step_s:.4g}s)",
+        ),
         pick(bt, "the k with the highest aggregate steps/s (within 2% of the top, the smallest k)"),
-    )  # fmt: skip
+    )

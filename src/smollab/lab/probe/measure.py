@@ -41,8 +41,16 @@ def step_times(rows: list[dict], command: str) -> list[tuple[int, float]]:
 class ProcessLevel:
     """Measures one level by launching k real child processes."""
 
-    def __init__(self, spec: ProbeSpec, overrides: list[str], probe_dir: Path, out,
-                 env: dict[str, str] | None = None, poll_s: float = 0.1, mps=None):  # fmt: skip
+    def __init__(
+        self,
+        spec: ProbeSpec,
+        overrides: list[str],
+        probe_dir: Path,
+        out,
+        env: dict[str, str] | None = None,
+        poll_s: float = 0.1,
+        mps=None,
+    ):
         self.spec, self.overrides, self.dir, self.out = spec, overrides, probe_dir, out
         self.env, self.poll_s, self.mps = env, poll_s, mps
         self.mps_report: dict | None = None
@@ -57,8 +65,15 @@ class ProcessLevel:
             ov = [*self.overrides, f"run.dir={run_dir}", "run.resume=never", f"run.seed={i}"]
             if threads:
                 ov.append(f"perf.threads={threads}")
-            kids.append(ch.launch(f"k{k}r{i}", ch.smollab_argv(spec.command, spec.base, ov), run_dir,
-                                  threads=threads, env=self.env))  # fmt: skip
+            kids.append(
+                ch.launch(
+                    f"k{k}r{i}",
+                    ch.smollab_argv(spec.command, spec.base, ov),
+                    run_dir,
+                    threads=threads,
+                    env=self.env,
+                )
+            )
         tails = [ch.MetricsTail(RunView(c.run_dir).metrics_path) for c in kids]
         seen: list[dict[int, float]] = [{} for _ in kids]
         rss: list[float] = [0.0 for _ in kids]
@@ -105,12 +120,24 @@ class ProcessLevel:
         for i, (c, t) in enumerate(zip(kids, tails, strict=True)):
             t.invalidate()
             rows = t.read()
-            times = [(s, dt) for s, dt in step_times(rows, spec.command)
-                     if w0 is not None and seen[i].get(s, math.inf) > w0 and (w1 is None or seen[i].get(s, math.inf) <= w1)]  # fmt: skip
+            times = [
+                (s, dt)
+                for s, dt in step_times(rows, spec.command)
+                if w0 is not None
+                and seen[i].get(s, math.inf) > w0
+                and (w1 is None or seen[i].get(s, math.inf) <= w1)
+            ]
             total += len(times)
             logged = [r.get("peak_mem_mb") for r in rows if r.get("peak_mem_mb")]
             mem = max(logged) if logged else (rss[i] or None)
-            measures.append(RunMeasure(step_s=statistics.median(dt for _, dt in times) if times else None,
-                                       steps=len(times), peak_mem_mb=mem, error=errors[i], pid=c.pid))  # fmt: skip
+            measures.append(
+                RunMeasure(
+                    step_s=statistics.median(dt for _, dt in times) if times else None,
+                    steps=len(times),
+                    peak_mem_mb=mem,
+                    error=errors[i],
+                    pid=c.pid,
+                )
+            )
         observed = total / (w1 - w0) if w0 and w1 and w1 > w0 else None
         return measures, observed

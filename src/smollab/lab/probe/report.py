@@ -25,10 +25,12 @@ def table(result: dict[str, Any]) -> list[str]:
         ]
         note = ", ".join(marks) + (f"; {note}" if note and marks else note)
         f = lambda v, fmt: format(v, fmt) if v is not None else "-"  # noqa: E731
-        lines.append(f"{lv['k']:>4} {f(lv['threads'], '>7')} "
-                     f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
-                     f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
-                     f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}")  # fmt: skip
+        lines.append(
+            f"{lv['k']:>4} {f(lv['threads'], '>7')} "
+            f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
+            f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
+            f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}"
+        )
     return lines
 
 
@@ -70,8 +72,13 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     for i, (w, lvs) in enumerate(sorted(series.items())):
         xs = [w * lv["lanes"] for lv in lvs]
         name = "N lanes, one process" if w == 1 else f"{w} processes x N lanes"
-        a1.plot(xs, [lv["step_s"] * 1000 for lv in lvs], "-s", color=f"C{2 + i}",
-                label=f"{name}: one iteration")  # fmt: skip
+        a1.plot(
+            xs,
+            [lv["step_s"] * 1000 for lv in lvs],
+            "-s",
+            color=f"C{2 + i}",
+            label=f"{name}: one iteration",
+        )
         a2.plot(xs, [lv["steps_per_s"] for lv in lvs], "-s", color=f"C{2 + i}", label=name)
         ticks = sorted({*ticks, *xs})
     if lanes:
@@ -81,16 +88,21 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
         a3 = a2.twinx()
         a3.plot(ks, [lv["units_per_s"] for lv in levels], alpha=0)
         if lanes:  # the same ratio of units to steps: the two axes stay in step
-            a3.plot([lv.get("workers", 1) * lv["lanes"] for lv in lanes],
-                    [lv["units_per_s"] for lv in lanes], alpha=0)  # fmt: skip
+            a3.plot(
+                [lv.get("workers", 1) * lv["lanes"] for lv in lanes],
+                [lv["units_per_s"] for lv in lanes],
+                alpha=0,
+            )
         a3.set_ylabel(f"aggregate {result['unit']}")
     for ax in (a1, a2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks, [str(k) for k in ticks])
         ax.set_xlabel("concurrent runs k" + (" (or lanes: W x N)" if lanes else ""))
         ax.grid(alpha=0.3)
-    for key, color, label in (("best_latency", "green", "best latency"),
-                              ("best_throughput", "red", "best throughput")):  # fmt: skip
+    for key, color, label in (
+        ("best_latency", "green", "best latency"),
+        ("best_throughput", "red", "best throughput"),
+    ):
         o = result.get(key)
         if o:
             for ax in (a1, a2):
@@ -98,9 +110,12 @@ def plot_probe(result: dict[str, Any], path: Path) -> None:
     a2.legend(fontsize=8)
     dev = result["device"]
     mps = result.get("mps_daemon")
-    fig.suptitle(f"probe: {result['command']} {Path(result.get('base') or '').name} on "
-                 f"{dev['kind']} ({dev['name']})"
-                 + (f", MPS daemon {'on' if mps['used'] else 'off'}" if mps else ""), fontsize=10)  # fmt: skip
+    fig.suptitle(
+        f"probe: {result['command']} {Path(result.get('base') or '').name} on "
+        f"{dev['kind']} ({dev['name']})"
+        + (f", MPS daemon {'on' if mps['used'] else 'off'}" if mps else ""),
+        fontsize=10,
+    )
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

@@ -50,9 +50,16 @@ from smollab.lab.probe.spec import ProbeSpec
 
 
 class Probe:
-    def __init__(self, spec: ProbeSpec, overrides: list[str], out=None, measure: MeasureFn | None = None,
-                 device: dict[str, Any] | None = None, mps=None,
-                 lanes_measure: LanesMeasureFn | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: ProbeSpec,
+        overrides: list[str],
+        out=None,
+        measure: MeasureFn | None = None,
+        device: dict[str, Any] | None = None,
+        mps=None,
+        lanes_measure: LanesMeasureFn | None = None,
+    ):
         self.spec = spec
         self.overrides = overrides
         self.out = out or (lambda m: print(m, flush=True))
@@ -84,10 +91,12 @@ class Probe:
         signature = workload_signature(spec.command, cfg, mps_setting)
         probe_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_data(cfg)
-        self.out(f"probe {probe_dir}: {spec.command} {spec.base or '(schema defaults)'} on {device['kind']} "
-                 f"({device['name']}), {self.threads_total} CPU threads"
-                 + ("" if mps_setting is None else f", MPS daemon {'on' if mps_on else 'off'}")
-                 + f"; warm-up {spec.warmup} steps, then {spec.steps} steps per run while all run")  # fmt: skip
+        self.out(
+            f"probe {probe_dir}: {spec.command} {spec.base or '(schema defaults)'} on {device['kind']} "
+            f"({device['name']}), {self.threads_total} CPU threads"
+            + ("" if mps_setting is None else f", MPS daemon {'on' if mps_on else 'off'}")
+            + f"; warm-up {spec.warmup} steps, then {spec.steps} steps per run while all run"
+        )
 
         import contextlib
 
@@ -100,9 +109,13 @@ class Probe:
         levels: list[Level] = []
         with ctx as mps_env:
             measure = self._measure or ProcessLevel(
-                spec, self._child_overrides(), probe_dir, self.out,
+                spec,
+                self._child_overrides(),
+                probe_dir,
+                self.out,
                 env={**os.environ, **mps_env} if mps_env else None,
-                mps=self.mps if mps_env is not None and mps_on else None)  # fmt: skip
+                mps=self.mps if mps_env is not None and mps_on else None,
+            )
             k: int | None = spec.ks[0] if spec.ks else 1
             reason = ""
             while k is not None:
@@ -121,17 +134,31 @@ class Probe:
                 probe_dir, cfg.train.batch_size, unit_name
             )
             best_l = best_lanes(lane_levels, best_throughput)
-            lanes = {"lanes": [asdict(lv) for lv in lane_levels], "lanes_stop_reason": lanes_reason,
-                     "best_lanes": best_l, "recommended": recommend(best_throughput, best_l)}  # fmt: skip
+            lanes = {
+                "lanes": [asdict(lv) for lv in lane_levels],
+                "lanes_stop_reason": lanes_reason,
+                "best_lanes": best_l,
+                "recommended": recommend(best_throughput, best_l),
+            }
         result = {
-            "device": device, "workload": signature, "command": spec.command, "base": spec.base,
+            "device": device,
+            "workload": signature,
+            "command": spec.command,
+            "base": spec.base,
             "mps_daemon": None if mps_setting is None else {"requested": mps_on, "used": mps_used},
-            "overrides": self.overrides, "unit": unit_name, "threads_total": self.threads_total,
-            "levels": [_level_dict(lv) for lv in sorted(levels, key=lambda lv: (lv.k, lv.threads or 0))],
-            "stop_reason": reason, "best_latency": best_latency, "best_throughput": best_throughput,
-            "spec": spec.model_dump(mode="json"), "created": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "overrides": self.overrides,
+            "unit": unit_name,
+            "threads_total": self.threads_total,
+            "levels": [
+                _level_dict(lv) for lv in sorted(levels, key=lambda lv: (lv.k, lv.threads or 0))
+            ],
+            "stop_reason": reason,
+            "best_latency": best_latency,
+            "best_throughput": best_throughput,
+            "spec": spec.model_dump(mode="json"),
+            "created": time.strftime("%Y-%m-%d %H:%M:%S"),
             **lanes,
-        }  # fmt: skip
+        }
         atomic_write_json(probe_dir / "probe.json", result)
         plot_probe(result, probe_dir / "probe.png")
         for line in table(result):
@@ -140,10 +167,16 @@ class Probe:
         if line := mps_line(result):
             self.out(line)
         if best_throughput:
-            self.out(f"best throughput: k={best_throughput['k']}" + _split(best_throughput, kind)
-                     + f" ({best_throughput['speedup_vs_k1']:.2f}x the aggregate of k=1)")  # fmt: skip
-            self.out(f"best latency:    k={best_latency['k']}" + _split(best_latency, kind)
-                     + f" ({best_latency['rule']})")  # fmt: skip
+            self.out(
+                f"best throughput: k={best_throughput['k']}"
+                + _split(best_throughput, kind)
+                + f" ({best_throughput['speedup_vs_k1']:.2f}x the aggregate of k=1)"
+            )
+            self.out(
+                f"best latency:    k={best_latency['k']}"
+                + _split(best_latency, kind)
+                + f" ({best_latency['rule']})"
+            )
         if lanes:
             for line in lanes_table(result):
                 self.out(line)
@@ -158,13 +191,15 @@ class Probe:
             self.out(f"cached for `lanes: auto`: {path}")
         return result
 
-    def _measure_lanes(self, probe_dir: Path, batch_size: int,
-                       unit_name: str) -> tuple[list[LaneLevel], str]:  # fmt: skip
+    def _measure_lanes(
+        self, probe_dir: Path, batch_size: int, unit_name: str
+    ) -> tuple[list[LaneLevel], str]:
         """For each W of `lane_workers`, each lane count of `lanes` as W processes of N lanes, the
         threads split among them as the process levels split them, until `next_lanes` stops."""
         spec = self.spec
-        measure = self._lanes_measure or LanesProcess(spec, self._child_overrides(),
-                                                      probe_dir, self.out)  # fmt: skip
+        measure = self._lanes_measure or LanesProcess(
+            spec, self._child_overrides(), probe_dir, self.out
+        )
         levels: list[LaneLevel] = []
         reasons = []
         for w in spec.lane_workers:
@@ -172,18 +207,23 @@ class Probe:
             series: list[LaneLevel] = []
             n: int | None = spec.lanes[0]
             while n is not None:
-                what = (f"one process, {n} lane(s), {t} thread(s)" if w == 1 else
-                        f"{w} processes of {n} lane(s), {t} thread(s) each"
-                        + (" (oversubscribed)" if w > self.threads_total else ""))  # fmt: skip
+                what = (
+                    f"one process, {n} lane(s), {t} thread(s)"
+                    if w == 1
+                    else f"{w} processes of {n} lane(s), {t} thread(s) each"
+                    + (" (oversubscribed)" if w > self.threads_total else "")
+                )
                 self.out(f"{label(LaneLevel(n, t, workers=w))}: {what}")
                 lv = summarize(measure(n, t, w), batch_size)
                 series.append(lv)
                 if lv.error:
                     self.out(f"{label(lv)}: failed: {lv.error}")
                 else:
-                    self.out(f"{label(lv)}: iteration {lv.step_s * 1000:.1f} ms, "
-                             f"{lv.steps_per_s:.2f} lane steps/s, {lv.units_per_s:,.0f} {unit_name}"
-                             + (f", {lv.peak_mem_mb:,.0f} MB" if lv.peak_mem_mb else ""))  # fmt: skip
+                    self.out(
+                        f"{label(lv)}: iteration {lv.step_s * 1000:.1f} ms, "
+                        f"{lv.steps_per_s:.2f} lane steps/s, {lv.units_per_s:,.0f} {unit_name}"
+                        + (f", {lv.peak_mem_mb:,.0f} MB" if lv.peak_mem_mb else "")
+                    )
                 n, reason = next_lanes(series, spec)
             levels += series
             reasons.append(reason if len(spec.lane_workers) == 1 else f"{w} worker(s): {reason}")
@@ -202,8 +242,13 @@ class Probe:
 
     def _child_overrides(self) -> list[str]:
         big = 10**8
-        fixed = ["train.log_interval=1", f"train.eval_interval={big}", f"train.save_interval={big}",
-                 f"train.max_steps={big}", f"train.max_time={self.spec.timeout_s:g}"]  # fmt: skip
+        fixed = [
+            "train.log_interval=1",
+            f"train.eval_interval={big}",
+            f"train.save_interval={big}",
+            f"train.max_steps={big}",
+            f"train.max_time={self.spec.timeout_s:g}",
+        ]
         if self.spec.command == "sft":
             fixed.append("train.epochs=null")  # the length is max_steps (and max_time)
         return [*self.overrides, *fixed]
@@ -228,9 +273,11 @@ class Probe:
         if lv.error:
             self.out(f"k={k}: failed: {lv.error}")
         else:
-            self.out(f"k={k}: step {lv.step_s * 1000:.1f} ms, {lv.steps_per_s:.2f} steps/s"
-                     + (f", {lv.units_per_s:,.0f} {unit_name}" if lv.units_per_s else "")
-                     + (f", {lv.peak_mem_mb:,.0f} MB per run" if lv.peak_mem_mb else ""))  # fmt: skip
+            self.out(
+                f"k={k}: step {lv.step_s * 1000:.1f} ms, {lv.steps_per_s:.2f} steps/s"
+                + (f", {lv.units_per_s:,.0f} {unit_name}" if lv.units_per_s else "")
+                + (f", {lv.peak_mem_mb:,.0f} MB per run" if lv.peak_mem_mb else "")
+            )
         return lv
 
     def _bisect(self, levels, measure, units_per_step, unit_name, device, mps_on) -> str:

@@ -18,24 +18,33 @@ class ProbeSpec(SpecSection):
     ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
     max_k: int = Field(32, ge=1)
     lanes: list[int] | None = Field(
-        None, description="grpo: lane counts to measure beside the process counts, each as "
+        None,
+        description="grpo: lane counts to measure beside the process counts, each as "
         "one `smollab lanes grpo` process (e.g. [1, 2, 4, 8])",
-    )  # fmt: skip
+    )
     lane_workers: list[int] = Field(
-        [1], description="with lanes: each lane count N also as W concurrent `smollab lanes grpo` "
+        [1],
+        description="with lanes: each lane count N also as W concurrent `smollab lanes grpo` "
         "processes of N lanes each, the probe's threads split among them (e.g. [1, 2])",
-    )  # fmt: skip
+    )
     warmup: int = Field(5, ge=0, description="logged steps each run takes before measuring")
     steps: int = Field(20, ge=3, description="steps measured per run while all k run")
-    drop: float = Field(0.1, gt=0, lt=1, description="stop when aggregate throughput falls this "
-                                                     "fraction below the best")  # fmt: skip
+    drop: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="stop when aggregate throughput falls this fraction below the best",
+    )
     latency_tolerance: float = Field(
         0.1, ge=0, description="best_latency: step time within this of k=1"
     )
     mem_fraction: float = Field(0.9, gt=0, le=1)
     bisect: bool = False
-    split: bool = Field(True, description="CPU: for k below the thread count, also try 1 thread "
-                                          "per run (k x 1 next to k x threads/k)")  # fmt: skip
+    split: bool = Field(
+        True,
+        description="CPU: for k below the thread count, also try 1 thread "
+        "per run (k x 1 next to k x threads/k)",
+    )
     threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
     mps: bool | Literal["auto"] = "auto"
     timeout_s: float = Field(300.0, gt=0, description="per level")
@@ -70,8 +79,10 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         spec_tree = {"command": guess_command(tree), "base": workload}
     if "overrides" in spec_tree and not isinstance(spec_tree["overrides"], dict):
         got = spec_tree["overrides"]
-        raise UserError(f"probe key overrides: expected a mapping of config keys "
-                        f"(train.batch_size: 8), got {type(got).__name__} {got!r}"[:300])  # fmt: skip
+        raise UserError(
+            f"probe key overrides: expected a mapping of config keys "
+            f"(train.batch_size: 8), got {type(got).__name__} {got!r}"[:300]
+        )
     spec_tree["overrides"] = coerce(flatten(spec_tree.get("overrides") or {}))
     work: list[str] = []
     from smollab.config_load import parse_override
@@ -79,8 +90,10 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     for item in overrides:
         key, value = parse_override(item)
         if key == "overrides" and not isinstance(value, dict):
-            raise UserError(f"probe key overrides: expected a mapping, got {value!r}; "
-                            f"give overrides.KEY=VALUE or the config's KEY=VALUE")  # fmt: skip
+            raise UserError(
+                f"probe key overrides: expected a mapping, got {value!r}; "
+                f"give overrides.KEY=VALUE or the config's KEY=VALUE"
+            )
         if key.startswith("overrides."):
             spec_tree.setdefault("overrides", {})[key.removeprefix("overrides.")] = coerce(value)
         elif key in ProbeSpec.model_fields or "." not in key:
@@ -102,8 +115,9 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     if spec.base and not resolve_recipe(spec.base, spec.command).is_file():
         raise UserError(f"probe key base: file not found: {spec.base}")
     if spec.ks and spec.ks[-1] > spec.max_k:
-        raise UserError(f"probe key ks: {spec.ks[-1]} is above max_k ({spec.max_k}); "
-                        f"raise max_k or drop it")  # fmt: skip
+        raise UserError(
+            f"probe key ks: {spec.ks[-1]} is above max_k ({spec.max_k}); raise max_k or drop it"
+        )
     if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
         raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
     from smollab.config_load import SCHEMAS, load_config
@@ -111,13 +125,17 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")
     if spec.command == "rft":
-        raise UserError("probe key command: rft's unit is a round (sample, SFT, evaluate), not "
-                        "an optimizer step; probe a round's SFT with command sft")  # fmt: skip
+        raise UserError(
+            "probe key command: rft's unit is a round (sample, SFT, evaluate), not "
+            "an optimizer step; probe a round's SFT with command sft"
+        )
     base_overrides = [f"{k}={override_value(v)}" for k, v in spec.overrides.items()] + work
     cfg = load_config(spec.command, spec.base, base_overrides)  # validate now, before any launch
     if spec.lane_workers != [1] and not spec.lanes:
-        raise UserError("probe key lane_workers: set it with lanes: [...] (the lane counts each "
-                        "of the W processes runs)")  # fmt: skip
+        raise UserError(
+            "probe key lane_workers: set it with lanes: [...] (the lane counts each "
+            "of the W processes runs)"
+        )
     if spec.lanes and spec.command != "grpo":
         raise UserError(f"probe key lanes: lanes train grpo runs only, not {spec.command}")
     if spec.lanes:

@@ -129,8 +129,9 @@ class Baselines:
             b.of.append(routed)
         return b
 
-    def rows(self, trials_dir: Path, runs: dict[str, BaselineTrial],
-             live: Mapping[str, Any]) -> list[dict[str, Any]]:  # fmt: skip
+    def rows(
+        self, trials_dir: Path, runs: dict[str, BaselineTrial], live: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
         """A results.csv row per baseline with a run dir: `role` baseline, `baseline_of` the
         trial ids of its routed trials. Its status is the record of this sweep process (`runs`;
         `live` the running ones' progress), else its run's own summary."""
@@ -155,12 +156,21 @@ class Baselines:
             wall = now.wall_s if now is not None else attrs.get("wall_s")
             params = {k: b.params.get(k, b.extra.get(k)) for k in self.spec.space}
             reason = attrs.get("reason") or summary.get("evidence")
-            out.append({"trial": name.split("-")[0], **params, "seed": b.seed,
-                        "status": status or "queued", self.spec.metric.label: value,
-                        "steps": steps, "wall_s": None if wall is None else round(wall, 1),
-                        "reason": reason if status not in ("running", "completed") else None,
-                        "run_dir": f"{TRIALS}/{name}", "role": "baseline",
-                        "baseline_of": " ".join(r[:3] for r in b.of)})  # fmt: skip
+            out.append(
+                {
+                    "trial": name.split("-")[0],
+                    **params,
+                    "seed": b.seed,
+                    "status": status or "queued",
+                    self.spec.metric.label: value,
+                    "steps": steps,
+                    "wall_s": None if wall is None else round(wall, 1),
+                    "reason": reason if status not in ("running", "completed") else None,
+                    "run_dir": f"{TRIALS}/{name}",
+                    "role": "baseline",
+                    "baseline_of": " ".join(r[:3] for r in b.of),
+                }
+            )
         return out
 
 

@@ -16,22 +16,78 @@ from smollab.errors import UserError
 # The metrics.csv columns each command logs: a fallback; `metric_names` reads the loops' own
 # COLUMNS from their source, since importing a loop pulls in torch.
 METRIC_COLUMNS: dict[str, list[str]] = {
-    "pretrain": ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
-                 "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
-    "grpo": ["step", "wall_s", "lr", "loss", "reward_mean", "reward_std", "kl", "entropy",
-             "completion_len", "truncated_frac", "clip_frac", "grad_norm", "unique_fraction",
-             "jaccard", "eval_reward_mean", "eval_unique_fraction", "gen_s", "reward_s", "ref_s",
-             "train_s", "step_s", "peak_mem_mb"],
-    "sft": ["step", "epoch", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss",
-            "grad_norm", "tokens_per_s", "mfu", "peak_mem_mb"],
-    "rft": ["step", "accuracy", "eval_reward_mean", "generated", "kept", "kept_fraction",
-            "prompts_with_kept", "gen_s", "completions_per_s", "sft_steps", "sft_train_loss",
-            "wall_s"],  # one row per round: step is the round
-}  # fmt: skip
+    "pretrain": [
+        "step",
+        "tokens",
+        "wall_s",
+        "train_s",
+        "lr",
+        "train_loss",
+        "val_loss",
+        "grad_norm",
+        "tokens_per_s",
+        "mfu",
+        "peak_mem_mb",
+    ],
+    "grpo": [
+        "step",
+        "wall_s",
+        "lr",
+        "loss",
+        "reward_mean",
+        "reward_std",
+        "kl",
+        "entropy",
+        "completion_len",
+        "truncated_frac",
+        "clip_frac",
+        "grad_norm",
+        "unique_fraction",
+        "jaccard",
+        "eval_reward_mean",
+        "eval_unique_fraction",
+        "gen_s",
+        "reward_s",
+        "ref_s",
+        "train_s",
+        "step_s",
+        "peak_mem_mb",
+    ],
+    "sft": [
+        "step",
+        "epoch",
+        "tokens",
+        "wall_s",
+        "train_s",
+        "lr",
+        "train_loss",
+        "val_loss",
+        "grad_norm",
+        "tokens_per_s",
+        "mfu",
+        "peak_mem_mb",
+    ],
+    "rft": [
+        "step",
+        "accuracy",
+        "eval_reward_mean",
+        "generated",
+        "kept",
+        "kept_fraction",
+        "prompts_with_kept",
+        "gen_s",
+        "completions_per_s",
+        "sft_steps",
+        "sft_train_loss",
+        "wall_s",
+    ],  # one row per round: step is the round
+}
 # Keys the sweep sets itself for every trial.
-RESERVED = {"run.dir": "each trial gets its own run dir under <dir>/trials/",
-            "run.seed": "list seeds under `seeds:`",
-            "run.resume": "trials always resume (run.resume=auto)"}  # fmt: skip
+RESERVED = {
+    "run.dir": "each trial gets its own run dir under <dir>/trials/",
+    "run.seed": "list seeds under `seeds:`",
+    "run.resume": "trials always resume (run.resume=auto)",
+}
 
 
 def schema_of(command: str):
@@ -41,8 +97,9 @@ def schema_of(command: str):
     if command not in commands:
         close = difflib.get_close_matches(command, commands, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise UserError(f"sweep key command: unknown command {command!r}{hint}; "
-                        f"one of {', '.join(commands)}")  # fmt: skip
+        raise UserError(
+            f"sweep key command: unknown command {command!r}{hint}; one of {', '.join(commands)}"
+        )
     return SCHEMAS[command]
 
 
@@ -73,8 +130,12 @@ def check_config_key(command: str, key: str, where: str) -> None:
         raise UserError(f"{where}{key}: unknown {command} config key{hint}")
 
 
-_LOOPS = {"pretrain": "smollab.train.pretrain", "grpo": "smollab.train.grpo",
-          "sft": "smollab.train.sft", "rft": "smollab.train.rft"}  # fmt: skip
+_LOOPS = {
+    "pretrain": "smollab.train.pretrain",
+    "grpo": "smollab.train.grpo",
+    "sft": "smollab.train.sft",
+    "rft": "smollab.train.rft",
+}
 
 
 def metric_names(command: str) -> list[str] | None:
@@ -105,5 +166,7 @@ def check_metric(command: str, name: str, where: str) -> None:
         return
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]}?)" if close else ""
-    raise UserError(f"sweep key {where}: {command} logs no metric {name!r}{hint}; "
-                    f"one of {', '.join(n for n in names if n != 'step')}")  # fmt: skip
+    raise UserError(
+        f"sweep key {where}: {command} logs no metric {name!r}{hint}; "
+        f"one of {', '.join(n for n in names if n != 'step')}"
+    )

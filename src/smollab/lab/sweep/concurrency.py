@@ -28,9 +28,13 @@ from smollab.lab.spec_common import override_value
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
 
 
-def auto_concurrency(sweep_spec: SweepSpec, probe_dir: Path, device_kind: str,
-                     out: Callable[[str], None] = print,
-                     probe_kw: dict[str, Any] | None = None) -> int:  # fmt: skip
+def auto_concurrency(
+    sweep_spec: SweepSpec,
+    probe_dir: Path,
+    device_kind: str,
+    out: Callable[[str], None] = print,
+    probe_kw: dict[str, Any] | None = None,
+) -> int:
     """The cached probe of this workload on this device, else a quick probe: its best k."""
     point = sweep_spec.grid_points()[0] if sweep_spec.sampler == "grid" else {}
     cfg = resolve_config(sweep_spec, point, sweep_spec.seeds[0])
@@ -42,19 +46,33 @@ def auto_concurrency(sweep_spec: SweepSpec, probe_dir: Path, device_kind: str,
     hit = cache_lookup(device, signature)
     if hit and hit.get("best_throughput"):
         k = int(hit["best_throughput"]["k"])
-        out(f"concurrency auto: {k} (best throughput of the probe of {hit.get('created')} on "
-            f"{device_key(device)}{regime}; {cache_path(device, signature)})")  # fmt: skip
+        out(
+            f"concurrency auto: {k} (best throughput of the probe of {hit.get('created')} on "
+            f"{device_key(device)}{regime}; {cache_path(device, signature)})"
+        )
         return k
-    out(f"concurrency auto: no probe of this workload on this device{regime} yet; running a "
-        "quick probe first (warm-up 3 steps, 10 measured, k up to 8)")  # fmt: skip
+    out(
+        f"concurrency auto: no probe of this workload on this device{regime} yet; running a "
+        "quick probe first (warm-up 3 steps, 10 measured, k up to 8)"
+    )
     other = None if mps is None else workload_signature(sweep_spec.command, cfg, not mps)
     if other and cache_lookup(device, other):
-        out(f"concurrency auto: (a probe with the MPS daemon {'off' if mps else 'on'} is cached, "
-            f"but this sweep runs with mps: {str(mps).lower()})")  # fmt: skip
+        out(
+            f"concurrency auto: (a probe with the MPS daemon {'off' if mps else 'on'} is cached, "
+            f"but this sweep runs with mps: {str(mps).lower()})"
+        )
     overrides = [f"{k}={override_value(v)}" for k, v in sweep_spec.overrides.items()]
     overrides += [f"{k}={override_value(v)}" for k, v in point.items()]
-    spec = ProbeSpec(command=sweep_spec.command, base=sweep_spec.base, warmup=3, steps=10, max_k=8,
-                     threads=sweep_spec.threads, mps=sweep_spec.mps, dir=str(probe_dir))  # fmt: skip
+    spec = ProbeSpec(
+        command=sweep_spec.command,
+        base=sweep_spec.base,
+        warmup=3,
+        steps=10,
+        max_k=8,
+        threads=sweep_spec.threads,
+        mps=sweep_spec.mps,
+        dir=str(probe_dir),
+    )
     result = Probe(spec, overrides, out=out, **(probe_kw or {})).run(probe_dir)
     best = result.get("best_throughput")
     if not best:

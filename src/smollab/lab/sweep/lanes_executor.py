@@ -108,8 +108,10 @@ class LaneChild:
             code = self.worker.inbox.exit_code(self.name)  # written just before it exited
             if code is None:
                 code = rc or 1
-                self._note(f"smollab: error: the lanes worker (pid {self.pid}) exited with code "
-                           f"{rc} before this lane ended: {self.worker.last_words()}")  # fmt: skip
+                self._note(
+                    f"smollab: error: the lanes worker (pid {self.pid}) exited with code "
+                    f"{rc} before this lane ended: {self.worker.last_words()}"
+                )
         self.code = code
         return code
 
@@ -129,8 +131,10 @@ class LaneChild:
             if self.stop_sent is None:
                 self.worker.inbox.stop(self.name, "given up")
             self.code = GIVEN_UP
-            self._note(f"smollab: error: given up: lanes worker pid {self.pid} did not end this "
-                       f"lane when asked; its other lanes go on")  # fmt: skip
+            self._note(
+                f"smollab: error: given up: lanes worker pid {self.pid} did not end this "
+                f"lane when asked; its other lanes go on"
+            )
             self.worker.end_if_abandoned()
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -181,8 +185,9 @@ class LanesExecutor:
         self.grace = spec.stop_timeout_s
         root = Path(sweep_dir).absolute() / INBOX
         paths = [root] if n == 1 else [root / f"w{i}" for i in range(n)]
-        self.slots = [Slot(Inbox(p), t)
-                      for p, t in zip(paths, ch.split_threads(self.threads, n), strict=True)]  # fmt: skip
+        self.slots = [
+            Slot(Inbox(p), t) for p, t in zip(paths, ch.split_threads(self.threads, n), strict=True)
+        ]
         self.say = say
         for p in [root, *sorted(root.glob("w*"))]:  # whatever worker count the last process had
             if ch.reap_stale(p, self.grace):
@@ -199,8 +204,10 @@ class LanesExecutor:
         if len(self.slots) == 1:
             return f"{self.max_lanes} lanes in one worker on {self.threads} CPU threads"
         per = "/".join(str(t) for t in sorted({s.threads for s in self.slots}, reverse=True))
-        return (f"{len(self.slots)} workers x {self.max_lanes} lanes on {self.threads} CPU "
-                f"threads ({per} each)")  # fmt: skip
+        return (
+            f"{len(self.slots)} workers x {self.max_lanes} lanes on {self.threads} CPU "
+            f"threads ({per} each)"
+        )
 
     def _free(self, slot: Slot) -> int:
         """Lanes free in the slot: a lane given up but not yet ended by the worker holds its
@@ -211,8 +218,15 @@ class LanesExecutor:
     def can_launch(self, running: int) -> bool:
         return any(self._free(slot) > 0 for slot in self.slots)
 
-    def launch(self, name: str, argv: list[str], run_dir: Path, threads: int | None = None,
-               env: dict[str, str] | None = None, grace: float = 60.0) -> LaneChild:  # fmt: skip
+    def launch(
+        self,
+        name: str,
+        argv: list[str],
+        run_dir: Path,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+        grace: float = 60.0,
+    ) -> LaneChild:
         """Post the trial whose child argv is `[python, -m, smollab, grpo, ...]` as a lane of the
         worker with the most free lanes (the first such, so one worker fills evenly with the next)."""
         run_dir = Path(run_dir).absolute()
@@ -233,17 +247,35 @@ class LanesExecutor:
         if old is not None:
             for lane in old.lanes:  # their codes read before the inbox is cleared
                 lane.poll()
-            self.say(f"lanes: worker pid {old.pid} exited with code {old.exit_code()} "
-                     f"({old.last_words()}); a fresh worker takes the next trials")  # fmt: skip
+            self.say(
+                f"lanes: worker pid {old.pid} exited with code {old.exit_code()} "
+                f"({old.last_words()}); a fresh worker takes the next trials"
+            )
         inbox = slot.inbox
         self._clear(inbox)
-        args = ["grpo", "--inbox", str(inbox.path), "--max-lanes", str(self.max_lanes),
-                "--threads", str(slot.threads)]  # fmt: skip
-        child = ch.launch("lanes", ch.lanes_argv(args), inbox.path, threads=slot.threads,
-                          env=env, grace=grace, log_name=WORKER_LOG)  # fmt: skip
+        args = [
+            "grpo",
+            "--inbox",
+            str(inbox.path),
+            "--max-lanes",
+            str(self.max_lanes),
+            "--threads",
+            str(slot.threads),
+        ]
+        child = ch.launch(
+            "lanes",
+            ch.lanes_argv(args),
+            inbox.path,
+            threads=slot.threads,
+            env=env,
+            grace=grace,
+            log_name=WORKER_LOG,
+        )
         slot.worker = Worker(child, inbox, self.say)
-        self.say(f"lanes: worker pid {child.pid} started, up to {self.max_lanes} lanes on "
-                 f"{slot.threads} CPU threads; inbox {inbox.path}")  # fmt: skip
+        self.say(
+            f"lanes: worker pid {child.pid} started, up to {self.max_lanes} lanes on "
+            f"{slot.threads} CPU threads; inbox {inbox.path}"
+        )
 
     @staticmethod
     def _clear(inbox: Inbox) -> None:
@@ -263,8 +295,10 @@ class LanesExecutor:
         deadline = time.time() + self.grace
         for w in live:
             if w.child.wait(max(0.0, deadline - time.time())) is None:
-                self.say(f"lanes: worker pid {w.pid} still running {self.grace:g} s after "
-                         f"close; stopping it")  # fmt: skip
+                self.say(
+                    f"lanes: worker pid {w.pid} still running {self.grace:g} s after "
+                    f"close; stopping it"
+                )
                 ch.stop_all([w.child], timeout=10.0)
 
 
@@ -274,26 +308,38 @@ def check_spec(spec: SweepSpec) -> None:
     from smollab.train.lane_inbox import may_differ
 
     if spec.command != "grpo":
-        raise UserError(f"sweep key executor: lanes trains grpo trials only, not "
-                        f"{spec.command} (use executor: local)")  # fmt: skip
+        raise UserError(
+            f"sweep key executor: lanes trains grpo trials only, not "
+            f"{spec.command} (use executor: local)"
+        )
     if spec.lanes is None:
-        raise UserError("sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
-                        "of one worker) or auto (from a probe of lane counts)")  # fmt: skip
+        raise UserError(
+            "sweep key lanes: executor lanes needs lanes: N (trials at once, as lanes "
+            "of one worker) or auto (from a probe of lane counts)"
+        )
     if "concurrency" in spec.model_fields_set:
-        raise UserError("sweep key concurrency: not with executor: lanes (the trials at once are "
-                        "its lanes: N, times lane_workers: W)")  # fmt: skip
+        raise UserError(
+            "sweep key concurrency: not with executor: lanes (the trials at once are "
+            "its lanes: N, times lane_workers: W)"
+        )
     if spec.mps:
         raise UserError("sweep key mps: not with executor: lanes (the lanes are one process)")
     if spec.routing_baseline:
-        raise UserError("sweep key routing_baseline: not with executor: lanes (a baseline differs "
-                        "from its trial in grpo.routing.mode, which lanes share)")  # fmt: skip
+        raise UserError(
+            "sweep key routing_baseline: not with executor: lanes (a baseline differs "
+            "from its trial in grpo.routing.mode, which lanes share)"
+        )
     for key in spec.space:
         if not may_differ(key):
-            raise UserError(f"sweep key space.{key}: executor lanes: {key} cannot differ between "
-                            f"lanes (they are rows of one batch through one base model)")  # fmt: skip
+            raise UserError(
+                f"sweep key space.{key}: executor lanes: {key} cannot differ between "
+                f"lanes (they are rows of one batch through one base model)"
+            )
     if "perf.threads" in spec.overrides:
-        raise UserError("sweep key overrides.perf.threads: not with executor: lanes (the lanes "
-                        "share the worker's threads: the sweep key threads)")  # fmt: skip
+        raise UserError(
+            "sweep key overrides.perf.threads: not with executor: lanes (the lanes "
+            "share the worker's threads: the sweep key threads)"
+        )
     w = spec.lane_workers or 1
     fixed = isinstance(spec.lanes, int) and isinstance(w, int)
     spec.concurrency = spec.lanes * w if fixed else "auto"  # resolve_lanes makes it a number
@@ -327,14 +373,17 @@ def resolve_lanes(spec: SweepSpec, device_kind: str, say: Any = print) -> int:
         lanes, workers = _from_probe(spec, device_kind, lanes, workers, say)
     threads = spec.threads or ch.cpu_count()
     if device_kind == "cpu" and workers > threads:
-        raise UserError(f"sweep key lane_workers: {workers} workers need at least {workers} CPU "
-                        f"threads (one each), the sweep has {threads}")  # fmt: skip
+        raise UserError(
+            f"sweep key lane_workers: {workers} workers need at least {workers} CPU "
+            f"threads (one each), the sweep has {threads}"
+        )
     spec.lanes, spec.lane_workers = int(lanes), int(workers)
     return spec.lanes * spec.lane_workers
 
 
-def _from_probe(spec: SweepSpec, device_kind: str, lanes: int | str, workers: int | str,
-                say: Any) -> tuple[int, int]:  # fmt: skip
+def _from_probe(
+    spec: SweepSpec, device_kind: str, lanes: int | str, workers: int | str, say: Any
+) -> tuple[int, int]:
     from smollab.lab.probe.cache import (
         cache_lookup,
         cache_path,
@@ -351,8 +400,11 @@ def _from_probe(spec: SweepSpec, device_kind: str, lanes: int | str, workers: in
     device = device_info(device_kind, spec.threads or ch.cpu_count())
     signature = lanes_signature(workload_signature(spec.command, cfg))
     hit = cache_lookup(device, signature) or {}
-    levels = [lv for lv in hit.get("lanes") or []
-              if lanes in ("auto", lv["lanes"]) and workers in ("auto", lv.get("workers", 1))]  # fmt: skip
+    levels = [
+        lv
+        for lv in hit.get("lanes") or []
+        if lanes in ("auto", lv["lanes"]) and workers in ("auto", lv.get("workers", 1))
+    ]
     best = pick_best(levels)
     auto = [
         k for k, v in (("lanes", spec.lanes), ("lane_workers", spec.lane_workers)) if v == "auto"
@@ -364,12 +416,17 @@ def _from_probe(spec: SweepSpec, device_kind: str, lanes: int | str, workers: in
         ]
         cond = " and ".join(x for x in with_ if x)
         hint = "lanes=[1,2,4,8]" + (" lane_workers=[1,2]" if workers == "auto" else "")
-        raise UserError(f"sweep key {auto[0]}: auto needs a probe of lane counts of this workload "
-                        f"on {device_key(device)}" + (f" that measured {cond}" if cond else "")
-                        + f", and none is cached; run `smollab probe {spec.base or 'BASE'} {hint}` "
-                        f"first, or give {auto[0]}: N")  # fmt: skip
+        raise UserError(
+            f"sweep key {auto[0]}: auto needs a probe of lane counts of this workload "
+            f"on {device_key(device)}"
+            + (f" that measured {cond}" if cond else "")
+            + f", and none is cached; run `smollab probe {spec.base or 'BASE'} {hint}` "
+            f"first, or give {auto[0]}: N"
+        )
     n, w = int(best["lanes"]), int(best.get("workers", 1))
     what = f"{n} lanes in one worker" if w == 1 else f"{w} workers x {n} lanes"
-    say(f"{' and '.join(f'{k} auto' for k in auto)}: {what} (the best of the probe of "
-        f"{hit.get('created')} on {device_key(device)}; {cache_path(device, signature)})")  # fmt: skip
+    say(
+        f"{' and '.join(f'{k} auto' for k in auto)}: {what} (the best of the probe of "
+        f"{hit.get('created')} on {device_key(device)}; {cache_path(device, signature)})"
+    )
     return n, w

@@ -41,8 +41,10 @@ class SweepLock:
             f.seek(0)
             owner = f.read().strip() or "?"
             f.close()
-            raise UserError(f"sweep dir {self.dir} is in use by another sweep (pid {owner}); "
-                            f"wait for it or stop it first")  # fmt: skip
+            raise UserError(
+                f"sweep dir {self.dir} is in use by another sweep (pid {owner}); "
+                f"wait for it or stop it first"
+            )
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n")

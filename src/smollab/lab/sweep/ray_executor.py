@@ -63,11 +63,16 @@ class TrialSlot:
         import ray
 
         node = f"{socket.gethostname()}:{ray.get_runtime_context().get_node_id()[:8]}"
-        return {"node": node, "pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
-                "error": self.error}  # fmt: skip
+        return {
+            "node": node,
+            "pid": os.getpid(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "error": self.error,
+        }
 
-    def launch(self, name: str, argv: list[str], run_dir: str, threads: int | None,
-               grace: float) -> int:  # fmt: skip
+    def launch(
+        self, name: str, argv: list[str], run_dir: str, threads: int | None, grace: float
+    ) -> int:
         if argv and argv[0] == self.driver_python:  # this node's interpreter, same smollab
             argv = [sys.executable, *argv[1:]]
         # Ray's worker blocks SIGINT and a child inherits the mask: unblocked for the fork, or the
@@ -130,8 +135,10 @@ class RayChild:
             code = ray.get(ref)
         except ray.exceptions.RayActorError as e:
             self.slot.dead = True
-            self._note(f"smollab: error: the Ray actor running this trial on {self.slot.node} "
-                       f"died ({type(e).__name__})")  # fmt: skip
+            self._note(
+                f"smollab: error: the Ray actor running this trial on {self.slot.node} "
+                f"died ({type(e).__name__})"
+            )
             code = LOST
         if code is not None:
             self.code = code
@@ -219,15 +226,19 @@ class RayExecutor:
                 ray.init(address=opts.address, logging_level=logging.WARNING)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise UserError(f"sweep key ray.address: no Ray cluster at {opts.address} "
-                                f"({first[:200]}); start one with `ray start --head`") from None  # fmt: skip
+                raise UserError(
+                    f"sweep key ray.address: no Ray cluster at {opts.address} "
+                    f"({first[:200]}); start one with `ray start --head`"
+                ) from None
         try:  # whatever goes wrong from here (Ctrl-C too) leaves no actor and no connection
             self.init_s = time.time() - t0
             gpus = ray.cluster_resources().get("GPU", 0)
             if opts.gpu is None and device != "cuda" and gpus > 0:
-                raise UserError(f"sweep key ray.gpu: the cluster has {gpus:g} GPU(s) but this "
-                                f"machine no CUDA, so no default share; set ray.gpu (a trial's "
-                                f"GPUs, e.g. 1 or 0.5)")  # fmt: skip
+                raise UserError(
+                    f"sweep key ray.gpu: the cluster has {gpus:g} GPU(s) but this "
+                    f"machine no CUDA, so no default share; set ray.gpu (a trial's "
+                    f"GPUs, e.g. 1 or 0.5)"
+                )
             env = {k: v for k, v in os.environ.items() if k.startswith("SMOLLAB_")}
             self._remote = ray.remote(TrialSlot).options(num_cpus=self.cpu, num_gpus=self.gpu)
             self._args = (os.getcwd(), env, sys.executable)
@@ -239,8 +250,10 @@ class RayExecutor:
             self.close()
             raise
         nodes = sorted({s.node for s in self.slots})
-        say(f"ray: {len(self.slots)} trial slot(s) of {self.cpu:g} CPU, {self.gpu:g} GPU on "
-            f"{', '.join(nodes)} (connect {self.init_s:.1f} s, actors {self.actors_s:.1f} s)")  # fmt: skip
+        say(
+            f"ray: {len(self.slots)} trial slot(s) of {self.cpu:g} CPU, {self.gpu:g} GPU on "
+            f"{', '.join(nodes)} (connect {self.init_s:.1f} s, actors {self.actors_s:.1f} s)"
+        )
 
     def _new_slot(self) -> Slot:
         actor = self._remote.remote(*self._args)
@@ -250,9 +263,11 @@ class RayExecutor:
         import ray
 
         have = ray.available_resources()
-        return UserError(f"sweep key ray: {n} trial slot(s) of cpu={self.cpu:g}, gpu={self.gpu:g} "
-                         f"not placed in {START_TIMEOUT_S:g} s; the cluster has CPU "
-                         f"{have.get('CPU', 0):g}, GPU {have.get('GPU', 0):g} free")  # fmt: skip
+        return UserError(
+            f"sweep key ray: {n} trial slot(s) of cpu={self.cpu:g}, gpu={self.gpu:g} "
+            f"not placed in {START_TIMEOUT_S:g} s; the cluster has CPU "
+            f"{have.get('CPU', 0):g}, GPU {have.get('GPU', 0):g} free"
+        )
 
     def _wait_ready(self, slots: list[Slot]) -> None:
         """The sweep's first slots: placed within START_TIMEOUT_S, or a UserError."""
@@ -269,9 +284,11 @@ class RayExecutor:
 
     def _placed(self, slot: Slot, info: dict[str, Any]) -> None:
         if info.get("error"):
-            raise UserError(f"sweep key executor: ray: node {info['node']} {info['error']}; "
-                            f"every node must see the sweep at the driver's path (a shared "
-                            f"file system)")  # fmt: skip
+            raise UserError(
+                f"sweep key executor: ray: node {info['node']} {info['error']}; "
+                f"every node must see the sweep at the driver's path (a shared "
+                f"file system)"
+            )
         slot.node, slot.ready = info["node"], None
 
     def _settle(self) -> None:
@@ -297,8 +314,10 @@ class RayExecutor:
         with contextlib.suppress(Exception):
             ray.kill(old.actor)
         self.slots[self.slots.index(old)] = self._new_slot()
-        self.say(f"ray: the slot on {old.node} {why}; a fresh actor takes its place once Ray "
-                 f"can place it")  # fmt: skip
+        self.say(
+            f"ray: the slot on {old.node} {why}; a fresh actor takes its place once Ray "
+            f"can place it"
+        )
 
     def can_launch(self, running: int) -> bool:
         """Whether a slot is free for a trial now (`running`: trials the sweep follows). Dead
@@ -311,8 +330,10 @@ class RayExecutor:
         for s in [s for s in self.slots if s.dead]:
             self._replace(s, "died")
         busy = [s for s in self.slots if s.busy]
-        given_up = sorted((s for s in busy if s.child and s.child.kill_sent is not None),
-                          key=lambda s: s.child.kill_sent)  # fmt: skip
+        given_up = sorted(
+            (s for s in busy if s.child and s.child.kill_sent is not None),
+            key=lambda s: s.child.kill_sent,
+        )
         for s in given_up[: max(0, len(busy) - running)]:  # the oldest SIGKILLs were given up on
             self._replace(s, "has a child that survived SIGKILL")
         pending = [s for s in self.slots if s.ready is not None]
@@ -333,8 +354,15 @@ class RayExecutor:
         """CPU threads all the trials use (the sweep's log and sweep.json)."""
         return self.trial_threads * concurrency
 
-    def launch(self, name: str, argv: list[str], run_dir: Path, threads: int | None = None,
-               env: dict[str, str] | None = None, grace: float = 60.0) -> RayChild:  # fmt: skip
+    def launch(
+        self,
+        name: str,
+        argv: list[str],
+        run_dir: Path,
+        threads: int | None = None,
+        env: dict[str, str] | None = None,
+        grace: float = 60.0,
+    ) -> RayChild:
         """`children.launch` on a free slot's node (`can_launch` said one is free). A slot whose
         actor died, or that does not answer in CALL_TIMEOUT_S (killed, and a child it may have
         started stopped), is dead: the trial goes to another slot, or a fresh one; after
@@ -353,17 +381,23 @@ class RayExecutor:
                 time.sleep(0.2)
                 continue
             try:
-                pid = ray.get(slot.actor.launch.remote(name, argv, str(run_dir), threads, grace),
-                              timeout=CALL_TIMEOUT_S)  # fmt: skip
+                pid = ray.get(
+                    slot.actor.launch.remote(name, argv, str(run_dir), threads, grace),
+                    timeout=CALL_TIMEOUT_S,
+                )
             except ray.exceptions.RayActorError as e:
                 slot.dead = True
-                self.say(f"ray: the actor of the slot on {slot.node} died ({type(e).__name__}) "
-                         f"before trial {name} started; trying another")  # fmt: skip
+                self.say(
+                    f"ray: the actor of the slot on {slot.node} died ({type(e).__name__}) "
+                    f"before trial {name} started; trying another"
+                )
                 continue
             except ray.exceptions.GetTimeoutError:
                 slot.dead = True
-                self.say(f"ray: the slot on {slot.node} did not start trial {name} in "
-                         f"{CALL_TIMEOUT_S:g} s; killed, trying another")  # fmt: skip
+                self.say(
+                    f"ray: the slot on {slot.node} did not start trial {name} in "
+                    f"{CALL_TIMEOUT_S:g} s; killed, trying another"
+                )
                 with contextlib.suppress(Exception):
                     ray.kill(slot.actor)
                 ch.reap_stale(run_dir, grace, time.time())  # a child it started goes first
@@ -390,5 +424,7 @@ def _start_failed(e: Exception) -> UserError:
     """A slot's actor that died starting (its node lacks smollab, or its constructor failed)."""
     lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
     last = lines[-1][:200] if lines else type(e).__name__
-    return UserError(f"sweep key executor: ray: a trial slot's actor failed to start ({last}); "
-                     f"every node needs the same smollab and the sweep's files at the same path")  # fmt: skip
+    return UserError(
+        f"sweep key executor: ray: a trial slot's actor failed to start ({last}); "
+        f"every node needs the same smollab and the sweep's files at the same path"
+    )

@@ -25,8 +25,9 @@ def detect_device(spec: SweepSpec) -> str:
     return device_kind(resolve_config(spec, {}, spec.seeds[0]).perf.device)
 
 
-def resolve_concurrency(spec: SweepSpec, sweep_dir: Path, device: str,
-                        say: Callable[[str], None]) -> int:  # fmt: skip
+def resolve_concurrency(
+    spec: SweepSpec, sweep_dir: Path, device: str, say: Callable[[str], None]
+) -> int:
     """The trials at once: the spec's number, the probe's best for `auto`, or the lanes."""
     if spec.executor == "lanes":  # the trials at once are the worker's lanes
         from smollab.lab.sweep.lanes_executor import resolve_lanes
@@ -39,8 +40,9 @@ def resolve_concurrency(spec: SweepSpec, sweep_dir: Path, device: str,
     return auto_concurrency(spec, sweep_dir / "probe", device, out=say)
 
 
-def start_executor(spec: SweepSpec, concurrency: int, device: str, sweep_dir: Path,
-                   say: Callable[[str], None]) -> Any:  # fmt: skip
+def start_executor(
+    spec: SweepSpec, concurrency: int, device: str, sweep_dir: Path, say: Callable[[str], None]
+) -> Any:
     """A RayExecutor or LanesExecutor as the spec's `executor` says; None for local children.
     Each imports only when chosen (Ray is an optional extra)."""
     if spec.executor == "ray":
@@ -61,8 +63,9 @@ def executor_threads(spec: SweepSpec, executor: Any, concurrency: int) -> int:
     return executor.cpu_threads(concurrency)  # lanes workers sharing the sweep's threads
 
 
-def prepare_peaks(spec: SweepSpec, device: str, concurrency: int, total_threads: int,
-                  say: Callable[[str], None]) -> None:  # fmt: skip
+def prepare_peaks(
+    spec: SweepSpec, device: str, concurrency: int, total_threads: int, say: Callable[[str], None]
+) -> None:
     """Measure the CPU peaks the trials' MFU needs now, before any trial competes."""
     from smollab.lab.peaks import prepare_sweep_peaks
 

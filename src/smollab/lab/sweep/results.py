@@ -79,11 +79,17 @@ def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]
         steps = now.steps if now is not None else ua.get("steps")
         wall = now.wall_s if now is not None else ua.get("wall_s")
         value = t.value if t.state == TrialState.COMPLETE else None
-        row = {"trial": name[:3] if name[:3].isdigit() else t.number, **params, "seed": seed,
-               "status": status, spec.metric.label: value, "steps": steps,
-               "wall_s": None if wall is None else round(wall, 1),
-               "reason": ua.get("reason") if status not in ("running", "completed") else None,
-               "run_dir": f"{prefix}/{name}"}  # fmt: skip
+        row = {
+            "trial": name[:3] if name[:3].isdigit() else t.number,
+            **params,
+            "seed": seed,
+            "status": status,
+            spec.metric.label: value,
+            "steps": steps,
+            "wall_s": None if wall is None else round(wall, 1),
+            "reason": ua.get("reason") if status not in ("running", "completed") else None,
+            "run_dir": f"{prefix}/{name}",
+        }
         if trials.baselines.enabled:
             routed = any(name in b.of for b in trials.baselines.by_name.values())
             row.update(role="routed" if routed else None, baseline_of=None)
@@ -93,8 +99,17 @@ def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]
 
 def write_results_csv(trials: Trials, live: Mapping[str, Live]) -> None:
     spec = trials.spec
-    fields = ["trial", *spec.space, "seed", "status", spec.metric.label, "steps", "wall_s",
-              "reason", "run_dir"]  # fmt: skip
+    fields = [
+        "trial",
+        *spec.space,
+        "seed",
+        "status",
+        spec.metric.label,
+        "steps",
+        "wall_s",
+        "reason",
+        "run_dir",
+    ]
     if trials.baselines.enabled:
         fields += ["role", "baseline_of"]
     buf = io.StringIO()

@@ -106,9 +106,14 @@ class Sweep:
 
     def _launch(self, nxt: NextTrial) -> None:
         run_dir = self.trials.run_dir(nxt.name)
-        threads = resources.trial_threads(self.spec, self.executor, self.total_threads,
-                                          self.concurrency, self.running,
-                                          self.trials.remaining)  # fmt: skip
+        threads = resources.trial_threads(
+            self.spec,
+            self.executor,
+            self.total_threads,
+            self.concurrency,
+            self.running,
+            self.trials.remaining,
+        )
         overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
         overrides += [f"{k}={override_value(v)}" for k, v in {**nxt.params, **nxt.extra}.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
@@ -118,19 +123,27 @@ class Sweep:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
         launch = self.executor.launch if self.executor else ch.launch
-        child = launch(nxt.name, argv, run_dir, threads=threads, env=self.env,
-                       grace=self.spec.stop_timeout_s)  # fmt: skip
+        child = launch(
+            nxt.name, argv, run_dir, threads=threads, env=self.env, grace=self.spec.stop_timeout_s
+        )
         trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
         metrics_path = RunView(run_dir).metrics_path
-        self.running[child] = RunningTrial(trial=trial, tail=ch.MetricsTail(metrics_path),
-                                           reported=set(reported_steps(trial)), prior_wall=prior)  # fmt: skip
+        self.running[child] = RunningTrial(
+            trial=trial,
+            tail=ch.MetricsTail(metrics_path),
+            reported=set(reported_steps(trial)),
+            prior_wall=prior,
+        )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
         )
         resumed = " (resuming)" if metrics_path.exists() else ""
-        where = (f"a lane of worker pid {child.pid}" if self.spec.executor == "lanes"
-                 else f"{threads or 'default'} thread(s), pid {child.pid}")  # fmt: skip
+        where = (
+            f"a lane of worker pid {child.pid}"
+            if self.spec.executor == "lanes"
+            else f"{threads or 'default'} thread(s), pid {child.pid}"
+        )
         self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, {where}")
 
     # ---- watching, pruning and finishing --------------------------------------------------
@@ -197,8 +210,11 @@ class Sweep:
         wall = rt.prior_wall + (time.time() - child.started)
         status = summary.get("status")
         if code is None:
-            rt.verdict = ("failed", f"pid {child.pid} did not exit {KILL_WAIT_S:g} s after SIGKILL"
-                          + (f" ({rt.verdict[1]})" if rt.verdict else ""))  # fmt: skip
+            rt.verdict = (
+                "failed",
+                f"pid {child.pid} did not exit {KILL_WAIT_S:g} s after SIGKILL"
+                + (f" ({rt.verdict[1]})" if rt.verdict else ""),
+            )
             status = None
         if rt.verdict and status not in FINISHED:
             verdict, evidence = rt.verdict
@@ -208,8 +224,15 @@ class Sweep:
             status = verdict
         self._conclude(rt.trial, child.name, status, summary, code, wall)
 
-    def _conclude(self, trial: Any, name: str, status: str | None, summary: dict[str, Any],
-                  code: int | None, wall: float) -> None:  # fmt: skip
+    def _conclude(
+        self,
+        trial: Any,
+        name: str,
+        status: str | None,
+        summary: dict[str, Any],
+        code: int | None,
+        wall: float,
+    ) -> None:
         """Record how a trial ended, say so, give up on a sweep whose every trial fails, and
         refresh results.csv and the report."""
         run_dir = self.trials.run_dir(name)
@@ -220,8 +243,10 @@ class Sweep:
         why = f": {end.reason}" if end.reason and end.status != "completed" else ""
         done, total = self.trials.progress()
         at = f"at step {end.steps}" if end.steps is not None else "before its first step"
-        self._say(f"trial {name}: {end.status}{metric_txt} {at} in {wall:.1f}s{why} "
-                  f"[{done}/{total} done, {len(self.running)} running]")  # fmt: skip
+        self._say(
+            f"trial {name}: {end.status}{metric_txt} {at} in {wall:.1f}s{why} "
+            f"[{done}/{total} done, {len(self.running)} running]"
+        )
         if self.trials.all_failing(self.concurrency):
             self.abort = (
                 f"every trial fails so far; the last: {end.reason} (see {run_dir / CHILD_LOG})"
@@ -233,8 +258,10 @@ class Sweep:
 
     def _live(self) -> dict[str, Live]:
         now = time.time()
-        return {c.name: Live(rt.last_step, rt.prior_wall + now - c.started)
-                for c, rt in self.running.items()}  # fmt: skip
+        return {
+            c.name: Live(rt.last_step, rt.prior_wall + now - c.started)
+            for c, rt in self.running.items()
+        }
 
     def write_results(self) -> None:
         self.trials.write_results(self._live())
@@ -293,8 +320,9 @@ class Sweep:
         self.device = resources.detect_device(spec)
         preflight_data(spec, self._say, self.out)
         self.concurrency = resources.resolve_concurrency(spec, self.dir, self.device, self._say)
-        self.executor = resources.start_executor(spec, self.concurrency, self.device, self.dir,
-                                                 self._say)  # fmt: skip
+        self.executor = resources.start_executor(
+            spec, self.concurrency, self.device, self.dir, self._say
+        )
         if self.executor:  # else local children divide spec.threads or every CPU thread
             self.total_threads = resources.executor_threads(spec, self.executor, self.concurrency)
         resources.prepare_peaks(spec, self.device, self.concurrency, self.total_threads, self._say)
@@ -305,8 +333,9 @@ class Sweep:
         self.study_lock = StudyLock(spec.storage, spec.study_name)
         with self.study_lock:  # parents starting at once would race to create the tables
             self.study = open_study(spec, self.dir)
-        self.trials = Trials(spec, self.study, self.dir, self._say, owner=self.owner,
-                             lock=self.study_lock)  # fmt: skip
+        self.trials = Trials(
+            spec, self.study, self.dir, self._say, owner=self.owner, lock=self.study_lock
+        )
         with resources.mps_context(spec, self.device, self._say) as mps_env:
             if mps_env:
                 self.env = {**os.environ, **mps_env}
@@ -315,11 +344,16 @@ class Sweep:
                     for point in spec.enqueue:  # bracketing points first
                         self.study.enqueue_trial(point, user_attrs={"seed": spec.seeds[0]})
             over = " (oversubscribed)" if self.concurrency > self.total_threads else ""
-            at_once = (self.executor.at_once()
-                       if spec.executor == "lanes" else f"concurrency {self.concurrency}{over}, "
-                       f"{self.total_threads} CPU threads divided among trials")  # fmt: skip
-            self._say(f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
-                      f"{at_once}, device {self.device}")  # fmt: skip
+            at_once = (
+                self.executor.at_once()
+                if spec.executor == "lanes"
+                else f"concurrency {self.concurrency}{over}, "
+                f"{self.total_threads} CPU threads divided among trials"
+            )
+            self._say(
+                f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
+                f"{at_once}, device {self.device}"
+            )
             self.trials.settle_previous(spec.stop_timeout_s, self._conclude)
             self.write_results()
             with self.stop.installed():
@@ -330,8 +364,10 @@ class Sweep:
         for r in self.trials.rows(self._live()):
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        self._say(f"sweep {'stopped' if self.stop else 'done'}: {summary}; "
-                  f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / REPORT}")  # fmt: skip
+        self._say(
+            f"sweep {'stopped' if self.stop else 'done'}: {summary}; "
+            f"results in {self.dir / SWEEP_RESULTS}, report in {self.dir / REPORT}"
+        )
         for r in self.trials.rows(self._live()):
             if r["status"] == "failed":
                 self.out(f"  failed: {r['run_dir']}: {r['reason']}")

@@ -15,8 +15,9 @@ from smollab.lab.sweep.spec import SweepSpec, resolve_config
 from smollab.runs import SWEEP_META
 
 
-def write_meta(sweep_dir: Path, spec: SweepSpec, concurrency: int, threads: int,
-               device: str) -> str:  # fmt: skip
+def write_meta(
+    sweep_dir: Path, spec: SweepSpec, concurrency: int, threads: int, device: str
+) -> str:
     """Record the sweep in its dir; return the dir's owner id (made once, kept across reruns),
     which tells its trials from another parent's in a shared RDB study."""
     path = sweep_dir / SWEEP_META
@@ -24,19 +25,27 @@ def write_meta(sweep_dir: Path, spec: SweepSpec, concurrency: int, threads: int,
     old = read_json(path) if path.exists() else {}
     if old and old.get("identity") != ident:
         changed = [k for k in ident if (old.get("identity") or {}).get(k) != ident[k]]
-        raise UserError(f"sweep dir {sweep_dir} holds a different sweep ({', '.join(changed)} "
-                        f"changed): use another dir= or remove it")  # fmt: skip
+        raise UserError(
+            f"sweep dir {sweep_dir} holds a different sweep ({', '.join(changed)} "
+            f"changed): use another dir= or remove it"
+        )
     owner = old.get("owner") or f"{socket.gethostname()}:{uuid.uuid4().hex[:12]}"
-    atomic_write_json(path, {
-        "identity": ident, "owner": owner, "spec": spec.model_dump(mode="json"),
-        "concurrency": concurrency, "threads": threads, "device": device,
-        "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
-    })  # fmt: skip
+    atomic_write_json(
+        path,
+        {
+            "identity": ident,
+            "owner": owner,
+            "spec": spec.model_dump(mode="json"),
+            "concurrency": concurrency,
+            "threads": threads,
+            "device": device,
+            "updated": time.strftime("%Y-%m-%d %H:%M:%S"),
+        },
+    )
     return owner
 
 
-def preflight_data(spec: SweepSpec, say: Callable[[str], None],
-                   out: Callable[[str], None]) -> None:  # fmt: skip
+def preflight_data(spec: SweepSpec, say: Callable[[str], None], out: Callable[[str], None]) -> None:
     """Prepare the data dir once here instead of in every child at the same time. A sweep over
     `data.` keys leaves it to each trial, whose data differ."""
     if spec.command not in ("pretrain", "grpo") or any(k.startswith("data.") for k in spec.space):

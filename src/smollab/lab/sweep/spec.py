@@ -46,8 +46,9 @@ class Distribution(SpecSection):
         from optuna.distributions import FloatDistribution, IntDistribution
 
         if self.type == "int":
-            return IntDistribution(int(self.low), int(self.high), log=self.log,
-                                   step=int(self.step or 1))  # fmt: skip
+            return IntDistribution(
+                int(self.low), int(self.high), log=self.log, step=int(self.step or 1)
+            )
         return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
 
 
@@ -108,13 +109,15 @@ class SweepSpec(SpecSection):
         "local", description="child processes, Ray, or lanes of one GRPO worker"
     )
     lanes: int | Literal["auto"] | None = Field(
-        None, description="executor lanes: trials trained at once as lanes of one worker (N, or "
+        None,
+        description="executor lanes: trials trained at once as lanes of one worker (N, or "
         "auto: the best of the last probe of lane counts)",
-    )  # fmt: skip
+    )
     lane_workers: int | Literal["auto"] | None = Field(
-        None, description="executor lanes: worker processes of `lanes` lanes each, the threads "
+        None,
+        description="executor lanes: worker processes of `lanes` lanes each, the threads "
         "split among them (default 1; with lanes: auto, the probe's best)",
-    )  # fmt: skip
+    )
     ray: RayOptions | None = Field(None, description="executor ray: cluster and trial resources")
     retry_failed: bool = Field(True, description="a rerun retries trials that failed (crashed)")
     stop_timeout_s: float = Field(60.0, gt=0, description="grace for a child to stop on SIGINT")
@@ -137,8 +140,10 @@ class SweepSpec(SpecSection):
     def grid_points(self) -> list[dict[str, Any]]:
         """Every configuration of a grid (without seeds), in the spec's order."""
         keys = list(self.space)
-        return [dict(zip(keys, combo, strict=True))
-                for combo in itertools.product(*(self.space[k] for k in keys))]  # fmt: skip
+        return [
+            dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(self.space[k] for k in keys))
+        ]
 
     def total_runs(self) -> int:
         configs = len(self.grid_points()) if self.sampler == "grid" else self.n_trials or 0
@@ -147,8 +152,19 @@ class SweepSpec(SpecSection):
     def identity(self) -> dict[str, Any]:
         """What defines the study: a rerun in the same dir must not change it."""
         d = self.model_dump(mode="json")
-        return {k: d[k] for k in ("command", "base", "overrides", "space", "sampler",
-                                  "sampler_seed", "seeds", "metric")}  # fmt: skip
+        return {
+            k: d[k]
+            for k in (
+                "command",
+                "base",
+                "overrides",
+                "space",
+                "sampler",
+                "sampler_seed",
+                "seeds",
+                "metric",
+            )
+        }
 
     def sweep_dir(self) -> Path:
         return Path(self.dir) if self.dir else Path("sweeps") / "sweep"
@@ -164,12 +180,16 @@ class SweepSpec(SpecSection):
             f"sweep {self.sweep_dir()}: command {self.command}, base {self.base or '(defaults)'}"
         ]
         if self.overrides:
-            out.append("overrides: " + " ".join(f"{k}={override_value(v)}"
-                                                for k, v in self.overrides.items()))  # fmt: skip
+            out.append(
+                "overrides: "
+                + " ".join(f"{k}={override_value(v)}" for k, v in self.overrides.items())
+            )
         if self.sampler == "grid":
             points = self.grid_points()
-            out.append(f"grid: {len(points)} points x {len(self.seeds)} seed(s) = "
-                       f"{self.total_runs()} trials")  # fmt: skip
+            out.append(
+                f"grid: {len(points)} points x {len(self.seeds)} seed(s) = "
+                f"{self.total_runs()} trials"
+            )
             out += ["  " + " ".join(f"{k}={show(v)}" for k, v in p.items()) for p in points]
         else:
             out.append(
@@ -184,11 +204,15 @@ class SweepSpec(SpecSection):
             if self.executor == "lanes"
             else f"concurrency: {self.concurrency}"
         )
-        out.append(f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
-                   f"{at_once}; executor: {self.executor}")  # fmt: skip
+        out.append(
+            f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
+            f"{at_once}; executor: {self.executor}"
+        )
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
-        out.append("; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
-                   + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT")  # fmt: skip
+        out.append(
+            "; ".join(f"{k}: {'off' if v is None else f'{v:g} s'}" for k, v in limits.items())
+            + f"; SIGKILL {self.stop_timeout_s:g} s after SIGINT"
+        )
         return out
 
     def _describe_baselines(self) -> str:
@@ -203,8 +227,10 @@ class SweepSpec(SpecSection):
             found.add(str(i), p, s) for i, p in enumerate(self.grid_points()) for s in self.seeds
         ]
         n_routed = sum(1 for b in routed if b is not None)
-        return (f"routing baselines: {len(found.by_name)} matched mode=none trial(s) for "
-                f"{n_routed} routed trial(s)")  # fmt: skip
+        return (
+            f"routing baselines: {len(found.by_name)} matched mode=none trial(s) for "
+            f"{n_routed} routed trial(s)"
+        )
 
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:

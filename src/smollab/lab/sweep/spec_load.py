@@ -105,22 +105,30 @@ def _check_types(tree: dict[str, Any]) -> None:
     for key, example in (("overrides", "train.max_steps: 50"), ("space", "optim.lr: [1e-3, 1e-2]")):
         value = tree.get(key)
         if value is not None and not isinstance(value, dict):
-            raise UserError(f"sweep key {key}: expected a mapping of config keys ({example}), "
-                            f"got {type(value).__name__} {value!r}"[:300])  # fmt: skip
+            raise UserError(
+                f"sweep key {key}: expected a mapping of config keys ({example}), "
+                f"got {type(value).__name__} {value!r}"[:300]
+            )
     for i, point in enumerate(tree["enqueue"] if isinstance(tree.get("enqueue"), list) else []):
         if not isinstance(point, dict):
-            raise UserError(f"sweep key enqueue.{i}: expected a mapping of space keys to values, "
-                            f"got {point!r}")  # fmt: skip
+            raise UserError(
+                f"sweep key enqueue.{i}: expected a mapping of space keys to values, got {point!r}"
+            )
     conc = tree.get("concurrency", 1)
     if conc != "auto" and (isinstance(conc, bool) or not isinstance(conc, int) or conc < 1):
-        raise UserError(f"sweep key concurrency: at least 1 (trials at once, a whole number) "
-                        f"or auto, got {conc!r}")  # fmt: skip
-    for key, what in (("lanes", "trials at once, as lanes of one worker"),
-                      ("lane_workers", "lanes worker processes")):  # fmt: skip
+        raise UserError(
+            f"sweep key concurrency: at least 1 (trials at once, a whole number) "
+            f"or auto, got {conc!r}"
+        )
+    for key, what in (
+        ("lanes", "trials at once, as lanes of one worker"),
+        ("lane_workers", "lanes worker processes"),
+    ):
         v = tree.get(key)
         if v not in (None, "auto") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise UserError(f"sweep key {key}: at least 1 ({what}, a whole number) or auto, "
-                            f"got {v!r}")  # fmt: skip
+            raise UserError(
+                f"sweep key {key}: at least 1 ({what}, a whole number) or auto, got {v!r}"
+            )
     metric = tree.get("metric")
     if isinstance(metric, dict) and isinstance(metric.get("at_step"), bool):
         raise UserError(
@@ -143,27 +151,36 @@ def check_storage(url: str) -> None:
     try:
         parsed = make_url(driver_url(url))
     except ArgumentError:
-        raise UserError(f"sweep key storage: {url!r} is not a database URL "
-                        f"(e.g. sqlite:///sweeps.db or postgresql://user@host/db)") from None  # fmt: skip
+        raise UserError(
+            f"sweep key storage: {url!r} is not a database URL "
+            f"(e.g. sqlite:///sweeps.db or postgresql://user@host/db)"
+        ) from None
     try:
         dialect = parsed.get_dialect()
     except NoSuchModuleError:
-        raise UserError(f"sweep key storage: unknown database scheme {parsed.drivername!r} in "
-                        f"{url!r}; use sqlite, postgresql or mysql (or leave storage out for a "
-                        f"journal file in the sweep dir)") from None  # fmt: skip
+        raise UserError(
+            f"sweep key storage: unknown database scheme {parsed.drivername!r} in "
+            f"{url!r}; use sqlite, postgresql or mysql (or leave storage out for a "
+            f"journal file in the sweep dir)"
+        ) from None
     try:
         dialect.import_dbapi()
     except ImportError as e:
-        fixes = {"postgresql": "pip install 'smollab[postgres]' (psycopg2, for postgresql:// URLs)",
-                 "mysql": "pip install pymysql and use mysql+pymysql://"}  # fmt: skip
+        fixes = {
+            "postgresql": "pip install 'smollab[postgres]' (psycopg2, for postgresql:// URLs)",
+            "mysql": "pip install pymysql and use mysql+pymysql://",
+        }
         fix = fixes.get(parsed.get_backend_name(), "install it")
-        raise UserError(f"sweep key storage: the {parsed.drivername} driver is not installed "
-                        f"({e}); {fix}") from None  # fmt: skip
+        raise UserError(
+            f"sweep key storage: the {parsed.drivername} driver is not installed ({e}); {fix}"
+        ) from None
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
         if not db or db == ":memory:":
-            raise UserError(f"sweep key storage: {url!r} is an in-memory database, which keeps "
-                            f"nothing; give a file, e.g. sqlite:///sweeps.db")  # fmt: skip
+            raise UserError(
+                f"sweep key storage: {url!r} is an in-memory database, which keeps "
+                f"nothing; give a file, e.g. sqlite:///sweeps.db"
+            )
         if not db.startswith("file:") and not Path(db).parent.is_dir():
             raise UserError(f"sweep key storage: directory not found for {db} ({url})")
 
@@ -199,19 +216,24 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         check_config_key(command, key, "sweep key space.")
         if isinstance(value, dict):
             if sampler == "grid":
-                raise UserError(f"sweep key space.{key}: sampler grid needs a list of values, "
-                                f"got a distribution (use sampler: random, qmc or tpe)")  # fmt: skip
+                raise UserError(
+                    f"sweep key space.{key}: sampler grid needs a list of values, "
+                    f"got a distribution (use sampler: random, qmc or tpe)"
+                )
             for sub in value:
                 if sub not in DIST_KEYS:
-                    _unknown("sweep key", f"space.{key}.{sub}",
-                             [f"space.{key}.{d}" for d in DIST_KEYS])  # fmt: skip
+                    _unknown(
+                        "sweep key", f"space.{key}.{sub}", [f"space.{key}.{d}" for d in DIST_KEYS]
+                    )
             try:
                 Distribution.model_validate(value)
             except ValidationError as err:
                 e = err.errors()[0]
                 sub = ".".join(str(p) for p in e["loc"])
-                raise UserError(f"sweep key space.{key}{'.' + sub if sub else ''}: "
-                                f"{e['msg'].removeprefix('Value error, ')}") from None  # fmt: skip
+                raise UserError(
+                    f"sweep key space.{key}{'.' + sub if sub else ''}: "
+                    f"{e['msg'].removeprefix('Value error, ')}"
+                ) from None
         elif isinstance(value, list):
             if not value:
                 raise UserError(f"sweep key space.{key}: empty list of values")
@@ -221,8 +243,10 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
                 if not (v is None or isinstance(v, str | int | float | bool)):
                     raise UserError(f"sweep key space.{key}: values must be scalars, got {v!r}")
         else:
-            raise UserError(f"sweep key space.{key}: expected a list of values or "
-                            f"{{low, high, log}}, got {value!r}")  # fmt: skip
+            raise UserError(
+                f"sweep key space.{key}: expected a list of values or "
+                f"{{low, high, log}}, got {value!r}"
+            )
     for key in tree.get("overrides") or {}:
         check_config_key(command, key, "sweep key overrides.")
         if key in space:
@@ -240,24 +264,32 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         raise UserError(f"sweep key seeds: repeated seeds {spec.seeds}")
     if spec.sampler == "grid":
         if spec.n_trials is not None:
-            raise UserError(f"sweep key n_trials: the grid sampler runs every point "
-                            f"({len(spec.grid_points())} here); n_trials is for random, qmc and tpe")  # fmt: skip
+            raise UserError(
+                f"sweep key n_trials: the grid sampler runs every point "
+                f"({len(spec.grid_points())} here); n_trials is for random, qmc and tpe"
+            )
         if spec.enqueue:
             raise UserError(
                 "sweep key enqueue: the grid sampler runs every point already; "
                 "enqueue is for random, qmc and tpe"
             )
     elif spec.n_trials is None:
-        raise UserError(f"sweep key n_trials: sampler {spec.sampler} needs n_trials "
-                        f"(configurations to run, each once per seed)")  # fmt: skip
+        raise UserError(
+            f"sweep key n_trials: sampler {spec.sampler} needs n_trials "
+            f"(configurations to run, each once per seed)"
+        )
     for i, point in enumerate(spec.enqueue):
         for key, value in point.items():
             if key not in spec.space:
-                raise UserError(f"sweep key enqueue.{i}.{key}: not a key of space "
-                                f"({', '.join(spec.space)})")  # fmt: skip
+                raise UserError(
+                    f"sweep key enqueue.{i}.{key}: not a key of space ({', '.join(spec.space)})"
+                )
             dist = spec.space[key]
-            if isinstance(dist, Distribution) and isinstance(value, int | float) and \
-                    not dist.low <= value <= dist.high:  # fmt: skip
+            if (
+                isinstance(dist, Distribution)
+                and isinstance(value, int | float)
+                and not dist.low <= value <= dist.high
+            ):
                 raise UserError(
                     f"sweep key enqueue.{i}.{key}: {value} outside [{dist.low:g}, {dist.high:g}]"
                 )
@@ -281,12 +313,14 @@ def _check_executor(spec: SweepSpec) -> None:
 
     for key in ("lanes", "lane_workers"):
         if spec.executor != "lanes" and getattr(spec, key) is not None:
-            raise UserError(f"sweep key {key}: set only with executor: lanes (the executor is "
-                            f"{spec.executor})")  # fmt: skip
+            raise UserError(
+                f"sweep key {key}: set only with executor: lanes (the executor is {spec.executor})"
+            )
     if spec.executor != "ray":
         if spec.ray is not None:
-            raise UserError(f"sweep key ray: set only with executor: ray (the executor is "
-                            f"{spec.executor})")  # fmt: skip
+            raise UserError(
+                f"sweep key ray: set only with executor: ray (the executor is {spec.executor})"
+            )
         if spec.executor == "lanes":
             from smollab.lab.sweep.lanes_executor import check_spec
 
@@ -297,8 +331,10 @@ def _check_executor(spec: SweepSpec) -> None:
     if spec.mps:
         raise UserError("sweep key mps: not with executor: ray (start MPS on each node yourself)")
     if spec.threads is not None:
-        raise UserError("sweep key threads: not with executor: ray (a trial's threads are its "
-                        "ray.cpu, rounded up)")  # fmt: skip
+        raise UserError(
+            "sweep key threads: not with executor: ray (a trial's threads are its "
+            "ray.cpu, rounded up)"
+        )
 
 
 def _check_points(spec: SweepSpec) -> None:
@@ -324,13 +360,16 @@ def _check_points(spec: SweepSpec) -> None:
 def _check_routing_baseline(spec: SweepSpec) -> None:
     """`routing_baseline: true` must have routed trials to match (a grid's are known now)."""
     if spec.command != "grpo":
-        raise UserError(f"sweep key routing_baseline: routing is a grpo feature, "
-                        f"not {spec.command}")  # fmt: skip
+        raise UserError(
+            f"sweep key routing_baseline: routing is a grpo feature, not {spec.command}"
+        )
     if spec.sampler != "grid":
         return
     from smollab.lab.sweep.baseline import Baselines
 
     found = Baselines(spec)
     if not any(found.is_routed(p) for p in spec.grid_points()):
-        raise UserError("sweep key routing_baseline: no trial is routed (none has "
-                        "grpo.routing.enabled true and grpo.routing.mode other than none)")  # fmt: skip
+        raise UserError(
+            "sweep key routing_baseline: no trial is routed (none has "
+            "grpo.routing.enabled true and grpo.routing.mode other than none)"
+        )

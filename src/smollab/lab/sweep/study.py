@@ -55,16 +55,22 @@ def make_pruner(spec: SweepSpec):
 
     p = spec.pruner
     if p.type == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=p.n_startup_trials,
-                                           n_warmup_steps=p.n_warmup_steps,
-                                           interval_steps=p.interval_steps)  # fmt: skip
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=p.n_startup_trials,
+            n_warmup_steps=p.n_warmup_steps,
+            interval_steps=p.interval_steps,
+        )
     if p.type == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=p.min_resource,
-                                                      reduction_factor=p.reduction_factor)  # fmt: skip
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=p.min_resource, reduction_factor=p.reduction_factor
+        )
     if p.type == "threshold":
-        return optuna.pruners.ThresholdPruner(lower=p.lower, upper=p.upper,
-                                              n_warmup_steps=p.n_warmup_steps,
-                                              interval_steps=p.interval_steps)  # fmt: skip
+        return optuna.pruners.ThresholdPruner(
+            lower=p.lower,
+            upper=p.upper,
+            n_warmup_steps=p.n_warmup_steps,
+            interval_steps=p.interval_steps,
+        )
     return optuna.pruners.NopPruner()
 
 
@@ -85,8 +91,10 @@ def prune_evidence(p: Pruner, metric: str, step: int, value: float) -> str:
 def distributions(spec: SweepSpec) -> dict[str, Any]:
     from optuna.distributions import CategoricalDistribution
 
-    d = {k: v.optuna() if isinstance(v, Distribution) else CategoricalDistribution(v)
-         for k, v in spec.space.items()}  # fmt: skip
+    d = {
+        k: v.optuna() if isinstance(v, Distribution) else CategoricalDistribution(v)
+        for k, v in spec.space.items()
+    }
     if spec.sampler == "grid":
         d["seed"] = CategoricalDistribution(list(spec.seeds))
     return d
@@ -141,8 +149,13 @@ CONNECT_TIMEOUT_S = 10  # an unreachable database host fails in seconds, not min
 
 
 # The DBAPI argument that bounds a connection attempt, per SQLAlchemy driver; others get none.
-TIMEOUT_ARG = {"psycopg2": "connect_timeout", "psycopg": "connect_timeout",
-               "pymysql": "connect_timeout", "mysqldb": "connect_timeout", "pg8000": "timeout"}  # fmt: skip
+TIMEOUT_ARG = {
+    "psycopg2": "connect_timeout",
+    "psycopg": "connect_timeout",
+    "pymysql": "connect_timeout",
+    "mysqldb": "connect_timeout",
+    "pg8000": "timeout",
+}
 
 
 def connect_args(url: str) -> dict[str, Any]:
@@ -182,8 +195,9 @@ def storage_engine(url: str) -> Any:
     import sqlalchemy
     from sqlalchemy.pool import NullPool
 
-    return sqlalchemy.create_engine(driver_url(url), poolclass=NullPool,
-                                    connect_args=connect_args(url))  # fmt: skip
+    return sqlalchemy.create_engine(
+        driver_url(url), poolclass=NullPool, connect_args=connect_args(url)
+    )
 
 
 def ping_storage(url: str) -> None:
@@ -207,18 +221,22 @@ def open_study(spec: SweepSpec, sweep_dir: Path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         if spec.storage:
-            storage = optuna.storages.RDBStorage(driver_url(spec.storage),
-                engine_kwargs={"connect_args": connect_args(spec.storage)})  # fmt: skip
+            storage = optuna.storages.RDBStorage(
+                driver_url(spec.storage), engine_kwargs={"connect_args": connect_args(spec.storage)}
+            )
         else:
             from optuna.storages import JournalStorage
             from optuna.storages.journal import JournalFileBackend
 
             storage = JournalStorage(JournalFileBackend(str(sweep_dir / JOURNAL)))
         return optuna.create_study(
-            storage=storage, study_name=study_name(spec, sweep_dir), load_if_exists=True,
+            storage=storage,
+            study_name=study_name(spec, sweep_dir),
+            load_if_exists=True,
             direction="minimize" if spec.metric.goal == "min" else "maximize",
-            sampler=make_sampler(spec), pruner=make_pruner(spec),
-        )  # fmt: skip
+            sampler=make_sampler(spec),
+            pruner=make_pruner(spec),
+        )
     except Exception as e:
         if not spec.storage or type(e).__module__.split(".")[0] != "sqlalchemy":
             raise

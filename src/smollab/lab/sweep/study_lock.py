@@ -72,8 +72,11 @@ class StudyLock:
                     raise
                 raise self._wedged() from None
         elif backend == "mysql":
-            got = self._connection().execute(text("SELECT GET_LOCK(:n, :t)"),
-                                             {"n": f"smollab-{key:x}", "t": WAIT_S}).scalar()  # fmt: skip
+            got = (
+                self._connection()
+                .execute(text("SELECT GET_LOCK(:n, :t)"), {"n": f"smollab-{key:x}", "t": WAIT_S})
+                .scalar()
+            )
             if got != 1:
                 raise self._wedged()
         elif backend == "sqlite":
@@ -104,8 +107,10 @@ class StudyLock:
             self._file = None
 
     def _wedged(self) -> UserError:
-        return UserError(f"sweep key storage: waited {WAIT_S} s for the lock on study "
-                         f"{self.name!r}, which another sweep parent holds; is one stuck?")  # fmt: skip
+        return UserError(
+            f"sweep key storage: waited {WAIT_S} s for the lock on study "
+            f"{self.name!r}, which another sweep parent holds; is one stuck?"
+        )
 
     def __enter__(self) -> StudyLock:
         if self._depth == 0:

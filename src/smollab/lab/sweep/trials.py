@@ -129,9 +129,15 @@ class Trials:
     each ended.
     """
 
-    def __init__(self, spec: SweepSpec, study: Any, sweep_dir: Path, say: Callable[[str], None],
-                 owner: str | None = None,
-                 lock: contextlib.AbstractContextManager[Any] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        spec: SweepSpec,
+        study: Any,
+        sweep_dir: Path,
+        say: Callable[[str], None],
+        owner: str | None = None,
+        lock: contextlib.AbstractContextManager[Any] | None = None,
+    ):
         self.spec = spec
         self.owner = owner  # this sweep dir's id: its trials in a study shared with other parents
         self.lock = lock or contextlib.nullcontext()  # a StudyLock: one parent asks at a time
@@ -210,8 +216,9 @@ class Trials:
 
     # ---- routing baselines ----------------------------------------------------------------
 
-    def _note_baseline(self, routed: str, params: dict[str, Any], seed: int,
-                       stop_timeout: float | None = None) -> None:  # fmt: skip
+    def _note_baseline(
+        self, routed: str, params: dict[str, Any], seed: int, stop_timeout: float | None = None
+    ) -> None:
         """Find the routed trial's baseline; queue it, once per sweep process, unless its run
         finished (a failed one only when `retry_failed`). After a previous parent
         (`stop_timeout` given), a child it left in the baseline's run dir is stopped first."""
@@ -275,15 +282,24 @@ class Trials:
         if self.spec.sampler == "grid":
             params["seed"] = seed
         space = distributions(self.spec)
-        attrs = {"run_dir": name, "seed": seed, "retry": True, "retry_of": failed.number,
-                 "wall_s": failed.user_attrs.get("wall_s", 0.0)}  # fmt: skip
+        attrs = {
+            "run_dir": name,
+            "seed": seed,
+            "retry": True,
+            "retry_of": failed.number,
+            "wall_s": failed.user_attrs.get("wall_s", 0.0),
+        }
         if self.owner:
             attrs["owner"] = self.owner
-        self.study.add_trial(optuna.trial.create_trial(
-            state=TrialState.RUNNING, params=params, user_attrs=attrs,
-            distributions={k: space[k] for k in params},
-            system_attrs={"fixed_params": params},  # GridSampler: not a fresh grid point
-        ))  # fmt: skip
+        self.study.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.RUNNING,
+                params=params,
+                user_attrs=attrs,
+                distributions={k: space[k] for k in params},
+                system_attrs={"fixed_params": params},  # GridSampler: not a fresh grid point
+            )
+        )
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         return next(t for t in reversed(running) if t.user_attrs.get("retry_of") == failed.number)
 
@@ -322,8 +338,16 @@ class Trials:
 
     # ---- endings --------------------------------------------------------------------------
 
-    def record(self, trial: Any, run_dir: Path, status: str | None, summary: dict[str, Any],
-               code: int | None, wall: float, stopping: bool) -> Ending:  # fmt: skip
+    def record(
+        self,
+        trial: Any,
+        run_dir: Path,
+        status: str | None,
+        summary: dict[str, Any],
+        code: int | None,
+        wall: float,
+        stopping: bool,
+    ) -> Ending:
         """Tell Optuna how a trial ended (see the module docstring for the mapping)."""
         from optuna.trial import TrialState
 
@@ -360,8 +384,9 @@ class Trials:
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
         if state is not None and not isinstance(trial, BaselineTrial):
-            self.study.tell(trial, attrs.get("metric") if state == TrialState.COMPLETE else None,
-                            state=state)  # fmt: skip
+            self.study.tell(
+                trial, attrs.get("metric") if state == TrialState.COMPLETE else None, state=state
+            )
         if status == "failed":
             self.fails_in_a_row += 1
         elif status != "interrupted":
