@@ -173,7 +173,7 @@ def run_smollab(cfg, turns: Turns) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    import smollab.train.grpo as grpo
+    import smollab.train.grpo.run as grpo
     from smollab.runs import read_metrics
 
     class TurnTakingProgress(grpo.Progress):

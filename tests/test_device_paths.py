@@ -87,7 +87,8 @@ def test_pretrain_step_eval_and_resume(micro_data, tmp_path, monkeypatch):
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("replay", [True, False], ids=["replay", "computed"])
 def test_grpo_step(micro_model, micro_data, tmp_path, monkeypatch, lora, replay):
-    from smollab.train import grpo
+    from smollab.train.grpo import run_state
+    from smollab.train.grpo.run import train
 
     over = [
         f"model.path={micro_model}",
@@ -107,11 +108,11 @@ def test_grpo_step(micro_model, micro_data, tmp_path, monkeypatch, lora, replay)
     ]
     if lora:
         over += ["model.lora.enabled=true", "model.lora.r=2"]
-    _interrupt_at_second_step(monkeypatch, grpo)
+    _interrupt_at_second_step(monkeypatch, run_state)
     with StrictDevice() as mode:
         with pytest.raises(KeyboardInterrupt):
-            grpo.train(load_config("grpo", None, over))
-        summary = grpo.train(load_config("grpo", None, over))  # resumes from step 1
+            train(load_config("grpo", None, over))
+        summary = train(load_config("grpo", None, over))  # resumes from step 1
     assert summary["status"] == "completed" and summary["steps"] == 2
     _strict_ok(mode)
 

@@ -66,11 +66,20 @@ def load_config(
     return load(command, recipe, list(args), values)
 
 
+# each training command's loop: a module with `train(cfg) -> summary`
+_LOOPS = {
+    "pretrain": "smollab.train.pretrain",
+    "grpo": "smollab.train.grpo.run",
+    "sft": "smollab.train.sft",
+    "rft": "smollab.train.rft",
+}
+
+
 def _train(command: str, recipe: Any, args: Sequence[str], values: dict[str, Any]) -> dict:
     import importlib
 
     cfg = load_config(command, recipe, args, **values)
-    return importlib.import_module(f"smollab.train.{command}").train(cfg)
+    return importlib.import_module(_LOOPS[command]).train(cfg)
 
 
 def pretrain(
@@ -98,9 +107,9 @@ def lanes(
 ) -> list[dict[str, Any]]:
     """GRPO configurations (LoRA or full) trained as lanes of one batched model, one lane per entry of
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
-    with `inbox`, a sweep's lanes worker (train/lane_inbox.py). `threads`: perf.threads of every
+    with `inbox`, a sweep's lanes worker (the lanes inbox). `threads`: perf.threads of every
     lane, the posted ones too. Returns each lane's summary."""
-    from smollab.train.grpo_lanes import train_lanes
+    from smollab.train.grpo.lanes import train_lanes
 
     if inbox is not None and not lanes and (recipe or args):
         raise UserError(

@@ -289,7 +289,7 @@ def _run_demo(out: Path, quick: bool) -> dict[str, Any]:
         f"{rewards}, full FT, lr {grpo_cfg.optim.lr:g}, up to "
         f"{grpo_cfg.train.max_steps} steps of {grpo_cfg.train.batch_size} completions",
     )
-    from smollab.train.grpo import train as grpo_train
+    from smollab.train.grpo.run import train as grpo_train
 
     t0 = time.perf_counter()
     reused["grpo"] = _finished(Path(grpo_cfg.run.dir))

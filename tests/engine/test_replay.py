@@ -10,7 +10,7 @@ transformers = pytest.importorskip("transformers")
 from smollab.engine.replay import replay_logprobs, replay_unsupported  # noqa: E402
 from smollab.engine.sampler import Sampler  # noqa: E402
 from smollab.engine.token_logprobs import rollout_logprobs  # noqa: E402
-from smollab.train.grpo_loss import grpo_loss  # noqa: E402
+from smollab.train.grpo.loss import LossOptions, grpo_loss  # noqa: E402
 from tests.engine.test_sampler import PROMPTS, micro_llama  # noqa: E402
 from tests.engine.test_token_logprobs import assert_grads_close  # noqa: E402
 
@@ -36,11 +36,9 @@ def _loss_grads(model, r, logp_fn, temperature):
         ref,
         adv,
         r.completion_mask,
-        beta=0.05,
-        epsilon=0.2,
-        epsilon_high=0.2,
-        loss_type="dapo",
-        max_completion_length=16,
+        LossOptions(
+            beta=0.05, epsilon=0.2, epsilon_high=0.2, loss_type="dapo", max_completion_length=16
+        ),
     )
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}

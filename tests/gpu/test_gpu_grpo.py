@@ -23,7 +23,7 @@ REWARD = {
 
 
 def grpo(tmp_path, micro_grpo, *extra):
-    from smollab.train.grpo import train
+    from smollab.train.grpo.run import train
 
     recipe = tmp_path / "grpo.yaml"
     recipe.write_text(yaml.safe_dump(REWARD))

@@ -124,7 +124,7 @@ def test_tensorboard_resume_that_fails_before_a_row_keeps_the_earlier_events(
 
 def test_tensorboard_grpo_equals_metrics_csv(micro_grpo, tmp_path):
     pytest.importorskip("tensorboard")
-    from smollab.train.grpo import train
+    from smollab.train.grpo.run import train
 
     train(load_config("grpo", None, [*micro_grpo, "run.report_to=[tensorboard]"]))
     run = tmp_path / "grpo"

@@ -435,7 +435,8 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
 def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micro_grpo, tmp_path):
     from smollab.config_load import load_config
     from smollab.runs import RunView
-    from smollab.train import grpo, pretrain
+    from smollab.train import pretrain
+    from smollab.train.grpo import run as grpo
 
     off = ["train.eval_interval=0", "train.save_interval=0"]
     s = pretrain.train(

@@ -3,7 +3,6 @@ a failing reward leaves status failed; damaged checkpoints fall back or fail in 
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -16,6 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from smollab import api
 from smollab.cli import main
 from smollab.config_load import load_config
 from smollab.errors import RunFailed
@@ -105,8 +105,7 @@ def test_kill_9_then_rerun_matches_an_uninterrupted_run(
         run, ckpt_step, loss_key = tmp_path / "grpo", 6, "loss"
     command = kind.split("-")[0]
     ref = tmp_path / "ref"  # uninterrupted, in this process
-    train = importlib.import_module(f"smollab.train.{command}").train
-    assert train(load_config(command, None, [*args, f"run.dir={ref}"]))["status"] == "completed"
+    assert getattr(api, command)(None, [*args, f"run.dir={ref}"])["status"] == "completed"
     cmd = [sys.executable, "-m", "smollab", command, *args]
 
     _kill_after_checkpoint(cmd, run, ckpt_step)

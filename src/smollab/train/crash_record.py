@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -20,7 +20,7 @@ from smollab.errors import RunFailed
 from smollab.run_dir import RunDir
 from smollab.runs import LOG
 
-# removes): what a crash must be recorded into.
+# The runs of the block (`open_run` adds each, `finish` removes it): what a crash is recorded into.
 _OPEN_RUNS: ContextVar[list[RunDir] | None] = ContextVar("smollab_open_runs", default=None)
 
 
@@ -43,34 +43,51 @@ def records_failure(train: Callable[[Any], dict]) -> Callable[[Any], dict]:
     is recorded there (status failed, its one-line evidence in summary.json, the traceback in
     training.log) and raised as RunFailed (the CLI's exit 1); an interrupt the loop has not wrapped
     up itself is recorded as interrupted. Before that (bad input) nothing is written and the
-    exception passes unchanged. The step in the evidence is the loop's `step` variable (optimizer
-    steps done) at the moment the exception left `train`."""
+    exception passes unchanged. The step in the evidence is the loop's optimizer steps done at the
+    moment the exception left `train`: its `step` variable, or its run `state`'s."""
 
     @functools.wraps(train)
     def recorded(cfg: Any) -> dict:
-        runs: list[RunDir] = []
-        token = _OPEN_RUNS.set(runs)
-        try:
-            return train(cfg)
-        except KeyboardInterrupt as e:
-            step = _loop_step(e, train)
-            for run in runs:
-                _record(run, "interrupted", "interrupted" + _after(step), step)
-            raise
-        except Exception as e:
-            if not runs:
+        with open_runs() as runs:
+            try:
+                return train(cfg)
+            except KeyboardInterrupt as e:
+                step = _loop_step(e, train)
+                for run in runs:
+                    _record(run, "interrupted", "interrupted" + _after(step), step)
                 raise
-            step = _loop_step(e, train)
-            evidence = failure_line(e) + _after(step)
-            with contextlib.suppress(Exception):  # a full disk may refuse the log too
-                trace = "".join(traceback.format_exception(e)).rstrip()
-                runs[-1].log(f"failed: {evidence}\n{trace}")
-            _record(runs[-1], "failed", evidence, step)
-            raise RunFailed(evidence, runs[-1].path / LOG) from e
-        finally:
-            _OPEN_RUNS.reset(token)
+            except Exception as e:
+                if not runs:
+                    raise
+                run = runs[-1]
+                evidence = record_failure(run, e, _loop_step(e, train))
+                raise RunFailed(evidence, run.path / LOG) from e
 
     return recorded
+
+
+@contextlib.contextmanager
+def open_runs() -> Iterator[list[RunDir]]:
+    """The runs opened inside this block and not yet wrapped up: what a crash is recorded into
+    (`records_failure`; a lanes worker holds many at once)."""
+    runs: list[RunDir] = []
+    token = _OPEN_RUNS.set(runs)
+    try:
+        yield runs
+    finally:
+        _OPEN_RUNS.reset(token)
+
+
+def record_failure(run: RunDir, e: BaseException, step: int | None = None) -> str:
+    """`run` ends failed by `e`: its one-line evidence (returned) in summary.json, the traceback
+    in training.log; the run is closed and no longer counts as open."""
+    evidence = failure_line(e) + _after(step)
+    with contextlib.suppress(Exception):  # a full disk may refuse the log too
+        trace = "".join(traceback.format_exception(e)).rstrip()
+        run.log(f"failed: {evidence}\n{trace}")
+    _record(run, "failed", evidence, step)
+    closed(run)
+    return evidence
 
 
 def failure_line(e: BaseException) -> str:
@@ -89,7 +106,8 @@ def _loop_step(e: BaseException, train: Callable) -> int | None:
     tb = e.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code is train.__code__:
-            step = tb.tb_frame.f_locals.get("step")
+            found = tb.tb_frame.f_locals
+            step = found.get("step", getattr(found.get("state"), "step", None))
             return step if isinstance(step, int) else None
         tb = tb.tb_next
     return None

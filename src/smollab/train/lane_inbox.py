@@ -1,7 +1,7 @@
 """The inbox of a lanes worker: how a sweep hands trials to one process that trains them as lanes.
 
 A lanes worker (`smollab lanes grpo --inbox DIR`) trains many compatible trials as lanes of one
-batched model (`train.grpo_lanes`). The sweep's `executor: lanes` (lab/sweep/lanes_executor.py)
+batched model (`train.grpo.lanes`). The sweep's `executor: lanes` (lab/sweep/lanes_executor.py)
 talks to it through files in DIR only, so either side can die without leaving the other waiting
 on a pipe, and a reader of DIR sees what happened:
 
@@ -113,16 +113,16 @@ def may_differ(key: str) -> bool:
     return key in LANE_KEYS or key.startswith(LANE_SECTIONS)
 
 
-# What lanes cannot do, each with the reason (a key set to any other value is refused). Here,
-# beside the protocol, so that the lab checks a sweep's base before any trial starts without
-# importing torch.
+# What the batched lanes model (`LaneLlama`) cannot do, each with the reason (a key set to any
+# other value is refused); everything else a GRPO run does, a lane does through the same step.
+# Here, beside the protocol, so that the lab checks a sweep's base before any trial starts
+# without importing torch.
 UNSUPPORTED = {
-    "model.lora.dropout": (0.0, "the lanes' LoRA path applies no dropout"),
-    "model.load_in": ("none", "the lanes' base runs in full precision"),
-    "grpo.routing.enabled": (False, "gradient routing trains two adapters per run"),
-    "train.grad_accum": (1, "lanes take each step in one pass over all lanes"),
-    "perf.precision": ("fp32", "the lanes' forward runs in float32"),
-    "perf.grad_checkpointing": (False, "the lanes' forward keeps its activations"),
+    "model.lora.dropout": (0.0, "the batched model applies no LoRA dropout"),
+    "model.load_in": ("none", "the batched model reads its base in full precision"),
+    "grpo.routing.enabled": (False, "the batched model holds one adapter per lane, routing two"),
+    "perf.precision": ("fp32", "the batched model runs in float32"),
+    "perf.grad_checkpointing": (False, "the batched model keeps its activations"),
 }
 
 

@@ -283,7 +283,10 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
     [
         (["lanes=[]"], "probe key lanes: give at least one lane count"),
         (["lanes=[2, 2]"], "probe key lanes: repeated lane count in [2, 2]"),
-        (["lanes=[1, 2]", "train.grad_accum=2"], "train.grad_accum=2 is not supported in lanes"),
+        (
+            ["lanes=[1, 2]", "perf.grad_checkpointing=true"],
+            "perf.grad_checkpointing=True is not supported in lanes",
+        ),
         (["lane_workers=[1, 2]"], "probe key lane_workers: set it with lanes: [...]"),
         (
             ["lanes=[1, 2]", "lane_workers=[0, 2]"],

@@ -210,10 +210,11 @@ def test_grpo_metrics_and_distributions(tmp_path):
 
 def test_metric_names_are_the_loops_columns():
     from smollab.lab.sweep.command_names import metric_names
-    from smollab.train import grpo, pretrain
+    from smollab.train import pretrain
+    from smollab.train.grpo import run_state
 
     assert metric_names("pretrain") == pretrain.COLUMNS
-    assert metric_names("grpo") == grpo.COLUMNS
+    assert metric_names("grpo") == run_state.COLUMNS
     assert set(METRIC_COLUMNS["pretrain"]) <= set(pretrain.COLUMNS)  # the fallback lists
 
 

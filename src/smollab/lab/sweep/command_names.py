@@ -132,7 +132,7 @@ def check_config_key(command: str, key: str, where: str) -> None:
 
 _LOOPS = {
     "pretrain": "smollab.train.pretrain",
-    "grpo": "smollab.train.grpo",
+    "grpo": "smollab.train.grpo.run_state",
     "sft": "smollab.train.sft",
     "rft": "smollab.train.rft",
 }

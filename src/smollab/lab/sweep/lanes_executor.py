@@ -1,6 +1,6 @@
 """`executor: lanes`: a sweep's GRPO trials (LoRA or full) trained as lanes of one batched model.
 
-One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo_lanes`) trains
+One worker process (`smollab lanes grpo --inbox DIR --max-lanes N`, `train.grpo.lanes`) trains
 up to N trials at once as lanes of one model (one base; N adapters, or N full copies); a lane
 that ends is refilled with the next trial posted. With `lane_workers: W`, W such workers run at once, each
 on the sweep's threads / W (a CPU's cores may do more as W single-thread processes than as one

@@ -15,8 +15,9 @@ from smollab.config_load import load_config
 from smollab.errors import RunFailed
 from smollab.run_rows import read_metrics
 from smollab.runs import RunView
-from smollab.train import grpo
-from tests.train.test_grpo import crash_grpo_at_step
+from smollab.train.grpo import step as grpo_step
+from smollab.train.grpo.run import train
+from tests.train.grpo.test_run import crash_grpo_at_step
 
 ROUTED = [
     "reward=[{name: happy_binary}, {name: happy_count}]",
@@ -46,7 +47,7 @@ KEYS = {
 
 
 def _run(overrides):
-    return grpo.train(load_config("grpo", None, overrides))
+    return train(load_config("grpo", None, overrides))
 
 
 def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
@@ -96,7 +97,7 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
     run = RunView(tmp_path / "grpo")
     assert max(r["step"] for r in run.routing_eval()) == 4  # evaluated at 4, crashed in step 5
     (run.path / "routing_eval.jsonl").open("a").write(json.dumps({"step": 5}) + "\n")
-    monkeypatch.setattr(grpo, "group_advantages", real)
+    monkeypatch.setattr(grpo_step, "group_advantages", real)
     assert _run(over)["status"] == "completed"
     assert "resumed from step_4" in run.log_path.read_text()
     steps = [r["step"] for r in run.routing_eval()]
@@ -191,11 +192,11 @@ def test_bad_routing_keys_fail_in_one_line(micro_grpo, tmp_path, capsys, extra, 
 
 def test_routing_frac_thins_the_detector_flags_and_not_the_label_noise():
     from smollab.config import RoutingConfig
-    from smollab.train.routing import Router
+    from smollab.train.grpo.routing import Router
 
     def routed(**kw) -> list[bool]:
         cfg = RoutingConfig(enabled=True, detector={"name": "happy_count", "threshold": 1}, **kw)
-        router = Router(cfg, seed=0, weights={})
+        router = Router(cfg, seed=0, rewards=[])
         texts = ["happy day", "a sad day"] * 8
         router.score(3, list(range(16)), torch.zeros(16), {}, ["Once"] * 16, texts, None)
         return router.routed.tolist()
@@ -238,7 +239,7 @@ def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
     monkeypatch, which, mode, retain_rows, forget_rows
 ):
     from smollab.config import RoutingConfig
-    from smollab.train import routing
+    from smollab.train.grpo import routing
 
     seen = {}
 
@@ -249,7 +250,7 @@ def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
     monkeypatch.setattr(routing, "routing_masks", fake_masks)
     monkeypatch.setattr(routing, "adapter_mode", lambda policy, m: contextlib.nullcontext())
     cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage=which)
-    router = routing.Router(cfg, seed=0, weights={})
+    router = routing.Router(cfg, seed=0, rewards=[])
     router.routed = torch.tensor([False, True, False, False])  # row 1 flagged
     advantages = torch.tensor([0.5, 2.0, -0.5, 0.0])
     with router.train_pass(torch.nn.Linear(1, 1), 1, advantages):

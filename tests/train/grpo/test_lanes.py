@@ -18,9 +18,10 @@ from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.runs import LOG
-from smollab.train import grpo_accum
-from smollab.train.grpo_lanes import loss_backward
-from smollab.train.grpo_loss import options as loss_options
+from smollab.train.grpo.loss import LossOptions
+from smollab.train.grpo.policies import lanes_forward, policy_forward
+from smollab.train.grpo.run_state import RunState
+from smollab.train.grpo.update import Batch, RunRows, loss_backward
 from smollab.train.lane_inbox import Inbox, LaneTrial
 from tests.engine.test_lane_llama import full_policies, lane_policies
 
@@ -71,8 +72,6 @@ def test_full_lanes_train_and_resume_as_full_fine_tuning_runs(micro_grpo, tmp_pa
     """Without LoRA each lane trains its own copy of every weight and writes a full run's
     directory (the model in its checkpoints); its first step (same seed, so the same rollouts)
     has the loss, KL and gradient norm of `smollab grpo` alone; interrupted, it resumes."""
-    from smollab.train import grpo_lanes
-
     full = [
         *[a for a in shared_args(micro_grpo) if not a.startswith("model.lora")],
         "grpo.beta=0.1",
@@ -81,18 +80,18 @@ def test_full_lanes_train_and_resume_as_full_fine_tuning_runs(micro_grpo, tmp_pa
     main(["grpo", *full, "optim.lr=1e-3", f"run.dir={solo}"])
     a, b = tmp_path / "a", tmp_path / "b"
     lanes = [[f"run.dir={a}", "optim.lr=1e-3"], [f"run.dir={b}", "optim.lr=1e-4", "run.seed=3"]]
-    after_step = grpo_lanes._after_step
+    after_step = RunState.after_step
 
-    def interrupted_at_4(shared, lane, *args):
-        after_step(shared, lane, *args)
+    def interrupted_at_4(lane, *args):
+        after_step(lane, *args)
         if lane.step == 4:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(grpo_lanes, "_after_step", interrupted_at_4)
+    monkeypatch.setattr(RunState, "after_step", interrupted_at_4)
     with pytest.raises(KeyboardInterrupt):
         api.lanes(None, full, lanes)
     assert json.loads((b / "summary.json").read_text())["status"] == "interrupted"
-    monkeypatch.setattr(grpo_lanes, "_after_step", after_step)
+    monkeypatch.setattr(RunState, "after_step", after_step)
     summaries = api.lanes(None, full, lanes)  # resumed from step 4
     assert [s["status"] for s in summaries] == ["completed", "completed"]
     assert "full fine-tuning" in (a / LOG).read_text()
@@ -143,14 +142,13 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     policies = full_policies() if full else lane_policies(ranks=(2, 4, 4))
     alone = [copy.deepcopy(p) for p in policies]
     opts = [
-        dict(loss_options(SimpleNamespace(**g)), max_completion_length=6)
+        LossOptions.from_config(SimpleNamespace(**g))
         for g in (
             dict(_grpo(), beta=0.0),
             dict(_grpo(), beta=0.1),
             dict(_grpo(), beta=0.05, loss_type="grpo"),
         )
     ]
-    lanes = [SimpleNamespace(policy=p, loss_options=o) for p, o in zip(policies, opts, strict=True)]
     model = LaneLlama.from_hf(policies[0], adapters=False)
     with torch.no_grad():
         model.load_lanes(policies)
@@ -160,19 +158,19 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     adv = torch.randn(12, generator=torch.Generator().manual_seed(0))
     mask = r.completion_mask
     spans = [slice(i * 4, (i + 1) * 4) for i in range(3)]
-    got = loss_backward(model, lanes, r, adv, mask, None, ref, spans, 0.9)
+    got = loss_backward(
+        lanes_forward(model, policies, 0.9),
+        Batch(r, adv, mask, None, ref),
+        [RunRows(s, o) for s, o in zip(spans, opts, strict=True)],
+        num_generations=2,
+    )
     for i, s in enumerate(spans):
-        lone_ref = ref[s] if opts[i]["beta"] else None  # beta 0: no reference, as in grpo
-        loss, stats = grpo_accum.loss_backward(
-            alone[i],
-            grpo_accum.rollout_rows(r, s),
-            adv[s],
-            mask[s],
-            None,
-            lone_ref,
-            [slice(None)],
-            temperature=0.9,
-            loss_options=opts[i],
+        lone_ref = ref[s] if opts[i].beta else None  # beta 0: no reference, as in grpo
+        [(loss, stats)] = loss_backward(
+            policy_forward(alone[i], 0.9),
+            Batch(r.select(s), adv[s], mask[s], None, lone_ref),
+            [RunRows(slice(0, 4), opts[i])],
+            num_generations=2,
         )
         assert got[i][0] == pytest.approx(loss, abs=1e-5)
         assert got[i][1].get("kl", 0.0) == pytest.approx(stats.get("kl", 0.0), abs=1e-6)
@@ -286,3 +284,35 @@ def test_worker_refills_freed_lanes_and_honours_stop_requests(micro_grpo, tmp_pa
     assert t3["status"] == "interrupted" and not (tmp_path / "t3/checkpoints/step_2").exists()
     assert [r["step"] for r in rows(tmp_path / "t3")] == []
     assert len(summaries) == 3
+
+
+def test_lanes_take_micro_batches_as_one_pass(micro_grpo, tmp_path):
+    """With train.grad_accum=2 every lane's k-th groups go through the batched model together, in
+    two micro-batches: the first step's loss, KL and gradient norm of each lane (its own loss
+    type) are those of the one-pass step, and the log says why the forward is computed."""
+    lanes = [
+        ["optim.lr=1e-3", "grpo.beta=0.1"],
+        ["optim.lr=3e-3", "grpo.loss_type=grpo", "model.lora.r=2", "run.seed=7"],
+    ]
+    first = {}
+    for accum in (1, 2):
+        dirs = [tmp_path / f"a{accum}-{i}" for i in range(len(lanes))]
+        summaries = api.lanes(
+            None,
+            [
+                *shared_args(micro_grpo),
+                f"train.grad_accum={accum}",
+                "train.max_steps=1",
+                "train.save_interval=0",
+            ],
+            [[f"run.dir={d}", *extra] for d, extra in zip(dirs, lanes, strict=True)],
+        )
+        assert [s["status"] for s in summaries] == ["completed", "completed"]
+        first[accum] = [rows(d)[0] for d in dirs]
+    log = (dirs[0] / LOG).read_text()
+    assert "policy forward computed (train.grad_accum=2 (micro-batches))" in log
+    for one, two in zip(first[1], first[2], strict=True):
+        assert one["reward_mean"] == two["reward_mean"]
+        for key in ("loss", "kl", "grad_norm", "clip_frac"):
+            assert float(two[key]) == pytest.approx(float(one[key]), rel=1e-4, abs=1e-7), key
+        assert float(one["grad_norm"]) > 0

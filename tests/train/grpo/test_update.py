@@ -16,9 +16,11 @@ from smollab.errors import UserError
 from smollab.models.loading import apply_lora, build_model, load_tokenizer_near
 from smollab.models.routing import apply_routing
 from smollab.run_rows import read_metrics
-from smollab.train import grpo, routing
-from smollab.train.grpo_accum import loss_backward, micro_batches
-from smollab.train.grpo_loss import LOSS_TYPES
+from smollab.train.grpo.loss import LOSS_TYPES, LossOptions
+from smollab.train.grpo.policies import policy_forward
+from smollab.train.grpo.routing import Router
+from smollab.train.grpo.run import train
+from smollab.train.grpo.update import Batch, RunRows, loss_backward, micro_batches
 
 GROUPS, GEN, LEN = 4, 3, 10  # 12 completions: 1, 2 or 4 micro-batches of whole groups
 LR = 1e-3
@@ -61,9 +63,9 @@ def _batch(policy, micro_model):
     return r, adv, mask, old, ref
 
 
-def _options(loss_type: str, level: str = "token") -> dict:
+def _options(loss_type: str, level: str = "token") -> LossOptions:
     eps_high = 1.1 if loss_type == "cispo" else 0.28  # cispo: a cap some weights pass
-    return dict(
+    return LossOptions(
         beta=0.05,
         epsilon=0.2,
         epsilon_high=eps_high,
@@ -81,10 +83,14 @@ def _step(policy, batch, accum, options, train_pass=None):
     opt = torch.optim.AdamW(trainable, lr=LR)
     policy.zero_grad(set_to_none=True)
     r, adv, mask, old, ref = batch
-    micro = micro_batches(GROUPS * GEN, GEN, accum)
     tp = None if train_pass is None else functools.partial(train_pass, adv)
-    loss, stats = loss_backward(
-        policy, r, adv, mask, old, ref, micro, temperature=1.0, loss_options=options, train_pass=tp
+    [(loss, stats)] = loss_backward(
+        policy_forward(policy, 1.0),
+        Batch(r, adv, mask, old, ref),
+        [RunRows(slice(0, GROUPS * GEN), options)],
+        num_generations=GEN,
+        grad_accum=accum,
+        train_pass=tp,
     )
     grads = [p.grad.clone() for p in trainable]
     opt.step()
@@ -123,11 +129,11 @@ def test_routing_masks_follow_the_micro_batches(micro_model):
     cfg = RoutingConfig(enabled=True, mode="exclusive", retain_r=2, forget_r=2)
     policy = _policy(micro_model, lambda m: apply_routing(m, cfg))
     batch = _batch(policy, micro_model)
-    router = routing.Router(cfg, seed=0, weights={})
+    router = Router(cfg, seed=0, rewards=[])
     router.routed = torch.tensor([i % 5 == 0 for i in range(GROUPS * GEN)])  # rows 0, 5, 10
 
     def train_pass(advantages, rows):
-        return routing.train_pass(router, policy, 1, advantages, rows)
+        return router.train_pass(policy, 1, advantages, rows)
 
     policy.train()
     _, _, grads1, _ = _step(policy, batch, 1, _options("dapo"), train_pass)
@@ -156,7 +162,7 @@ def test_grpo_end_to_end_with_grad_accum(micro_grpo, tmp_path):
     rows = {}
     for accum in (1, 2):
         out = tmp_path / f"a{accum}"
-        summary = grpo.train(
+        summary = train(
             load_config(
                 "grpo",
                 None,
@@ -202,7 +208,7 @@ def test_gradient_checkpointing_trains_lora(micro_model, micro_grpo, tmp_path):
         torch.testing.assert_close(g, g0, rtol=1e-4, atol=1e-7)
 
     out = tmp_path / "ckpt"
-    summary = grpo.train(
+    summary = train(
         load_config(
             "grpo",
             None,

@@ -5,9 +5,9 @@ groups, and the ranks put together what must cover the whole batch.
   (`my_prompts`), sampled with its own seed (`rollout_seed`).
 - Rewards and texts are gathered (`gather`), so every rank computes the batch's advantages
   (exact for every `scale_rewards`, "batch" included) and the metrics row a single process would.
-- Loss: a rank's rows are micro-batches of the whole step (`grpo_accum`, weighted by the step's
-  token and row counts), so the ranks' losses SUM to the step's loss; their gradients are summed
-  (`all_reduce_grads`, no DDP wrapper: the decode replay and routing call the model's modules
+- Loss: a rank's rows are micro-batches of the whole step (`update`, weighted by the step's
+  token and row counts, `step_totals`), so the ranks' losses SUM to the step's loss; their gradients are summed
+  (`sum_over_ranks`, no DDP wrapper: the decode replay and routing call the model's modules
   themselves) and every rank takes the same optimizer step. Stats are merged as micro-batches'.
 - Leaving: SIGINT only sets a flag (`Interrupts`) and the ranks leave together at the next step's
   start (`leave`), as on a time budget; rank 0 decides the failure rules (`broadcast_object`).
@@ -24,8 +24,8 @@ import torch
 
 from smollab.engine.rollout import Rollout
 from smollab.errors import UserError
-from smollab.train import grpo_accum
 from smollab.train.distributed import Dist
+from smollab.train.grpo.update import merge_stats
 from smollab.train.seeds import stream_seed
 
 BUCKET = 1 << 24  # gradient elements per all-reduce: few calls, bounded extra memory
@@ -79,14 +79,19 @@ class Whole:
     completions: list[str]
     lengths: torch.Tensor  # [N] completion lengths
     truncated: torch.Tensor  # [N] bool
-    logp_sum: float  # sampled log p over the loss mask's tokens: the entropy estimate's parts
-    tokens: float
+    logp_sums: torch.Tensor  # [N] float64 sampled log p over each row's loss-mask tokens
+    tokens: torch.Tensor  # [N] float64 those tokens
     rows: slice = field(default_factory=lambda: slice(None))  # this rank's rows of the batch
+
+    def entropy(self, rows: slice) -> float:
+        """The entropy estimate of these rows: mean -log p of the sampled tokens (unbiased)."""
+        tokens = float(self.tokens[rows].sum())
+        return -float(self.logp_sums[rows].sum()) / tokens if tokens else 0.0
 
 
 def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Whole:
     """Every rank's rewards, texts and rollout sizes, on every rank (one all_gather_object)."""
-    m = mask.bool()
+    m = mask.double()
     mine = (
         total.detach().cpu(),
         {k: v.detach().cpu() for k, v in per_fn.items()},
@@ -94,8 +99,8 @@ def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Wh
         completions,
         r.completion_lengths.cpu(),
         r.truncated.cpu(),
-        float(r.logprobs[m].sum()),
-        float(m.sum()),
+        (r.logprobs.double() * m).sum(1).cpu(),
+        m.sum(1).cpu(),
     )
     if not d.enabled:
         return Whole(*mine)
@@ -111,45 +116,37 @@ def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Wh
         completions=[t for p in parts for t in p[3]],
         lengths=torch.cat([p[4] for p in parts]),
         truncated=torch.cat([p[5] for p in parts]),
-        logp_sum=sum(p[6] for p in parts),
-        tokens=sum(p[7] for p in parts),
+        logp_sums=torch.cat([p[6] for p in parts]),
+        tokens=torch.cat([p[7] for p in parts]),
         rows=slice(d.rank * n, (d.rank + 1) * n),
     )
 
 
-def loss_backward(
-    policy,
-    r: Rollout,
-    advantages,
-    mask,
-    old_logp,
-    ref_logp,
-    micro,
-    d: Dist,
-    trainable: list[torch.Tensor],
-    **kwargs,
-) -> tuple[float, dict[str, float]]:
-    """`grpo_accum.loss_backward` on this rank's rows as a share of the whole step, then the
-    ranks' gradients summed: every rank holds the step's gradient, loss and stats."""
+def step_totals(mask: torch.Tensor, d: Dist) -> tuple[float, int] | None:
+    """(unmasked tokens, rows) of the whole step across the ranks, which weigh each rank's share of
+    the loss (`update.RunRows.whole`); None for one process, whose rows are the whole step."""
     if not d.enabled:
-        return grpo_accum.loss_backward(
-            policy, r, advantages, mask, old_logp, ref_logp, micro, **kwargs
-        )
+        return None
     import torch.distributed as dist
 
     counts = torch.tensor([float(mask.sum()), float(mask.shape[0])], device=d.device)
     dist.all_reduce(counts)
-    whole = (float(counts[0]), int(counts[1]))
-    loss, stats = grpo_accum.loss_backward(
-        policy, r, advantages, mask, old_logp, ref_logp, micro, whole=whole, **kwargs
-    )
+    return float(counts[0]), int(counts[1])
+
+
+def sum_over_ranks(
+    loss: float, stats: dict[str, float], mask: torch.Tensor, level: str, trainable, d: Dist
+) -> tuple[float, dict[str, float]]:
+    """The ranks' gradients summed (each rank then holds the step's gradient), and the step's
+    loss and stats from every rank's share; one process: as they are."""
+    if not d.enabled:
+        return loss, stats
+    import torch.distributed as dist
+
     all_reduce_grads(trainable, d)
     parts: list = [None] * d.world
     dist.all_gather_object(parts, (loss, stats, mask.cpu()))
-    level = kwargs["loss_options"].get("importance_sampling_level", "token")
-    merged = grpo_accum.merge_stats(
-        [p[1] for p in parts], [p[2] for p in parts], [1.0] * d.world, level
-    )
+    merged = merge_stats([p[1] for p in parts], [p[2] for p in parts], [1.0] * d.world, level)
     return sum(p[0] for p in parts), merged
 
 

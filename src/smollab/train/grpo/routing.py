@@ -1,4 +1,4 @@
-"""Gradient routing's pieces of the GRPO loop (`grpo.routing`), so `grpo.py` reads top to bottom.
+"""Gradient routing's pieces of the GRPO step (`grpo.routing`), so the step reads top to bottom.
 
 Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
 reward lose its term from the total (before advantages), the detector flags completions that
@@ -25,7 +25,7 @@ import torch
 from smollab.config import RewardSpec, RoutingConfig
 from smollab.device import release_cache
 from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
-from smollab.rewards.registry import compute_rewards, validate_specs
+from smollab.rewards.registry import compute_rewards, reward_keys, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
 from smollab.train.prompts import eval_prompts
 from smollab.train.seeds import stream_seed
@@ -41,8 +41,10 @@ def _uniform(*key: int) -> float:
 class Router:
     """One run's routing state: the detector, this step's flags, the evaluation prompts."""
 
-    def __init__(self, cfg: RoutingConfig, seed: int, weights: dict[str, float]):
-        self.cfg, self.seed, self.weights = cfg, seed, weights
+    def __init__(self, cfg: RoutingConfig, seed: int, rewards: list[RewardSpec]):
+        self.cfg, self.seed = cfg, seed
+        keys = reward_keys(r.name for r in rewards)  # the reward pool's keys
+        self.weights = {k: r.weight for k, r in zip(keys, rewards, strict=True)}
         det = cfg.detector  # validated like a reward, before any work
         self.detector = validate_specs([RewardSpec(name=det.name, params=det.params)])[0]
         self.prompts: list[list[int]] = []
@@ -162,15 +164,6 @@ class Router:
             )
             out.append(row)
         return out
-
-
-def train_pass(
-    router: Router | None, policy, step: int, advantages: torch.Tensor, rows: slice = slice(None)
-) -> contextlib.AbstractContextManager:
-    """`router.train_pass`, or (no routing) a context that lets the forward share prompts."""
-    if router is None:
-        return contextlib.nullcontext(True)
-    return router.train_pass(policy, step, advantages, rows)
 
 
 def eval_line(rows: list[dict]) -> str:

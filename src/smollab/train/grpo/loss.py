@@ -26,10 +26,15 @@ hit max_completion_length without EOS before calling; such rows then add nothing
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import torch
 
 from smollab.errors import UserError
+
+if TYPE_CHECKING:
+    from smollab.config import GRPOSection
 
 # The clipped surrogate's family (they differ in aggregation only), then the other surrogates.
 CLIP_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
@@ -126,26 +131,52 @@ def vespo_weights(
     return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
 
+@dataclass(frozen=True)
+class LossOptions:
+    """How one run's GRPO loss is taken: the loss keys of its `grpo` section, typed (TRL's names).
+
+    Built once per run from its config (`from_config`); lanes of one process each carry their
+    own. Checked here too, so a direct caller of `grpo_loss` gets the config's one-line errors."""
+
+    loss_type: str = "dapo"
+    beta: float = 0.0
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    delta: float | None = None
+    importance_sampling_level: str = "token"
+    max_completion_length: int | None = None
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.loss_type not in LOSS_TYPES:
+            raise UserError(f"grpo.loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise UserError(
+                f"grpo.importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                f"got {self.importance_sampling_level!r}"
+            )
+
+    @classmethod
+    def from_config(cls, g: GRPOSection) -> LossOptions:
+        return cls(**{f.name: getattr(g, f.name) for f in fields(cls)})
+
+
+DEFAULT_OPTIONS = LossOptions()
+
+
 def grpo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    beta: float = 0.0,
-    epsilon: float = 0.2,
-    epsilon_high: float | None = None,
-    loss_type: str = "dapo",
-    max_completion_length: int | None = None,
+    options: LossOptions = DEFAULT_OPTIONS,
     num_items: float | None = None,
-    importance_sampling_level: str = "token",
-    delta: float | None = None,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
-    vespo_k_pos: float = 2.0,
-    vespo_lambda_pos: float = 3.0,
-    vespo_k_neg: float = 3.0,
-    vespo_lambda_neg: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO-family loss (scalar, differentiable in `logp`) and logging stats (floats).
 
@@ -175,13 +206,8 @@ def grpo_loss(
     advantage_mean, num_tokens, and for vespo vespo_phi_mean. The weight and clip stats are over
     unmasked tokens, or at the sequence level over the sequences that have any.
     """
-    if loss_type not in LOSS_TYPES:
-        raise UserError(f"grpo.loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    if importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
-        raise UserError(
-            f"grpo.importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
-            f"got {importance_sampling_level!r}"
-        )
+    o = options
+    loss_type, beta, max_completion_length = o.loss_type, o.beta, o.max_completion_length
     if logp.dim() != 2:
         raise ValueError(f"grpo_loss: logp must be [N, T], got shape {tuple(logp.shape)}")
     n, t = logp.shape
@@ -192,8 +218,8 @@ def grpo_loss(
         raise ValueError(f"grpo_loss: advantages shape {tuple(advantages.shape)} != ({n},)")
     if beta > 0 and ref_logp is None:
         raise ValueError("grpo_loss: beta > 0 needs ref_logp")
-    eps_low = epsilon
-    eps_high = epsilon if epsilon_high is None else epsilon_high
+    eps_low = o.epsilon
+    eps_high = o.epsilon if o.epsilon_high is None else o.epsilon_high
 
     # float32 at least: bf16 cannot even count a few hundred tokens exactly
     dtype = torch.promote_types(logp.dtype, torch.float32)
@@ -203,20 +229,26 @@ def grpo_loss(
     adv = advantages.detach().to(dtype).unsqueeze(1)
     log_ratio = logp - old
     # [N, T] per token, [N, 1] per sequence; broadcast against [N, 1] advantages
-    ratio = torch.exp(log_importance_weights(log_ratio, mask, importance_sampling_level))
+    ratio = torch.exp(log_importance_weights(log_ratio, mask, o.importance_sampling_level))
     phi = None
     if loss_type in CLIP_LOSSES:
         clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
-        capped = ratio if delta is None else torch.clamp(ratio, max=delta)  # two-sided clipping
+        capped = ratio if o.delta is None else torch.clamp(ratio, max=o.delta)  # two-sided clipping
         per_token = -torch.min(capped * adv, clipped * adv)
     elif loss_type == "cispo":
         per_token = -torch.clamp(ratio, max=eps_high).detach() * adv * logp
     elif loss_type == "sapo":
-        tau = torch.where(adv > 0, sapo_temperature_pos, sapo_temperature_neg).to(dtype)
+        tau = torch.where(adv > 0, o.sapo_temperature_pos, o.sapo_temperature_neg).to(dtype)
         per_token = -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv
     else:  # vespo
         phi = vespo_weights(
-            log_ratio, adv, mask, vespo_k_pos, vespo_lambda_pos, vespo_k_neg, vespo_lambda_neg
+            log_ratio,
+            adv,
+            mask,
+            k_pos=o.vespo_k_pos,
+            lambda_pos=o.vespo_lambda_pos,
+            k_neg=o.vespo_k_neg,
+            lambda_neg=o.vespo_lambda_neg,
         )
         per_token = -phi * adv * logp
     policy_per_token = per_token.expand(n, t)
@@ -282,22 +314,3 @@ def grpo_loss(
         if stats["num_tokens"] == 0:
             stats["ratio_min"] = stats["ratio_max"] = 1.0
     return loss, stats
-
-
-def options(g) -> dict:
-    """`grpo_loss`'s keyword arguments from a config's `grpo` section (all but `num_items`)."""
-    return dict(
-        beta=g.beta,
-        epsilon=g.epsilon,
-        epsilon_high=g.epsilon_high,
-        loss_type=g.loss_type,
-        max_completion_length=g.max_completion_length,
-        importance_sampling_level=g.importance_sampling_level,
-        delta=g.delta,
-        sapo_temperature_pos=g.sapo_temperature_pos,
-        sapo_temperature_neg=g.sapo_temperature_neg,
-        vespo_k_pos=g.vespo_k_pos,
-        vespo_lambda_pos=g.vespo_lambda_pos,
-        vespo_k_neg=g.vespo_k_neg,
-        vespo_lambda_neg=g.vespo_lambda_neg,
-    )

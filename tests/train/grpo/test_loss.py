@@ -6,9 +6,10 @@ import pytest
 import torch
 
 from smollab.errors import UserError
-from smollab.train.grpo_loss import (
+from smollab.train.grpo.loss import (
     CLIP_LOSSES,
     LOSS_TYPES,
+    LossOptions,
     frac_reward_zero_std,
     group_advantages,
     grpo_loss,
@@ -78,7 +79,10 @@ def _two_rows():
 )
 def test_loss_types_hand_values(loss_type, kwargs, expected, grad):
     logp, adv, mask = _two_rows()
-    loss, stats = grpo_loss(logp, None, None, adv, mask, loss_type=loss_type, **kwargs)
+    options = LossOptions(
+        loss_type=loss_type, **{k: v for k, v in kwargs.items() if k != "num_items"}
+    )
+    loss, stats = grpo_loss(logp, None, None, adv, mask, options, kwargs.get("num_items"))
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     loss.backward()
     assert logp.grad.tolist() == [pytest.approx(row, abs=1e-6) for row in grad]
@@ -90,12 +94,16 @@ def test_dr_grpo_defaults_to_T_and_masked_rows():
     logp, adv, _ = _two_rows()
     # a truncated completion's row zeroed by the caller adds nothing; grpo still counts the row
     mask = torch.tensor([[1, 1], [0, 0]])
-    assert grpo_loss(logp, None, None, adv, mask, loss_type="grpo")[0].item() == pytest.approx(-0.5)
-    assert grpo_loss(logp, None, None, adv, mask, loss_type="bnpo")[0].item() == pytest.approx(-1.0)
+    assert grpo_loss(logp, None, None, adv, mask, LossOptions(loss_type="grpo"))[
+        0
+    ].item() == pytest.approx(-0.5)
+    assert grpo_loss(logp, None, None, adv, mask, LossOptions(loss_type="bnpo"))[
+        0
+    ].item() == pytest.approx(-1.0)
     # max_completion_length None -> T = 2: -2 / (2 * 2)
-    assert grpo_loss(logp, None, None, adv, mask, loss_type="dr_grpo")[0].item() == pytest.approx(
-        -0.5
-    )
+    assert grpo_loss(logp, None, None, adv, mask, LossOptions(loss_type="dr_grpo"))[
+        0
+    ].item() == pytest.approx(-0.5)
 
 
 def test_clipping_values_gradients_and_stats():
@@ -106,7 +114,7 @@ def test_clipping_values_gradients_and_stats():
     old = torch.zeros(4, 1)
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
     mask = torch.ones(4, 1)
-    loss, stats = grpo_loss(logp, old, None, adv, mask, epsilon=0.2, loss_type="bnpo")
+    loss, stats = grpo_loss(logp, old, None, adv, mask, LossOptions(epsilon=0.2, loss_type="bnpo"))
     # per token: -min(1.5, 1.2) = -1.2 (clipped), -min(-1.5, -1.2) = 1.5, -min(.5, .8) = -0.5,
     # -min(-.5, -.8) = 0.8 (clipped): mean 0.6 / 4
     assert loss.item() == pytest.approx(0.15, abs=1e-6)
@@ -120,7 +128,7 @@ def test_clipping_values_gradients_and_stats():
     # epsilon_high 0.6: ratio 1.5 < 1.6 is no longer clipped for A > 0
     logp.grad = None
     loss, stats = grpo_loss(
-        logp, old, None, adv, mask, epsilon=0.2, epsilon_high=0.6, loss_type="bnpo"
+        logp, old, None, adv, mask, LossOptions(epsilon=0.2, epsilon_high=0.6, loss_type="bnpo")
     )
     assert loss.item() == pytest.approx((-1.5 + 1.5 - 0.5 + 0.8) / 4, abs=1e-6)
     loss.backward()
@@ -132,7 +140,9 @@ def test_kl_penalty_value_gradient_and_stat():
     logp = torch.zeros(1, 2, requires_grad=True)
     ref = torch.tensor([[LN2, -LN2]])
     adv = torch.zeros(1)
-    loss, stats = grpo_loss(logp, None, ref, adv, torch.ones(1, 2), beta=0.1, loss_type="bnpo")
+    loss, stats = grpo_loss(
+        logp, None, ref, adv, torch.ones(1, 2), LossOptions(beta=0.1, loss_type="bnpo")
+    )
     # 0.1 * mean(0.30685282, 0.19314718) = 0.1 * 0.25
     assert loss.item() == pytest.approx(0.025, abs=1e-7)
     assert stats["kl"] == pytest.approx(0.25, abs=1e-6) and stats["policy_loss"] == 0.0
@@ -140,7 +150,7 @@ def test_kl_penalty_value_gradient_and_stat():
     # d/dlogp beta * (e^(ref-logp) - (ref-logp) - 1) = beta * (1 - e^(ref-logp)), / 2 tokens
     assert logp.grad.tolist() == [pytest.approx([-0.05, 0.025], abs=1e-6)]
     # beta 0 with a reference: the KL is reported but not in the loss
-    loss, stats = grpo_loss(logp, None, ref, adv, torch.ones(1, 2), beta=0.0)
+    loss, stats = grpo_loss(logp, None, ref, adv, torch.ones(1, 2), LossOptions(beta=0.0))
     assert loss.item() == 0.0 and stats["kl"] == pytest.approx(0.25, abs=1e-6)
 
 
@@ -149,8 +159,8 @@ def test_masked_positions_do_not_matter():
     other = logp.detach().clone()
     other[1, 1] = -40.0  # junk in the padded position
     other.requires_grad_(True)
-    a, _ = grpo_loss(logp, logp.detach() + 0.1, None, adv, mask, loss_type="bnpo")
-    b, _ = grpo_loss(other, other.detach() + 0.1, None, adv, mask, loss_type="bnpo")
+    a, _ = grpo_loss(logp, logp.detach() + 0.1, None, adv, mask, LossOptions(loss_type="bnpo"))
+    b, _ = grpo_loss(other, other.detach() + 0.1, None, adv, mask, LossOptions(loss_type="bnpo"))
     assert a.item() == pytest.approx(b.item())
     b.backward()
     assert other.grad[1, 1].item() == 0.0
@@ -159,13 +169,13 @@ def test_masked_positions_do_not_matter():
 def test_bad_arguments():
     logp, adv, mask = _two_rows()
     with pytest.raises(UserError, match="loss_type"):
-        grpo_loss(logp, None, None, adv, mask, loss_type="ppo")
+        grpo_loss(logp, None, None, adv, mask, LossOptions(loss_type="ppo"))
     with pytest.raises(ValueError, match="beta > 0 needs ref_logp"):
-        grpo_loss(logp, None, None, adv, mask, beta=0.1)
+        grpo_loss(logp, None, None, adv, mask, LossOptions(beta=0.1))
     with pytest.raises(ValueError, match="advantages shape"):
         grpo_loss(logp, None, None, adv[:1], mask)
     with pytest.raises(UserError, match="importance_sampling_level"):
-        grpo_loss(logp, None, None, adv, mask, importance_sampling_level="group")
+        grpo_loss(logp, None, None, adv, mask, LossOptions(importance_sampling_level="group"))
 
 
 def test_frac_reward_zero_std_counts_groups_whose_rewards_all_equal():
@@ -204,7 +214,12 @@ def _three_rows(junk: float = 7.0):
 def test_sequence_level_importance_sampling_hand_values(loss_type, expected, grad):
     logp, old, adv, mask = _three_rows()
     loss, stats = grpo_loss(
-        logp, old, None, adv, mask, loss_type=loss_type, importance_sampling_level="sequence"
+        logp,
+        old,
+        None,
+        adv,
+        mask,
+        LossOptions(loss_type=loss_type, importance_sampling_level="sequence"),
     )
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     loss.backward()
@@ -221,7 +236,7 @@ def test_sequence_level_differs_from_token_level_and_ignores_padding():
     # [-1.2 (clipped), -1]; row 1 0.9: (-1.1 + 0.9 - 1.1) / 3; the unclipped tokens' gradient
     # -A * w / len / 3 rows: -1 / 2 / 3 and 0.9 / 3
     logp, old, adv, mask = _three_rows()
-    loss, _ = grpo_loss(logp, old, None, adv, mask, loss_type="grpo")
+    loss, _ = grpo_loss(logp, old, None, adv, mask, LossOptions(loss_type="grpo"))
     assert loss.item() == pytest.approx(-1.3 / 3, abs=1e-6)
     loss.backward()
     assert logp.grad.tolist() == [
@@ -229,8 +244,8 @@ def test_sequence_level_differs_from_token_level_and_ignores_padding():
     ]
     # whatever the padded position holds, the sequence weight is the same
     a, b = _three_rows(40.0)[0], _three_rows(-40.0)[0]
-    la, _ = grpo_loss(a, old, None, adv, mask, importance_sampling_level="sequence")
-    lb, _ = grpo_loss(b, old, None, adv, mask, importance_sampling_level="sequence")
+    la, _ = grpo_loss(a, old, None, adv, mask, LossOptions(importance_sampling_level="sequence"))
+    lb, _ = grpo_loss(b, old, None, adv, mask, LossOptions(importance_sampling_level="sequence"))
     assert la.item() == pytest.approx(lb.item())
     lb.backward()
     assert b.grad[1, 1].item() == 0.0
@@ -242,7 +257,9 @@ def test_delta_caps_the_unclipped_term():
     for delta, expected, grad in ((None, 3.0, 3.0), (2.0, 2.0, 0.0)):
         logp = torch.tensor([[math.log(3.0)], [math.log(3.0)]], requires_grad=True)
         adv = torch.tensor([-1.0, 1.0])
-        loss, _ = grpo_loss(logp, torch.zeros(2, 1), None, adv, torch.ones(2, 1), delta=delta)
+        loss, _ = grpo_loss(
+            logp, torch.zeros(2, 1), None, adv, torch.ones(2, 1), LossOptions(delta=delta)
+        )
         assert loss.item() == pytest.approx((expected - 1.2) / 2, abs=1e-6)
         loss.backward()
         assert logp.grad.flatten().tolist() == pytest.approx([grad / 2, 0.0], abs=1e-6)
@@ -256,7 +273,9 @@ def _cispo_rows():
 
 def test_cispo_hand_values():
     logp, old, adv, mask = _cispo_rows()
-    loss, stats = grpo_loss(logp, old, None, adv, mask, loss_type="cispo", epsilon_high=1.5)
+    loss, stats = grpo_loss(
+        logp, old, None, adv, mask, LossOptions(loss_type="cispo", epsilon_high=1.5)
+    )
     # weights min(w, 1.5), no gradient: 1.5, 0.5, 1.5. -w * A * logp:
     # -1.5 * 0.69314718 = -1.03972077, -0.5 * -0.69314718 = 0.34657359,
     # -1.5 * -2 * 1.09861229 = 3.29583687; dapo: / 3 tokens
@@ -271,7 +290,7 @@ def test_cispo_hand_values():
     assert stats["clip_region"] == pytest.approx(1 / 3) and stats["clip_low"] == 0.0
     # epsilon_high unset: the cap is epsilon (TRL's fallback), 0.2 for every token
     logp.grad = None
-    loss, _ = grpo_loss(logp, old, None, adv, mask, loss_type="cispo")
+    loss, _ = grpo_loss(logp, old, None, adv, mask, LossOptions(loss_type="cispo"))
     loss.backward()
     assert logp.grad.tolist() == [
         pytest.approx([-0.2 / 3, -0.2 / 3], abs=1e-6),
@@ -284,7 +303,7 @@ def test_sapo_hand_values():
     # gate s(w) = sigmoid(tau (w - 1)) * 4 / tau; loss -s(w) * A, grpo aggregation
     logp = torch.tensor([[LN2, 0.0], [-LN2, 3.0]], requires_grad=True)
     adv, mask = torch.tensor([1.0, -1.0]), torch.tensor([[1, 1], [1, 0]])
-    loss, stats = grpo_loss(logp, torch.zeros(2, 2), None, adv, mask, loss_type="sapo")
+    loss, stats = grpo_loss(logp, torch.zeros(2, 2), None, adv, mask, LossOptions(loss_type="sapo"))
     # s(2) = 4 * sigmoid(1) = 2.92423431, s(1) = 2: row 0 mean -2.46211716;
     # sigmoid(1.05 * -0.5) = 0.37168381, * 4 / 1.05 = 1.41593833: row 1 +1.41593833
     assert loss.item() == pytest.approx((-2.46211716 + 1.41593833) / 2, abs=1e-6)
@@ -304,8 +323,7 @@ def test_sapo_hand_values():
         None,
         torch.ones(1),
         torch.ones(1, 1),
-        loss_type="sapo",
-        sapo_temperature_pos=2.0,
+        LossOptions(loss_type="sapo", sapo_temperature_pos=2.0),
     )
     assert loss.item() == pytest.approx(-1.0)
     loss.backward()
@@ -320,7 +338,7 @@ def test_vespo_hand_values():
     logp = torch.full((3, 2), -1.0, requires_grad=True)
     old = torch.tensor([[-1 - LN2, -1.0], [-1 + LN2, 5.0], [-1.0, -1.0]])
     adv, mask = torch.tensor([1.0, -1.0, 2.0]), torch.tensor([[1, 1], [1, 0], [1, 0]])
-    loss, stats = grpo_loss(logp, old, None, adv, mask, loss_type="vespo")
+    loss, stats = grpo_loss(logp, old, None, adv, mask, LossOptions(loss_type="vespo"))
     assert loss.item() == pytest.approx((2 * 0.19914827 - 0.33978523 + 2) / 4, abs=1e-6)
     loss.backward()
     # phi is a constant: gradient -phi * A / 4
@@ -333,7 +351,12 @@ def test_vespo_hand_values():
     # other parameters, row 0: k_pos 1, lambda_pos 1: phi = e^(1 + ln 2 - 2) = 2 / e
     logp.grad = None
     loss, _ = grpo_loss(
-        logp, old, None, adv, mask, loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_pos=1.0
+        logp,
+        old,
+        None,
+        adv,
+        mask,
+        LossOptions(loss_type="vespo", vespo_k_pos=1.0, vespo_lambda_pos=1.0),
     )
     loss.backward()
     assert logp.grad[0].tolist() == pytest.approx([-2 / math.e / 4] * 2, abs=1e-6)

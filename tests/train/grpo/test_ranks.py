@@ -23,13 +23,14 @@ from safetensors.torch import load_file
 
 from smollab.cli import main
 from smollab.run_rows import read_metrics
-from smollab.train import grpo_ranks
-from smollab.train.distributed import Dist
-from smollab.train.grpo_accum import loss_backward, micro_batches
-from smollab.train.grpo_loss import LOSS_TYPES
+from smollab.train.distributed import SINGLE, Dist
+from smollab.train.grpo import ranks as grpo_ranks
+from smollab.train.grpo.loss import LOSS_TYPES
+from smollab.train.grpo.policies import policy_forward
+from smollab.train.grpo.update import Batch, RunRows, loss_backward
 from tests.conftest import micro_grpo_overrides
+from tests.train.grpo.test_update import GEN, STATS, _batch, _options, _policy
 from tests.train.test_distributed import GUARD_S, _env, _kill_tree, _run
-from tests.train.test_grpo_accum import GEN, GROUPS, STATS, _batch, _options, _policy
 
 # eps large enough that the first step's g / (|g| + eps) cannot flip on a rounding difference
 ADAMW = dict(lr=1e-3, eps=1e-3, weight_decay=0.1)
@@ -43,19 +44,19 @@ import json, sys, torch
 import torch.distributed as dist
 from pathlib import Path
 from smollab.engine.rollout import Rollout
-from smollab.train import distributed, grpo_ranks, scaffold
-from smollab.train.grpo_accum import micro_batches, rollout_rows
-from smollab.train.grpo_loss import LOSS_TYPES
-from tests.train.test_grpo_accum import GEN, GROUPS, _options, _policy
-from tests.train.test_grpo_distributed import ADAMW
+from smollab.train import distributed, scaffold
+from smollab.train.grpo.loss import LOSS_TYPES
+from tests.train.grpo.test_update import GEN, GROUPS, _options, _policy
+from tests.train.grpo.test_ranks import ADAMW, rank_step
 
 model_dir, batch_file, out = (Path(a) for a in sys.argv[1:4])
 d, _ = distributed.setup(torch.device("cpu"))
 saved = torch.load(batch_file, weights_only=True)
 n = GROUPS * GEN // d.world
 rows = slice(d.rank * n, (d.rank + 1) * n)
-r = rollout_rows(Rollout(**saved["rollout"]), rows)
+r = Rollout(**saved["rollout"]).select(rows)
 adv, mask, old, ref = (saved[k][rows] for k in ("adv", "mask", "old", "ref"))
+batch = (r, adv, mask, old, ref)
 policy = _policy(model_dir)
 policy.train()
 trainable = [p for p in policy.parameters() if p.requires_grad]
@@ -65,10 +66,7 @@ for level in ("token", "sequence"):
         if loss_type == "vespo" and level == "sequence":
             continue
         for accum in (1, 2):
-            micro = micro_batches(n, GEN, accum)
-            loss, stats = grpo_ranks.loss_backward(
-                policy, r, adv, mask, old, ref, micro, d, trainable, temperature=1.0,
-                loss_options=_options(loss_type, level))
+            loss, stats = rank_step(policy, batch, accum, _options(loss_type, level), trainable, d)
             norm = torch.nn.utils.clip_grad_norm_(trainable, float("inf"))
             policy.zero_grad(set_to_none=True)
             results[f"{loss_type} {level} {accum}"] = dict(loss=loss, grad_norm=float(norm), **stats)
@@ -76,8 +74,7 @@ for level in ("token", "sequence"):
 policy.register_parameter("unused", torch.nn.Parameter(torch.ones(4)))
 trainable = [p for p in policy.parameters() if p.requires_grad]
 opt = torch.optim.AdamW(trainable, **ADAMW)
-grpo_ranks.loss_backward(policy, r, adv, mask, old, ref, micro_batches(n, GEN, 2), d, trainable,
-                         temperature=1.0, loss_options=_options("grpo"))
+rank_step(policy, batch, 2, _options("grpo"), trainable, d)
 opt.step()
 if d.main:
     out.write_text(json.dumps(results))
@@ -101,6 +98,21 @@ scaffold.check_replicas = check_and_save
 from smollab.cli import main
 sys.exit(main())
 """
+
+
+def rank_step(policy, batch, accum, options, trainable, d: Dist = SINGLE):
+    """The loss and backward as the GRPO step takes it on a rank: the step's token and row counts
+    across the ranks, this rank's loss and backward, the ranks' gradients and stats summed."""
+    r, adv, mask, old, ref = batch
+    [(loss, stats)] = loss_backward(
+        policy_forward(policy, 1.0),
+        Batch(r, adv, mask, old, ref),
+        [RunRows(slice(0, mask.shape[0]), options, grpo_ranks.step_totals(mask, d))],
+        num_generations=GEN,
+        grad_accum=accum,
+    )
+    level = options.importance_sampling_level
+    return grpo_ranks.sum_over_ranks(loss, stats, mask, level, trainable, d)
 
 
 def _torchrun(script: Path, *args: str) -> list[str]:
@@ -162,7 +174,7 @@ def two_rank_torchrun(micro_model, micro_data, tmp_path_factory):
     weights = tmp / "weights"
     weights.mkdir()
     grpo = _grpo_args(micro_grpo_overrides(micro_model, micro_data, tmp / "grpo"), tmp / "ref")
-    root = str(Path(__file__).resolve().parents[2])  # the step imports tests.train...
+    root = str(Path(__file__).resolve().parents[3])  # the step imports tests.train...
     with pytest.MonkeyPatch.context() as mp:  # _run's environment is os.environ's
         mp.setenv("WEIGHTS_DIR", str(weights))
         mp.setenv("PYTHONPATH", root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -187,23 +199,13 @@ def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
 
     policy.train()
     trainable = [p for p in policy.parameters() if p.requires_grad]
-    micro = micro_batches(GROUPS * GEN, GEN, 1)
     checked = 0
     for level in ("token", "sequence"):
         for loss_type in LOSS_TYPES:
             if loss_type == "vespo" and level == "sequence":
                 continue
-            loss, stats = loss_backward(
-                policy,
-                r,
-                adv,
-                mask,
-                old,
-                ref,
-                micro,
-                temperature=1.0,
-                loss_options=_options(loss_type, level),
-            )
+            options = _options(loss_type, level)
+            loss, stats = rank_step(policy, (r, adv, mask, old, ref), 1, options, trainable)
             norm = float(torch.nn.utils.clip_grad_norm_(trainable, float("inf")))
             policy.zero_grad(set_to_none=True)
             assert norm > 0
@@ -220,9 +222,7 @@ def test_two_ranks_take_the_one_process_step(two_rank_torchrun):
     start = {k: v.detach().clone() for k, v in policy.state_dict().items()}
     trainable = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, **ADAMW)
-    loss_backward(
-        policy, r, adv, mask, old, ref, micro, temperature=1.0, loss_options=_options("grpo")
-    )
+    rank_step(policy, (r, adv, mask, old, ref), 1, _options("grpo"), trainable)
     assert policy.unused.grad is None
     opt.step()
     one, stepped = policy.state_dict(), torch.load(str(out) + ".pt", weights_only=True)

@@ -8,11 +8,13 @@ from smollab.cli import main
 from smollab.config_load import load_config
 from smollab.errors import RunFailed
 from smollab.run_rows import read_metrics
-from smollab.train import grpo
+from smollab.train.grpo import run_state
+from smollab.train.grpo import step as grpo_step
+from smollab.train.grpo.run import train
 
 
 def _run(overrides):
-    return grpo.train(load_config("grpo", None, overrides))
+    return train(load_config("grpo", None, overrides))
 
 
 def test_full_finetune_end_to_end(micro_grpo, tmp_path):
@@ -60,7 +62,7 @@ def test_lora_saves_adapter_and_merged_export(micro_grpo, tmp_path):
 def crash_grpo_at_step(monkeypatch, n: int):
     """Make the GRPO loop raise in step `n` (its n-th advantage computation); returns the real
     function, to put back before resuming."""
-    real, calls = grpo.group_advantages, {"n": 0}
+    real, calls = grpo_step.group_advantages, {"n": 0}
 
     def crash(*a, **k):
         calls["n"] += 1
@@ -68,7 +70,7 @@ def crash_grpo_at_step(monkeypatch, n: int):
             raise RuntimeError("simulated crash")
         return real(*a, **k)
 
-    monkeypatch.setattr(grpo, "group_advantages", crash)
+    monkeypatch.setattr(grpo_step, "group_advantages", crash)
     return real
 
 
@@ -79,7 +81,7 @@ def test_resume_after_crash_is_exact(micro_grpo, tmp_path, monkeypatch, lora):
     real = crash_grpo_at_step(monkeypatch, 5)
     with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
         _run([*micro_grpo, *extra])
-    monkeypatch.setattr(grpo, "group_advantages", real)
+    monkeypatch.setattr(grpo_step, "group_advantages", real)
     assert _run([*micro_grpo, *extra])["status"] == "completed"
     rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
@@ -160,10 +162,10 @@ def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp
 
     clock = itertools.count()
     monkeypatch.setattr(
-        grpo, "time", SimpleNamespace(time=time.time, perf_counter=lambda: float(next(clock)))
+        grpo_step, "time", SimpleNamespace(time=time.time, perf_counter=lambda: float(next(clock)))
     )
     over = [*micro_grpo, "train.max_time=10", "train.save_interval=1"]
-    real, calls = grpo.lr_at, []
+    real, calls = run_state.lr_at, []
 
     def stop_at_step_3(*a, **k):  # Ctrl-C as step 3 starts: step 2's checkpoint holds 8 s
         calls.append(1)
@@ -171,10 +173,10 @@ def test_max_time_counts_training_time_and_a_resume_continues_it(micro_grpo, tmp
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(grpo, "lr_at", stop_at_step_3)
+    monkeypatch.setattr(run_state, "lr_at", stop_at_step_3)
     with pytest.raises(KeyboardInterrupt):
         _run(over)
-    monkeypatch.setattr(grpo, "lr_at", real)
+    monkeypatch.setattr(run_state, "lr_at", real)
     summary = _run(over)  # resumes at step 2 with 8 s spent: one more step reaches 12 s
     assert summary["status"] == "completed" and summary["steps"] == 3
     assert summary["train_seconds"] == 12.0 and summary["seconds_per_step"] == 4.0

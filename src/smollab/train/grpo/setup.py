@@ -1,0 +1,82 @@
+"""What every run of a GRPO process shares, set up once: the runtime, the tokenizer, the training
+and evaluation prompts and the reward pool, whose rewards are tried on the starting policy
+before any run directory is written (a reward that raises, hangs or returns NaN is bad input).
+A lanes worker's lanes all agree with its first config on these (`config.lanes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from smollab.config import GRPOConfig
+from smollab.data.prepare import ensure_prepared
+from smollab.device import Runtime
+from smollab.models.loading import check_model_source
+from smollab.rewards.pool import RewardPool
+from smollab.rewards.registry import validate_specs
+from smollab.train import distributed, scaffold
+from smollab.train.distributed import SINGLE, Dist
+from smollab.train.prompts import grpo_prompts
+from smollab.train.seeds import stream_seed
+
+if TYPE_CHECKING:
+    from smollab.train.grpo.policies import Policies
+
+REWARD_CHECK = 4  # held-out prompts the rewards are tried on
+
+
+@dataclass
+class Shared:
+    cfg: GRPOConfig
+    rt: Runtime
+    d: Dist
+    tokenizer: object
+    train_prompts: list[list[int]]
+    eval_prompts: list[list[int]]
+    pool: RewardPool | None = None
+
+    @classmethod
+    def load(cls, cfg: GRPOConfig, rt: Runtime, d: Dist = SINGLE) -> Shared:
+        """The tokenizer and prompts (rank 0 prepares the data directory first, when the prompts
+        are its stories). Reward names and parameters are checked before any of it."""
+        validate_specs(cfg.reward)
+        check_model_source(cfg.model)  # before any data is prepared
+
+        def load_tokenizer():
+            if not cfg.grpo.prompts_file:
+                ensure_prepared(cfg.data, exact=False)
+            return scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
+
+        tokenizer = distributed.rank0_first(load_tokenizer, d)
+        train_prompts, eval_prompts = grpo_prompts(cfg.grpo, cfg.data.dir, tokenizer)
+        return cls(cfg, rt, d, tokenizer, train_prompts, eval_prompts)
+
+    def open_rewards(self, policies: Policies) -> None:
+        """The reward pool, its rewards tried on completions of the first held-out prompts by the
+        starting policy, drawn as an evaluation draws them."""
+        g = self.cfg.grpo
+        self.pool = RewardPool(
+            self.cfg.reward, workers=g.reward_workers, timeout_s=g.reward_timeout_s
+        )
+
+        def check() -> None:
+            seed = stream_seed(self.cfg.run.seed, -1, 2)
+            r = policies.sample_start(self.eval_prompts[:REWARD_CHECK], seed)
+            self.pool(
+                r.prompt_texts(self.tokenizer),
+                r.completion_texts(self.tokenizer),
+                r.completion_rows(),
+            )
+
+        distributed.rank0_decides(check, self.d)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+    def __enter__(self) -> Shared:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,250 @@
+"""One GRPO step of every run a process trains: `smollab grpo` (one run; under torchrun this
+rank's share of it) and `smollab lanes grpo` (every lane at once), top to bottom.
+
+sample each run's prompts -> roll out `num_generations` completions each (one sampler call) ->
+score them (one reward call) -> group-relative advantages per run over its whole batch ->
+reference log-probs (no grad) of the runs with a KL term -> the policy update(s): each run's loss
+and backward (`update.loss_backward`, `num_iterations` passes, PPO-clipped, in `train.grad_accum`
+micro-batches), each run's optimizer step -> per run: metrics, evaluation, the after-step block.
+Prompts and samples are seeded by each run's (seed, step), so a resumed run replays the same
+batches and a lane draws exactly what its run alone would: prompts are picked on the CPU,
+completions drawn on the policy's device by generators the sampler makes there from the seeds.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from smollab.device import peak_memory_mb, synchronize
+from smollab.engine.rollout import Rollout
+from smollab.train import scaffold
+from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
+from smollab.train.grpo import ranks
+from smollab.train.grpo.loss import frac_reward_zero_std, group_advantages
+from smollab.train.grpo.policies import Policies
+from smollab.train.grpo.routing import eval_line
+from smollab.train.grpo.run_state import RunState, Update
+from smollab.train.grpo.setup import Shared
+from smollab.train.grpo.update import Batch, RunRows, loss_backward
+from smollab.train.seeds import stream_seed  # salts: prompts 0, rollouts 1, evaluation 2
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """perf_counter marks of a step's phases."""
+
+    start: float
+    generated: float
+    rewarded: float
+    referenced: float
+    trained: float
+
+
+def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
+    """One step of every run in `runs` (see the module docstring)."""
+    cfg, rt, d, tok = shared.cfg, shared.rt, shared.d, shared.tokenizer
+    g, tc = cfg.grpo, cfg.train
+    G = g.num_generations
+    _before_first_step(shared, policies, runs)
+    t0 = time.perf_counter()
+
+    # 1. rollouts: each run's prompt groups (torchrun: this rank's share), one sampler call
+    prompts, picked = [], []
+    for run in runs:
+        run.set_lr()
+        gen = torch.Generator(device="cpu").manual_seed(stream_seed(run.cfg.run.seed, run.step, 0))
+        pick = torch.randint(
+            len(shared.train_prompts), (tc.batch_size // G,), generator=gen, device="cpu"
+        )
+        mine = ranks.my_prompts(pick.tolist(), d)
+        picked += [i for i in mine for _ in range(G)]
+        prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
+    seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
+    r = policies.generate(runs, prompts, seeds, record=policies.no_replay is None)
+    t_gen = time.perf_counter()
+
+    # 2. rewards in one call (routing: eligibility, flags, routes), advantages per run over its
+    # whole batch (every rank's groups)
+    completions, prompt_texts = r.completion_texts(tok), r.prompt_texts(tok)
+    token_rows = r.completion_rows()
+    total, per_fn = shared.pool(prompt_texts, completions, token_rows)
+    n = len(prompts) // len(runs)
+    rows = [slice(i * n, (i + 1) * n) for i in range(len(runs))]  # each run's rows here
+    for run, s in zip(runs, rows, strict=True):
+        if run.router:
+            total[s] = run.router.score(
+                run.step,
+                picked[s],
+                total[s],
+                {k: v[s] for k, v in per_fn.items()},
+                prompt_texts[s],
+                completions[s],
+                token_rows[s],
+            )
+    mask = r.completion_mask.clone()
+    if g.mask_truncated_completions:
+        mask[r.truncated] = 0
+    batch = ranks.gather(total, per_fn, prompt_texts, completions, r, mask, d)
+    whole = [slice(i * tc.batch_size, (i + 1) * tc.batch_size) for i in range(len(runs))]
+    advantages = torch.cat(
+        [
+            group_advantages(batch.total[w], G, run.cfg.grpo.scale_rewards)
+            for run, w in zip(runs, whole, strict=True)
+        ]
+    )
+    advantages = advantages[batch.rows].to(rt.device)
+    t_rew = time.perf_counter()
+
+    # 3. reference log-probs (no grad) of the rows of the runs with a KL term
+    ref_logp = _reference_logprobs(policies, r, runs, rows, g.temperature)
+    t_ref = time.perf_counter()
+
+    # 4. policy update(s): the first pass replays the decode when it can; every pass is one
+    # optimizer step of each run
+    forward = policies.forward(runs)
+    router = runs[0].router  # gradient routing trains one run (lanes refuse it)
+    train_pass = router and functools.partial(
+        router.train_pass, runs[0].policy, runs[0].step, advantages
+    )
+    loss_rows = [
+        RunRows(s, run.options, ranks.step_totals(mask[s], d))
+        for run, s in zip(runs, rows, strict=True)
+    ]
+    for it in range(g.num_iterations):
+        old_logp = r.logprobs if g.num_iterations > 1 else None
+        parts = loss_backward(
+            forward,
+            Batch(r, advantages, mask, old_logp, ref_logp),
+            loss_rows,
+            num_generations=G,
+            grad_accum=tc.grad_accum,
+            scaler=rt.scaler,
+            train_pass=train_pass,
+        )
+        for run, s, (loss, stats) in zip(runs, rows, parts, strict=True):
+            level = run.options.importance_sampling_level
+            loss, stats = ranks.sum_over_ranks(loss, stats, mask[s], level, run.trainable, d)
+            norm = scaffold.optimizer_step(
+                run.trainable, run.optimizer, rt.scaler, run.cfg.optim.grad_clip
+            )
+            if it == 0:  # the fresh batch's pass is the one reported
+                run.update = Update(loss, stats, float(norm))
+    synchronize(rt.device)
+    t_end = time.perf_counter()
+
+    # 5. per run: metrics (of its whole batch), evaluation, the after-step block
+    times = StepTimes(t0, t_gen, t_rew, t_ref, t_end)
+    for run, w in zip(runs, whole, strict=True):
+        run.step += 1
+        run.train_seconds += t_end - t0
+        run.history.append(float(batch.total[w].mean()))
+        run.row = metrics_row(run, batch, w, times, rt.device)
+        if run.router:
+            run.row.update(run.router.row)
+    due = [run for run in runs if run.run is not None and run.due(run.cfg.train.eval_interval)]
+    for run, ev in zip(due, evaluate(shared, policies, due) if due else [], strict=True):
+        run.eval_reward = ev["reward_mean"]
+        run.row.update(
+            eval_reward_mean=ev["reward_mean"], eval_unique_fraction=ev["unique_fraction"]
+        )
+    for run in runs:
+        if run.router and run.router.due(run.step, run.cfg.train.max_steps):
+            _route_eval(shared, policies, run)
+    for run, w in zip(runs, whole, strict=True):
+        run.after_step(batch, w, tok, d)
+
+
+def metrics_row(
+    run: RunState, batch: ranks.Whole, rows: slice, times: StepTimes, device: torch.device
+) -> dict:
+    """One step's metrics row of a run (COLUMNS, then `reward/<fn>` with several reward
+    functions): its whole batch's rewards and completions, its first pass's loss and stats."""
+    total, completions, up = batch.total[rows], batch.completions[rows], run.update
+    row = dict(
+        step=run.step,
+        wall_s=time.time() - run.started,
+        lr=run.optimizer.param_groups[0]["lr"],
+        loss=up.loss,
+        reward_mean=float(total.mean()),
+        reward_std=float(total.std()),
+        frac_reward_zero_std=frac_reward_zero_std(total, run.cfg.grpo.num_generations),
+        kl=up.stats.get("kl", 0.0),
+        entropy=batch.entropy(rows),
+        completion_len=float(batch.lengths[rows].float().mean()),
+        truncated_frac=float(batch.truncated[rows].float().mean()),
+        clip_frac=up.stats["clip_region"],
+        grad_norm=up.grad_norm,
+        unique_fraction=unique_fraction(completions),
+        jaccard=mean_pairwise_jaccard(completions),
+        repetition=repetition(completions),
+        gen_s=times.generated - times.start,
+        reward_s=times.rewarded - times.generated,
+        ref_s=times.referenced - times.rewarded,
+        train_s=times.trained - times.referenced,
+        step_s=times.trained - times.start,
+        peak_mem_mb=peak_memory_mb(device),
+    )
+    if len(batch.per_fn) > 1:
+        row.update({f"reward/{k}": float(v[rows].mean()) for k, v in batch.per_fn.items()})
+    return row
+
+
+@torch.no_grad()
+def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[dict]:
+    """Each run's mean reward and diversity on the held-out prompts (one completion each), in
+    one sampler call, each run drawing from its own fixed evaluation stream."""
+    n, tok = len(shared.eval_prompts), shared.tokenizer
+    seeds = [stream_seed(run.cfg.run.seed, -1, 2) for run in runs]
+    r = policies.generate(runs, shared.eval_prompts * len(runs), seeds)
+    texts = r.completion_texts(tok)
+    total, _ = shared.pool(r.prompt_texts(tok), texts, r.completion_rows())
+    return [
+        {
+            "reward_mean": float(total[i * n : (i + 1) * n].mean()),
+            "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n]),
+        }
+        for i in range(len(runs))
+    ]
+
+
+def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
+    """The base model's evaluation and (gradient routing) its adapter modes', once per run."""
+    fresh = [run for run in runs if run.base_eval_due]
+    for run, ev in zip(fresh, evaluate(shared, policies, fresh) if fresh else [], strict=True):
+        run.record_base_eval(ev["reward_mean"])
+    for run in runs:
+        if run.router and run.step == 0 and run.router.due(0, run.cfg.train.max_steps):
+            _route_eval(shared, policies, run)
+
+
+def _route_eval(shared: Shared, policies: Policies, run: RunState) -> None:
+    """Gradient routing's three adapter modes on fixed prompts, into routing_eval.jsonl."""
+    rows = run.router.evaluate(
+        run.step, policies.sampler, run.policy, shared.cfg.grpo, shared.pool, shared.tokenizer
+    )
+    run.run.append_routing_eval(rows)
+    run.run.log(eval_line(rows), echo=True)
+
+
+def _reference_logprobs(
+    policies: Policies, r: Rollout, runs: list[RunState], rows: list[slice], temperature: float
+) -> torch.Tensor | None:
+    """The reference's log-probs of the rows of the runs with a KL term (the others' rows stay
+    0 and are never read), or None when no run has one."""
+    need = [run.options.beta > 0 for run in runs]
+    if not any(need):
+        return None
+    reference = policies.reference()
+    if all(need):
+        return reference(r, temperature)
+    dev = r.logprobs.device
+    idx = torch.cat(
+        [torch.arange(s.start, s.stop, device=dev) for s, n in zip(rows, need, strict=True) if n]
+    )
+    out = torch.zeros_like(r.logprobs)
+    out[idx] = reference(r.select(idx), temperature)
+    return out
