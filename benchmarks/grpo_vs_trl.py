@@ -72,7 +72,7 @@ def ensure_model(args) -> Path:
     from smollab.models.loading import resolve_model_dir
 
     if not Path(args.model).exists():
-        from smollab.config_load import load_config
+        from smollab.config.load import load_config
         from smollab.train.pretrain import train
 
         print(
@@ -90,7 +90,7 @@ def ensure_model(args) -> Path:
 
 
 def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
 
     over = [
         f"model.path={model_dir}",

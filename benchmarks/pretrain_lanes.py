@@ -48,7 +48,7 @@ def sweep_cfg(data_dir: str):
     """The sweep's base recipe with its overrides, and its LR grid."""
     import yaml
 
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
 
     spec = yaml.safe_load(SWEEP.read_text())
     over = [f"{k}={v}" for k, v in spec["overrides"].items()]

@@ -77,7 +77,7 @@ class Baton:
 
 
 def make_cfg(args, run_dir: Path):
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.data.prepare import load_meta
     from smollab.errors import UserError
 

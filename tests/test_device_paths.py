@@ -18,7 +18,7 @@ import pytest
 import torch
 from strict_device import StrictDevice
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 
 
 def _interrupt_at_second_step(monkeypatch, loop) -> None:

@@ -22,7 +22,7 @@ def test_start_writes_config_and_log(tmp_path):
 
 
 def _cfg(*overrides):
-    from smollab.config_load import load_config, to_dict
+    from smollab.config.load import load_config, to_dict
 
     return to_dict(load_config("pretrain", None, ["optim.warmup_steps=0", *overrides]))
 

@@ -58,8 +58,8 @@ def load_config(
 ) -> Section:
     """The validated config of `command` ("pretrain", "grpo", "sft", "rft", "data"): recipe < args <
     values."""
-    from smollab.config_load import SCHEMAS
-    from smollab.config_load import load_config as load
+    from smollab.config.load import load_config as load
+    from smollab.config.registry import SCHEMAS
 
     if command not in SCHEMAS:
         raise UserError(f"command {command!r}: one of {', '.join(sorted(SCHEMAS))}")
@@ -331,7 +331,7 @@ def doctor(
 
 def recipes() -> list[dict[str, str]]:
     """The shipped recipes: name, command, path and the command line from each one's header."""
-    from smollab.recipe_files import list_recipes
+    from smollab.config.recipes import list_recipes
 
     return [
         {"name": r.name, "command": r.command, "path": str(r.path), "header": r.header}

@@ -256,7 +256,8 @@ def _config(p: argparse.ArgumentParser) -> None:
     def run(a: argparse.Namespace) -> int:
         import yaml
 
-        from smollab.config_load import SCHEMAS, guess_command, load_config, to_dict
+        from smollab.config.load import guess_command, load_config, to_dict
+        from smollab.config.registry import SCHEMAS
 
         path, overrides = split_config(a.args)
         name = a.for_command or guess_command(path)

@@ -121,8 +121,8 @@ def collapse(overrides: list[str]) -> list[str]:
 
 
 def build_configs(out: Path, quick: bool = False):
-    from smollab.config_load import load_config
-    from smollab.recipe_files import recipes_root
+    from smollab.config.load import load_config
+    from smollab.config.recipes import recipes_root
 
     ov = stage_overrides(out, quick)
     # the shipped files themselves, never a same-named file in the working directory
@@ -183,7 +183,7 @@ def _record_end(path: Path, e: BaseException) -> None:
 def _refuse_other_demo(out: Path, configs: dict[str, Any]) -> None:
     """A directory that holds a demo of other settings (quick vs full, another smollab version's
     recipe) is never resumed with these: one line naming --dir, before anything is written."""
-    from smollab.config_load import to_dict
+    from smollab.config.load import to_dict
 
     for command, cfg in configs.items():
         old = RunView(cfg.run.dir).config()

@@ -298,7 +298,8 @@ def config_changes(old: dict[str, Any], new: dict[str, Any], command: str) -> li
     """`key old -> new` for each key whose value in `new` differs from the recorded `old` config
     (keys in RERUN_FREE aside). A key the recorded config lacks (written before the key existed)
     counts as its default; a key only the recorded config has (since removed) is not compared."""
-    from smollab.config_load import SCHEMAS, flatten, to_dict
+    from smollab.config.load import flatten, to_dict
+    from smollab.config.registry import SCHEMAS
 
     before, after = flatten(old), flatten(new)
     defaults = flatten(to_dict(SCHEMAS[command]())) if command in SCHEMAS else {}

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.runs import RunView
 from tests.gpu.marks import GPU, bf16_ok, chosen
 

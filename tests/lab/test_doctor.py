@@ -80,7 +80,7 @@ def test_the_mps_daemon_line(control, available, status, words):
 def test_every_check_command_line_is_valid(tmp_path, micro_model):
     """Each check's overrides load under its command's schema (a typo would fail every doctor)."""
     from smollab.cli import build_parser
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.lab.probe.spec import load_probe
 
     for c in [

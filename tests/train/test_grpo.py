@@ -5,7 +5,7 @@ import torch
 from safetensors.torch import load_file
 
 from smollab.cli import main
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import RunFailed
 from smollab.run_rows import read_metrics
 from smollab.train import grpo

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from smollab.config import LoraConfig, ModelConfig, RoutingConfig
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import apply_lora, build_model, load_tokenizer_near

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.config_rules import reward_keys
+from smollab.config.sections import reward_keys
 from smollab.errors import UserError
 from smollab.models.routing import MODES
 from smollab.runs import ROUTING_EVAL

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.config_load import flatten
+from smollab.config.load import flatten
 from smollab.runs import TENSORBOARD
 
 

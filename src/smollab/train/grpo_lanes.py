@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from smollab.config import GRPOConfig
-from smollab.config_load import flatten, load_config, to_dict
+from smollab.config.lanes import check_supported
+from smollab.config.load import flatten, load_config, to_dict
 from smollab.device import setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.replay import lanes_logprobs
@@ -43,7 +44,6 @@ from smollab.train.lane_inbox import (
     EXIT_INTERRUPTED,
     Inbox,
     LaneTrial,
-    check_supported,
 )
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed

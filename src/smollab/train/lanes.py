@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from smollab.config import GRPOConfig
-from smollab.config_load import flatten, to_dict
+from smollab.config.lanes import may_differ
+from smollab.config.load import flatten, to_dict
 from smollab.data.prepare import ensure_prepared
 from smollab.device import make_adamw, release_cache
 from smollab.engine.lane_llama import LaneLlama
@@ -38,7 +39,6 @@ from smollab.train import checkpoints, crash_record, grpo_loss, scaffold
 from smollab.train.diversity import unique_fraction
 from smollab.train.failure_rules import RLWatch
 from smollab.train.grpo import COLUMNS, REWARD_CHECK
-from smollab.train.lane_inbox import may_differ
 from smollab.train.prompts import grpo_prompts
 from smollab.train.seeds import stream_seed
 

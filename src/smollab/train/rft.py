@@ -24,10 +24,10 @@ import shutil
 import time
 from pathlib import Path
 
-from smollab import config_load
 from smollab.atomic_files import read_json
 from smollab.config import ModelConfig
-from smollab.config_rft import RFTConfig
+from smollab.config import load as config_load
+from smollab.config.rft import RFTConfig
 from smollab.device import setup_runtime
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError

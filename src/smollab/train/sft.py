@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from smollab.config_sft import SFTConfig
+from smollab.config.sft import SFTConfig
 from smollab.data.sft_batches import IGNORE, MicroBatches, eval_batches, loader, tokenize
 from smollab.data.sft_records import load_records
 from smollab.device import (

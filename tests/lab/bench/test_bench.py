@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.config_load import guess_command, load_config
+from smollab.config.load import guess_command, load_config
 from smollab.errors import UserError
 from smollab.lab.bench import knobs as bench_knobs
 from smollab.lab.bench import measure as bench_measure

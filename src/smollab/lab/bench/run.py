@@ -60,8 +60,8 @@ def run_bench(
     disagreement shows how much noise there was. Each result records the load average at its
     start.
     """
-    from smollab.config_load import guess_command, load_config
-    from smollab.recipe_files import resolve_recipe
+    from smollab.config.load import guess_command, load_config
+    from smollab.config.recipes import resolve_recipe
 
     kind = kind or guess_command(resolve_recipe(workload, "bench"), overrides)
     cfg = load_config(kind, workload, overrides)  # bad workloads stop here, before any run

@@ -79,7 +79,7 @@ class Probe:
         return None, ""
 
     def run(self, probe_dir: Path) -> dict[str, Any]:
-        from smollab.config_load import load_config
+        from smollab.config.load import load_config
 
         spec = self.spec
         cfg = load_config(spec.command, spec.base, self.overrides)

@@ -69,8 +69,8 @@ class ProbeSpec(SpecSection):
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
-    from smollab.config_load import guess_command, read_yaml
-    from smollab.recipe_files import resolve_recipe
+    from smollab.config.load import guess_command, read_yaml
+    from smollab.config.recipes import resolve_recipe
 
     tree = read_yaml(resolve_recipe(workload, "probe"))
     if "command" in tree:
@@ -85,7 +85,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         )
     spec_tree["overrides"] = coerce(flatten(spec_tree.get("overrides") or {}))
     work: list[str] = []
-    from smollab.config_load import parse_override
+    from smollab.config.load import parse_override
 
     for item in overrides:
         key, value = parse_override(item)
@@ -120,7 +120,8 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         )
     if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
         raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
-    from smollab.config_load import SCHEMAS, load_config
+    from smollab.config.load import load_config
+    from smollab.config.registry import SCHEMAS
 
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")
@@ -139,8 +140,8 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     if spec.lanes and spec.command != "grpo":
         raise UserError(f"probe key lanes: lanes train grpo runs only, not {spec.command}")
     if spec.lanes:
-        from smollab.config_load import to_dict
-        from smollab.train.lane_inbox import check_supported
+        from smollab.config.lanes import check_supported
+        from smollab.config.load import to_dict
 
         try:
             check_supported(flatten(to_dict(cfg)), "of this probe")

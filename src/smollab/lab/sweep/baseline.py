@@ -49,7 +49,7 @@ def schema_default(command: str, dotted: str) -> Any:
     (or it has no default)."""
     from pydantic import BaseModel
 
-    from smollab.config_load import SCHEMAS
+    from smollab.config.registry import SCHEMAS
 
     schema: Any = SCHEMAS.get(command)
     parts = dotted.split(".")
@@ -94,7 +94,7 @@ class Baselines:
         return fallback if v is _MISSING else v
 
     def is_routed(self, params: dict[str, Any]) -> bool:
-        from smollab.config_load import set_dotted
+        from smollab.config.load import set_dotted
 
         tree = copy.deepcopy(self._base)
         for k, v in params.items():

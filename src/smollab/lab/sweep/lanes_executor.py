@@ -305,7 +305,7 @@ class LanesExecutor:
 def check_spec(spec: SweepSpec) -> None:
     """The spec of `executor: lanes`: GRPO trials (LoRA or full) that differ only in
     what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
-    from smollab.train.lane_inbox import may_differ
+    from smollab.config.lanes import may_differ
 
     if spec.command != "grpo":
         raise UserError(
@@ -348,9 +348,9 @@ def check_spec(spec: SweepSpec) -> None:
 def check_lanes(spec: SweepSpec) -> None:
     """Every trial's base (and so every lane's) must be a config lanes can train (the worker's
     own rules, `lane_inbox.check_supported`); run after the points validate."""
-    from smollab.config_load import flatten, to_dict
+    from smollab.config.lanes import check_supported
+    from smollab.config.load import flatten, to_dict
     from smollab.lab.sweep.spec import resolve_config
-    from smollab.train.lane_inbox import check_supported
 
     cfg = resolve_config(spec, {}, spec.seeds[0])
     try:

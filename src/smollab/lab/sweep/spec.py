@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from smollab.config_load import read_yaml
+from smollab.config.load import read_yaml
+from smollab.config.recipes import resolve_recipe
 from smollab.lab.spec_common import SpecSection
-from smollab.recipe_files import resolve_recipe
 from smollab.sweep_metric import Metric
 
 
@@ -235,7 +235,7 @@ class SweepSpec(SpecSection):
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:
     """The base recipe with the spec's overrides applied (a config tree, not yet validated)."""
-    from smollab.config_load import set_dotted
+    from smollab.config.load import set_dotted
 
     tree = read_yaml(resolve_recipe(spec.base, spec.command)) if spec.base else {}
     for key, value in spec.overrides.items():
@@ -245,7 +245,8 @@ def base_tree(spec: SweepSpec) -> dict[str, Any]:
 
 def resolve_config(spec: SweepSpec, point: dict[str, Any], seed: int | None = None):
     """The validated config of one trial (used to check the spec, and for probe signatures)."""
-    from smollab.config_load import SCHEMAS, set_dotted, validate
+    from smollab.config.load import set_dotted, validate
+    from smollab.config.registry import SCHEMAS
 
     tree = base_tree(spec)
     for key, value in point.items():

@@ -1,9 +1,8 @@
-"""The schema of `smollab rft` (rejection-sampling fine-tuning), registered into `config.SCHEMAS`.
+"""The schema of `smollab rft` (rejection-sampling fine-tuning) and its rules across keys.
 
-Kept out of `config` (already long) and built from its sections: each round's SFT reads RFT's
-`model`, `optim`, `train`, `perf` and `sft` sections as `smollab sft` reads its own, and the
-scoring reads `reward` as `smollab grpo` does. `config_load` imports this module, so every path
-that loads a config knows the command.
+Built from the shared sections and SFT's: each round's SFT reads RFT's `model`, `optim`,
+`train`, `perf` and `sft` sections as `smollab sft` reads its own, and the scoring reads `reward`
+as `smollab grpo` does.
 """
 
 from __future__ import annotations
@@ -12,9 +11,17 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from smollab.config import CompiledPerfConfig, RewardSpec, RunConfig, Section, register
-from smollab.config_rules import rft_rules, shared_rules
-from smollab.config_sft import SFTModelConfig, SFTOptimConfig, SFTSection
+from smollab.config.sections import (
+    CompiledPerfConfig,
+    RewardSpec,
+    RunConfig,
+    Section,
+    compile_rules,
+    lora_rules,
+    reward_keys,
+    shared_rules,
+)
+from smollab.config.sft import SFTModelConfig, SFTOptimConfig, SFTSection
 
 
 class RFTTrainConfig(Section):
@@ -95,9 +102,35 @@ class RFTConfig(Section):
 
     @model_validator(mode="after")
     def _rules(self) -> RFTConfig:
-        shared_rules(self, data=False)
         rft_rules(self)
         return self
 
 
-register("rft", RFTConfig)
+def rft_rules(c: RFTConfig) -> None:
+    """The shared rules (no story corpus), then RFT's own. A missing model.path, prompts file or
+    reward is refused when the run starts (the schema's defaults must construct)."""
+    lora_rules(c.model.lora)
+    shared_rules(c.optim, c.train, c.run)
+    r, t, p = c.rft, c.train, c.perf
+    if t.epochs is not None and t.changed("max_steps"):
+        raise ValueError(
+            f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "
+            "set: a round's length is one or the other (train.epochs=null for "
+            "steps)"
+        )
+    if r.keep.threshold is None and r.keep.top_k is None:
+        raise ValueError(
+            "rft.keep: set threshold, top_k or both (otherwise every completion would be kept)"
+        )
+    if r.eval_temperature == 0 and r.eval_samples > 1:
+        raise ValueError(
+            f"rft.eval_samples={r.eval_samples}: rft.eval_temperature=0 is greedy, "
+            "so every sample of a prompt would be the same"
+        )
+    keys = reward_keys(x.name for x in c.reward)
+    if r.accuracy_reward is not None and r.accuracy_reward not in keys:
+        raise ValueError(
+            f"rft.accuracy_reward={r.accuracy_reward} names no reward entry (the "
+            f"keys: {', '.join(keys) or 'none'})"
+        )
+    compile_rules(p)
