@@ -174,7 +174,7 @@ def run_smollab(cfg, turns: Turns) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import smollab.train.grpo as grpo
-    from smollab.runs import read_metrics
+    from smollab.rundir.runs import read_metrics
 
     class TurnTakingProgress(grpo.Progress):
         def update(self, step, **info):  # called after every step, outside its step_s

@@ -131,7 +131,7 @@ class Clock:
 
 def run_smollab(cfg, baton: Baton, clock: Clock) -> dict:
     import smollab.train.pretrain as pretrain
-    from smollab.runs import read_metrics
+    from smollab.rundir.runs import read_metrics
 
     base = pretrain.Progress
 

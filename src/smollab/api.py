@@ -98,7 +98,7 @@ def lanes(
 ) -> list[dict[str, Any]]:
     """GRPO configurations (LoRA or full) trained as lanes of one batched model, one lane per entry of
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
-    with `inbox`, a sweep's lanes worker (train/lane_inbox.py). `threads`: perf.threads of every
+    with `inbox`, a sweep's lanes worker (rundir/inbox.py). `threads`: perf.threads of every
     lane, the posted ones too. Returns each lane's summary."""
     from smollab.train.grpo_lanes import train_lanes
 
@@ -279,7 +279,7 @@ def bench(
 def report(path: str | Path, target_loss: float | None = None, mode: str | None = None) -> Path:
     """Plots and report.md for a run, sweep or probe directory; returns the report's path.
     `mode` (both, retain_only, forget_only): the adapter mode a routed GRPO run's headline shows."""
-    from smollab.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
+    from smollab.rundir.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
 
     d = Path(path)
     if not d.is_dir():

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json, one_line
 from smollab.errors import RunFailed, UserError
-from smollab.run_dir import config_changes
-from smollab.runs import FINISHED, REPORT, SUMMARY, RunView
+from smollab.rundir.atomic import atomic_write_json, one_line
+from smollab.rundir.runs import FINISHED, REPORT, SUMMARY, RunView
+from smollab.rundir.writer import config_changes
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"

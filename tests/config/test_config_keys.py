@@ -434,7 +434,7 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
 
 def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micro_grpo, tmp_path):
     from smollab.config.load import load_config
-    from smollab.runs import RunView
+    from smollab.rundir.runs import RunView
     from smollab.train import grpo, pretrain
 
     off = ["train.eval_interval=0", "train.save_interval=0"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from smollab.config.load import load_config
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 from tests.gpu.marks import GPU, bf16_ok
 
 pytestmark = GPU

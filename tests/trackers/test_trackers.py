@@ -16,7 +16,7 @@ import pytest
 
 from smollab.config.load import load_config
 from smollab.errors import UserError
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 def csv_series(run: Path) -> dict[str, dict[int, float]]:

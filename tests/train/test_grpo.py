@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from smollab.cli import main
 from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train import grpo
 
 

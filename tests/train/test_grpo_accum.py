@@ -15,7 +15,7 @@ from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import apply_lora, build_model, load_tokenizer_near
 from smollab.models.routing import apply_routing
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train import grpo, routing
 from smollab.train.grpo_accum import loss_backward, micro_batches
 from smollab.train.grpo_loss import LOSS_TYPES

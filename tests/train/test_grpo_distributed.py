@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from smollab.cli import main
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train import grpo_ranks
 from smollab.train.distributed import Dist
 from smollab.train.grpo_accum import loss_backward, micro_batches

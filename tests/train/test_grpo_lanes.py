@@ -17,11 +17,11 @@ from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
-from smollab.runs import LOG
+from smollab.rundir.inbox import Inbox, LaneTrial
+from smollab.rundir.runs import LOG
 from smollab.train import grpo_accum
 from smollab.train.grpo_lanes import loss_backward
 from smollab.train.grpo_loss import options as loss_options
-from smollab.train.lane_inbox import Inbox, LaneTrial
 from tests.engine.test_lane_llama import full_policies, lane_policies
 
 peft = pytest.importorskip("peft")

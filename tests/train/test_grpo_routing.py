@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from smollab.cli import main
 from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.run_rows import read_metrics
-from smollab.runs import RunView
+from smollab.rundir.rows import read_metrics
+from smollab.rundir.runs import RunView
 from smollab.train import grpo
 from tests.train.test_grpo import crash_grpo_at_step
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from smollab.runs import CHILD_LOG
+from smollab.rundir.runs import CHILD_LOG
 from smollab.train import mfu
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 from smollab.cli import main
 from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import pretrain
 
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 
 from smollab.config.load import load_config
 from smollab.errors import RunFailed, UserError
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import rft, scaffold
 from smollab.train.rft_data import Scored, histogram, select
 

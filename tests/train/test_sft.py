@@ -15,7 +15,7 @@ from smollab.data.sft_batches import IGNORE, collate, tokenize
 from smollab.data.sft_records import Record, load_records
 from smollab.errors import RunFailed, UserError
 from smollab.models.loading import load_tokenizer_near, resolve_model_dir
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import scaffold, sft
 
 

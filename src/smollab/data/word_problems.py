@@ -40,9 +40,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
 from smollab.data.story_words import BOY_NAMES, FOODS, GIRL_NAMES
 from smollab.errors import UserError
+from smollab.rundir.atomic import atomic_write_text
 
 TEMPLATES = ("add", "take", "groups")
 OPS = {"add": "+", "take": "-", "groups": "*"}

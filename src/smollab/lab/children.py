@@ -28,9 +28,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
 from smollab.lab import reaper
-from smollab.runs import CHILD_LOG, CHILD_PID, RunView
+from smollab.rundir.atomic import atomic_write_text
+from smollab.rundir.runs import CHILD_LOG, CHILD_PID, RunView
 from smollab.train.mfu import LAB_CHILD_ENV
 
 

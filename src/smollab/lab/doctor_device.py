@@ -386,8 +386,8 @@ def main(argv: list[str]) -> int:
     """`python -m smollab.lab.doctor_device DEVICE OUT.json`: the doctor runs this as a child, so
     that a driver hang has a time limit and the doctor itself never holds a device context while
     its micro runs (and the probe) measure the device."""
-    from smollab.atomic_files import atomic_write_json
     from smollab.errors import UserError
+    from smollab.rundir.atomic import atomic_write_json
 
     want, out = argv
     try:

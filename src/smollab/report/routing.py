@@ -20,7 +20,7 @@ from typing import Any
 from smollab.config.sections import reward_keys
 from smollab.errors import UserError
 from smollab.models.routing import MODES
-from smollab.runs import ROUTING_EVAL
+from smollab.rundir.runs import ROUTING_EVAL
 
 _COLORS = {"both": "tab:blue", "retain_only": "tab:green", "forget_only": "tab:red"}
 _TAIL = ("hack_rate", "unique_fraction", "jaccard")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from smollab.atomic_files import one_line
-from smollab.run_dir import RunDir
+from smollab.rundir.atomic import one_line
+from smollab.rundir.writer import RunDir
 
 
 class Tracker(Protocol):

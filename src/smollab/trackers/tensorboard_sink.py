@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.config.load import flatten
-from smollab.runs import TENSORBOARD
+from smollab.rundir.runs import TENSORBOARD
 
 
 class TensorBoardTracker:

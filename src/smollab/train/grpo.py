@@ -34,7 +34,7 @@ from smollab.models.quantized import check_load_in
 from smollab.models.routing import apply_routing
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
-from smollab.runs import default_run_dir
+from smollab.rundir.runs import default_run_dir
 from smollab.train import (
     checkpoints,
     distributed,

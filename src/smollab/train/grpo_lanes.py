@@ -33,18 +33,18 @@ from smollab.device import setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.replay import lanes_logprobs
 from smollab.errors import RunFailed, UserError
-from smollab.runs import LOG
-from smollab.train import crash_record, distributed, scaffold
-from smollab.train import lanes as ln
-from smollab.train.grpo import metrics_row, run_dir_for
-from smollab.train.grpo_loss import group_advantages, grpo_loss
-from smollab.train.lane_inbox import (
+from smollab.rundir.inbox import (
     EXIT_ENDED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     Inbox,
     LaneTrial,
 )
+from smollab.rundir.runs import LOG
+from smollab.train import crash_record, distributed, scaffold
+from smollab.train import lanes as ln
+from smollab.train.grpo import metrics_row, run_dir_for
+from smollab.train.grpo_loss import group_advantages, grpo_loss
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
 

@@ -34,7 +34,7 @@ from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
-from smollab.run_dir import RunDir
+from smollab.rundir.writer import RunDir
 from smollab.train import checkpoints, crash_record, grpo_loss, scaffold
 from smollab.train.diversity import unique_fraction
 from smollab.train.failure_rules import RLWatch

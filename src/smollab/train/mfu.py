@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smollab.atomic_files import atomic_write_json
+from smollab.rundir.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     import torch

@@ -29,7 +29,7 @@ from smollab.device import (
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
-from smollab.runs import RunView, default_run_dir
+from smollab.rundir.runs import RunView, default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.failure_rules import diverged_loss

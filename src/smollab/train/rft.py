@@ -24,7 +24,6 @@ import shutil
 import time
 from pathlib import Path
 
-from smollab.atomic_files import read_json
 from smollab.config import ModelConfig
 from smollab.config import load as config_load
 from smollab.config.rft import RFTConfig
@@ -33,7 +32,8 @@ from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import build_model, check_model_source
 from smollab.rewards.registry import validate_specs
-from smollab.runs import ROUNDS, RunView, default_run_dir
+from smollab.rundir.atomic import read_json
+from smollab.rundir.runs import ROUNDS, RunView, default_run_dir
 from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
 from smollab.train.seeds import stream_seed

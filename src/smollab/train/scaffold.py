@@ -17,7 +17,7 @@ import torch
 from smollab.config import DataConfig, ModelConfig, TrainingConfig
 from smollab.config.load import to_dict
 from smollab.errors import UserError
-from smollab.run_dir import RunDir
+from smollab.rundir.writer import RunDir
 from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.schedule import schedule_note

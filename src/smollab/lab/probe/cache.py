@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json
+from smollab.rundir.atomic import atomic_write_json
 
 
 def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:

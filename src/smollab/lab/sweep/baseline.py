@@ -136,7 +136,7 @@ class Baselines:
         trial ids of its routed trials. Its status is the record of this sweep process (`runs`;
         `live` the running ones' progress), else its run's own summary."""
         from smollab.lab.sweep.trials import TRIALS, metric_value, read_summary
-        from smollab.runs import FINISHED, RunView
+        from smollab.rundir.runs import FINISHED, RunView
 
         out = []
         for name, b in sorted(self.by_name.items()):

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from smollab.config.load import read_yaml
 from smollab.config.recipes import resolve_recipe
 from smollab.lab.spec_common import SpecSection
-from smollab.sweep_metric import Metric
+from smollab.rundir.metric import Metric
 
 
 class Distribution(SpecSection):

@@ -1,7 +1,7 @@
 """The inbox of a lanes worker: how a sweep hands trials to one process that trains them as lanes.
 
 A lanes worker (`smollab lanes grpo --inbox DIR`) trains many compatible trials as lanes of one
-batched model (`train.grpo_lanes`). The sweep's `executor: lanes` (lab/sweep/lanes_executor.py)
+batched model (the GRPO lanes loop). The sweep's `executor: lanes` (lab/sweep/lanes_executor.py)
 talks to it through files in DIR only, so either side can die without leaving the other waiting
 on a pipe, and a reader of DIR sees what happened:
 
@@ -14,6 +14,8 @@ on a pipe, and a reader of DIR sees what happened:
   worker.log         the worker's own output
 
 Every file is written atomically (written whole, then renamed), so a reader never sees half of it.
+The protocol lives with the run directory's contract, beneath both sides: the lab never imports
+a loop. What lanes may differ in and refuse is configuration (`smollab.config.lanes`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
+from smollab.rundir.atomic import atomic_write_text
 
 TRIAL, STOP, EXIT, CLOSE, WORKER_LOG = ".trial.json", ".stop", ".exit", "close", "worker.log"
 EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130

@@ -1,8 +1,9 @@
-"""A run writing its own directory (DESIGN section 3): `RunDir` opens it (resume or refuse), logs,
-appends rows, writes the summary and checkpoints, and cleans what a killed writer left.
+"""A run writing its own directory: `RunDir` opens it (resume or refuse), logs, appends rows,
+writes the summary and checkpoints, and cleans what a killed writer left.
 
-Split from `runs`, which keeps the names and the reader: readers never need this writer. The
-trainer state it saves is read back here too (`load_trainer_state`), so its format has one home.
+Apart from `runs`, which keeps the names and the reader: readers never need this writer. The
+trainer state it saves is read back here too (`load_trainer_state`), so its format has one home;
+torch is imported only inside those two (a checkpoint's trainer_state.pt), never at import.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from smollab.atomic_files import (
+from smollab.errors import UserError
+from smollab.rundir.atomic import (
     _json_default,
     atomic_write_json,
     fsync_dir,
@@ -27,9 +29,8 @@ from smollab.atomic_files import (
     one_line,
     writing,
 )
-from smollab.errors import UserError
-from smollab.run_rows import Metrics, cut_samples
-from smollab.runs import (
+from smollab.rundir.rows import Metrics, cut_samples
+from smollab.rundir.runs import (
     CHECKPOINTS,
     CONFIG,
     FINISHED,
