@@ -380,7 +380,7 @@ def samples_before_after(cfg, base_dir: Path, rl_dir: Path) -> list[dict[str, An
     import torch
 
     from smollab.config import ModelConfig
-    from smollab.device import pick_device
+    from smollab.device.runtime import pick_device
     from smollab.engine.sampler import Sampler
     from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir
     from smollab.rewards.pool import RewardPool

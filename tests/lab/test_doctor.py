@@ -37,7 +37,7 @@ CHECKS = ["data", "pretrain", "grpo full", "grpo lora", "sample", "probe k=1,2"]
 
 
 def test_device_report_on_this_cpu():
-    from smollab.device import cpu_has_native_matmul
+    from smollab.device.runtime import cpu_has_native_matmul
 
     facts, items = device_report(torch.device("cpu"))
     by = {it["item"]: it for it in items}

@@ -22,7 +22,13 @@ import torch
 
 from smollab.config import GRPOConfig
 from smollab.data.prepare import ensure_prepared
-from smollab.device import make_adamw, peak_memory_mb, release_cache, setup_runtime, synchronize
+from smollab.device.runtime import (
+    make_adamw,
+    peak_memory_mb,
+    release_cache,
+    setup_runtime,
+    synchronize,
+)
 from smollab.engine.policy import replay_blocker
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler

@@ -29,7 +29,7 @@ import torch
 from smollab.config import GRPOConfig
 from smollab.config.lanes import check_supported
 from smollab.config.load import flatten, load_config, to_dict
-from smollab.device import setup_runtime, synchronize
+from smollab.device.runtime import setup_runtime, synchronize
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.replay import lanes_logprobs
 from smollab.errors import RunFailed, UserError

@@ -25,7 +25,7 @@ from smollab.config import GRPOConfig
 from smollab.config.lanes import may_differ
 from smollab.config.load import flatten, to_dict
 from smollab.data.prepare import ensure_prepared
-from smollab.device import make_adamw, release_cache
+from smollab.device.runtime import make_adamw, release_cache
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.policy import replay_blocker
 from smollab.engine.reference import build_reference

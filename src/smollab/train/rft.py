@@ -27,7 +27,7 @@ from pathlib import Path
 from smollab.config import ModelConfig
 from smollab.config import load as config_load
 from smollab.config.rft import RFTConfig
-from smollab.device import setup_runtime
+from smollab.device.runtime import setup_runtime
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import build_model, check_model_source

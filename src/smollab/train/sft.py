@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from smollab.config.sft import SFTConfig
 from smollab.data.sft_batches import IGNORE, MicroBatches, eval_batches, loader, tokenize
 from smollab.data.sft_records import load_records
-from smollab.device import (
+from smollab.device.mfu import flops_per_token, peak_flops
+from smollab.device.runtime import (
     make_adamw,
     maybe_compile,
     peak_memory_mb,
@@ -36,7 +37,6 @@ from smollab.rundir.runs import RunView, default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.failure_rules import diverged_loss
-from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
