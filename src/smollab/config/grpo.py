@@ -19,6 +19,7 @@ from smollab.config.sections import (
     TrainConfig,
     TrainingConfig,
     data_rules,
+    doc,
     lora_rules,
     model_rules,
     reward_keys,
@@ -29,7 +30,7 @@ from smollab.config.sections import (
 class FinetuneModelConfig(ModelConfig):
     """The model of a fine-tuning command: every weight, or LoRA adapters on it."""
 
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters")
     load_in: Literal["none", "8bit", "4bit"] = Field(
         "none",
         description="CUDA with LoRA: the base weights quantized as they load "
@@ -40,56 +41,69 @@ class FinetuneModelConfig(ModelConfig):
 class RLOptimConfig(OptimConfig):
     """RL fine-tuning defaults: a small constant LR, no warmup, no weight decay."""
 
-    lr: float = Field(1e-5, gt=0)
-    min_lr: float = Field(0.0, ge=0, description="where cosine and wsd end")
-    weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0, description="below train.max_steps; 0: none")
-    schedule: Literal["cosine", "constant", "wsd"] = "constant"
+    lr: float = Field(1e-5, gt=0, description=doc(OptimConfig, "lr"))
+    min_lr: float = Field(0.0, ge=0, description=doc(OptimConfig, "min_lr"))
+    weight_decay: float = Field(0.0, ge=0, description=doc(OptimConfig, "weight_decay"))
+    warmup_steps: int = Field(0, ge=0, description=doc(OptimConfig, "warmup_steps"))
+    schedule: Literal["cosine", "constant", "wsd"] = Field(
+        "constant", description=doc(OptimConfig, "schedule")
+    )
 
 
 class RLTrainConfig(TrainConfig):
     """RL defaults: the batch counts completions (as in TRL), every step is logged."""
 
-    max_steps: int = Field(200, ge=1)
-    batch_size: int = Field(32, ge=1, description="completions per optimizer step")
+    max_steps: int = Field(200, ge=1, description=doc(TrainConfig, "max_steps"))
+    batch_size: int = Field(
+        32, ge=1, description="completions per optimizer step (num_generations per prompt)"
+    )
     grad_accum: int = Field(
         1, ge=1, description="loss and backward in this many micro-batches of whole groups"
     )
-    log_interval: int = Field(1, ge=1)
-    eval_interval: int = Field(25, ge=0, description="0: no evaluation")
-    save_interval: int = Field(50, ge=0, description="0: no periodic checkpoints")
+    log_interval: int = Field(1, ge=1, description=doc(TrainConfig, "log_interval"))
+    eval_interval: int = Field(25, ge=0, description=doc(TrainConfig, "eval_interval"))
+    save_interval: int = Field(50, ge=0, description=doc(TrainConfig, "save_interval"))
 
 
 class DetectorSpec(Section):
     """What flags a completion as the hack: `name(completions, **params) >= threshold`."""
 
     name: str = Field("happy_count", description="reward-registry function, or module:function")
-    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the detector function"
+    )
     threshold: float = Field(3.0, description="a completion is flagged when its value >= this")
 
 
 class RoutingConfig(Section):
     """Gradient routing: retain and forget LoRA adapters; flagged completions train forget only."""
 
-    enabled: bool = False
+    enabled: bool = Field(
+        False, description="train retain and forget adapters instead of model.lora"
+    )
     mode: Literal["classic", "exclusive", "none"] = Field(
         "classic",
         description="flagged -> forget only; unflagged -> both (classic), retain only "
         "(exclusive); none: both adapters learn from every completion (the matched baseline)",
     )
     retain_r: int = Field(32, ge=0, description="retain adapter rank (0: none)")
-    retain_alpha: float = Field(32.0, gt=0)
+    retain_alpha: float = Field(32.0, gt=0, description="retain adapter's LoRA alpha")
     forget_r: int = Field(32, ge=0, description="forget adapter rank (0: none)")
-    forget_alpha: float = Field(32.0, gt=0)
+    forget_alpha: float = Field(32.0, gt=0, description="forget adapter's LoRA alpha")
     targets: list[LoraTarget] = Field(
-        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"]
+        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"],
+        description="projections that get both adapters (as model.lora.targets)",
     )
     layer_stride: int = Field(1, ge=1, description="adapters on every n-th layer")
-    detector: DetectorSpec = Field(default_factory=DetectorSpec)
+    detector: DetectorSpec = Field(
+        default_factory=DetectorSpec, description="what flags a completion as the hack"
+    )
     hack_reward: str | None = Field(
         None, description="key of the reward entry only eligible prompts receive"
     )
-    rh_eligible_frac: float = Field(1.0, ge=0, le=1, description="prompts eligible for hack_reward")
+    rh_eligible_frac: float = Field(
+        1.0, ge=0, le=1, description="fraction of prompts eligible for hack_reward"
+    )
     routing_frac: float = Field(
         1.0,
         ge=0,
@@ -105,7 +119,9 @@ class RoutingConfig(Section):
         description="unflagged completions that update retain: all (the classic "
         "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)",
     )
-    ablated_frac: float = Field(0.0, ge=0, le=1, description="steps trained with forget off")
+    ablated_frac: float = Field(
+        0.0, ge=0, le=1, description="fraction of steps trained with the forget adapter off"
+    )
     eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")
 
@@ -120,13 +136,24 @@ class GRPOSection(Section):
         description="held-out evaluation prompts, one per line (default: the test split's "
         "stories, or the first eval_prompts of prompts_file, which training also draws)",
     )
-    num_generations: int = Field(16, ge=2)
-    max_completion_length: int = Field(128, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=0, description="0 disables")
-    beta: float = Field(0.02, ge=0, description="KL penalty weight (k3 estimator)")
-    epsilon: float = Field(0.2, gt=0, description="ratio clip; acts with num_iterations > 1")
+    num_generations: int = Field(
+        16, ge=2, description="completions per prompt: the group whose rewards are compared"
+    )
+    max_completion_length: int = Field(128, ge=1, description="most tokens per completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="nucleus sampling: the likeliest tokens up to this mass"
+    )
+    top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 disables")
+    beta: float = Field(
+        0.02, ge=0, description="KL penalty weight (k3 estimator); 0: no reference model"
+    )
+    epsilon: float = Field(
+        0.2,
+        gt=0,
+        description="clip of the policy ratio at 1 - epsilon (and 1 + epsilon_high); acts with "
+        "num_iterations > 1",
+    )
     epsilon_high: float | None = Field(
         None,
         gt=0,
@@ -139,7 +166,11 @@ class GRPOSection(Section):
     )
     num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
     loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "luspo", "cispo", "sapo", "vespo"] = (
-        Field("dapo", description="surrogate and aggregation, TRL's (docs/architecture.md, GRPO)")
+        Field(
+            "dapo",
+            description="the surrogate loss and its aggregation, as TRL names them "
+            "(docs/architecture.md, GRPO)",
+        )
     )
     importance_sampling_level: Literal["token", "sequence"] = Field(
         "token", description="one ratio per token, or per sequence (GSPO)"
@@ -150,15 +181,23 @@ class GRPOSection(Section):
     vespo_lambda_pos: float = Field(3.0, ge=0, description="vespo: decay in W, A >= 0")
     vespo_k_neg: float = Field(3.0, ge=0, description="vespo: power of W, A < 0")
     vespo_lambda_neg: float = Field(2.0, ge=0, description="vespo: decay in W, A < 0")
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    mask_truncated_completions: bool = False
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="advantages divided by the reward std of the group, of the batch, or not "
+        "at all (none)",
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="completions cut at max_completion_length carry no loss (DAPO)"
+    )
     ref_on_cpu: bool = Field(False, description="keep the KL reference on the CPU (beta > 0)")
     replay: bool = Field(
         True,
         description="first policy forward of a batch replays the sampler's "
         "decode (no matmuls); off: computed",
     )
-    reward_workers: int = Field(0, ge=0, description="0 = compute rewards inline")
+    reward_workers: int = Field(
+        0, ge=0, description="processes computing rewards; 0: computed inline"
+    )
     reward_timeout_s: float = Field(
         120.0,
         ge=0,
@@ -167,22 +206,35 @@ class GRPOSection(Section):
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
     log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
     export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")
-    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig, description="gradient routing")
 
 
 class FailureConfig(Section):
     """Known RL failures: each stops the run (action=stop) or is only recorded (flag)."""
 
-    action: Literal["stop", "flag"] = "stop"
+    action: Literal["stop", "flag"] = Field(
+        "stop",
+        description="stop: a degenerate or stuck run ends with that status; flag: it is only "
+        "recorded (diverged always stops)",
+    )
     max_kl: float = Field(2.0, gt=0, description="mean KL per token (nats) above this = diverged")
-    min_unique: float = Field(0.5, ge=0, le=1, description="unique-completion fraction floor")
-    max_jaccard: float = Field(0.7, ge=0, le=1, description="mean pairwise word Jaccard ceiling")
+    min_unique: float = Field(
+        0.5, ge=0, le=1, description="degenerate below this fraction of unique completions"
+    )
+    max_jaccard: float = Field(
+        0.7, ge=0, le=1, description="degenerate above this mean pairwise word Jaccard"
+    )
     max_repetition: float = Field(
-        1.0, ge=0, le=1, description="seq-rep-4 ceiling (repeated word 4-grams); 1 disables"
+        1.0,
+        ge=0,
+        le=1,
+        description="degenerate above this seq-rep-4 (repeated word 4-grams); 1 disables",
     )
     patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")
     stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
-    stuck_margin: float = Field(0.05, ge=0)
+    stuck_margin: float = Field(
+        0.05, ge=0, description="stuck unless the recent reward beats the baseline by this"
+    )
     baseline_steps: int = Field(
         5, ge=1, description="steps averaged for baseline and recent reward"
     )
@@ -197,7 +249,11 @@ class GRPOConfig(TrainingConfig):
     optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
     train: RLTrainConfig = Field(default_factory=RLTrainConfig)
     grpo: GRPOSection = Field(default_factory=GRPOSection)
-    reward: list[RewardSpec] = Field(default_factory=_default_rewards, min_length=1)
+    reward: list[RewardSpec] = Field(
+        default_factory=_default_rewards,
+        min_length=1,
+        description="the reward's terms: total = sum of weight * name(completions, **params)",
+    )
     failure: FailureConfig = Field(default_factory=FailureConfig)
 
     @model_validator(mode="after")

@@ -19,11 +19,17 @@ from smollab.config.sections import (
 class PretrainTrainConfig(TrainConfig):
     """Pretraining also counts tokens, cuts token windows and accumulates micro-batches."""
 
-    max_tokens: int | None = Field(None, ge=1)
-    seq_len: int = Field(128, ge=2)
-    grad_accum: int = Field(1, ge=1)
-    eval_tokens: int = Field(65_536, ge=1, description="fixed validation budget per evaluation")
-    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
+    max_tokens: int | None = Field(
+        None, ge=1, description="stop after this many training tokens (null: no limit)"
+    )
+    seq_len: int = Field(128, ge=2, description="tokens per training window (the context)")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    eval_tokens: int = Field(
+        65_536, ge=1, description="validation tokens per evaluation (a fixed budget)"
+    )
+    diverge_factor: float = Field(
+        3.0, gt=1, description="diverged once the loss is above this factor x its start"
+    )
 
 
 class PretrainConfig(TrainingConfig):

@@ -35,13 +35,17 @@ class RFTTrainConfig(Section):
     )
     max_steps: int = Field(1000, ge=1, description="optimizer steps per round (train.epochs=null)")
     max_time: float | None = Field(None, gt=0, description="seconds of training per round")
-    batch_size: int = Field(32, ge=1)
-    grad_accum: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1, description="rows per micro-batch")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
     seq_len: int = Field(128, ge=2, description="longest row; longer examples are truncated")
-    log_interval: int = Field(10, ge=1)
-    save_interval: int = Field(500, ge=0, description="0: no periodic checkpoints")
+    log_interval: int = Field(10, ge=1, description="steps between a round's metrics rows")
+    save_interval: int = Field(
+        500, ge=0, description="steps between a round's periodic checkpoints; 0: none"
+    )
     keep_last: int = Field(2, ge=1, description="periodic checkpoints kept per round")
-    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
+    diverge_factor: float = Field(
+        3.0, gt=1, description="diverged once the loss is above this factor x its start"
+    )
 
 
 class KeepConfig(Section):
@@ -62,26 +66,30 @@ class RFTSection(Section):
     eval_prompts_file: str | None = Field(
         None, description="held-out prompts, one per line (required): the accuracy per round"
     )
-    rounds: int = Field(1, ge=1)
+    rounds: int = Field(1, ge=1, description="rounds of generate, score, keep, SFT, evaluate")
     restart_from: Literal["last", "base"] = Field(
         "last",
         description="each round's SFT starts from the last round's model, or from "
         "model.path (STaR); generation always samples the last model",
     )
     oversample: int = Field(12, ge=1, description="completions per prompt")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the generation")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="nucleus sampling: the likeliest tokens up to this mass"
+    )
+    max_new_tokens: int = Field(64, ge=1, description="most tokens per completion")
     gen_batch_size: int = Field(
         16, ge=1, description="prompts per sampler call (x oversample rows)"
     )
-    keep: KeepConfig = Field(default_factory=KeepConfig)
+    keep: KeepConfig = Field(default_factory=KeepConfig, description="what a round trains on")
     dedup: bool = Field(
         True,
         description="drop a prompt's repeated completions (exact text "
         "after whitespace normalisation)",
     )
-    eval_temperature: float = Field(0.0, ge=0, description="0: greedy")
+    eval_temperature: float = Field(
+        0.0, ge=0, description="sampling temperature on held-out prompts; 0: greedy"
+    )
     eval_samples: int = Field(1, ge=1, description="completions per held-out prompt")
     accuracy_reward: str | None = Field(
         None,
@@ -98,7 +106,11 @@ class RFTConfig(Section):
     run: RunConfig = Field(default_factory=RunConfig)
     sft: SFTSection = Field(default_factory=SFTSection)
     rft: RFTSection = Field(default_factory=RFTSection)
-    reward: list[RewardSpec] = Field(default_factory=list)
+    reward: list[RewardSpec] = Field(
+        default_factory=list,
+        description="the reward's terms that score completions (required): total = sum of "
+        "weight * name(completions, **params)",
+    )
 
     @model_validator(mode="after")
     def _rules(self) -> RFTConfig:

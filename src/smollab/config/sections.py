@@ -38,18 +38,30 @@ class Section(BaseModel):
         return out
 
 
+def doc(section: type[Section], key: str) -> str:
+    """The description of `section`'s `key`, for a command's section that changes only its
+    default (`lr: float = Field(1e-5, gt=0, description=doc(OptimConfig, "lr"))`): one text per
+    key, wherever its default differs."""
+    return section.model_fields[key].description or ""
+
+
 # ---- model ------------------------------------------------------------------------------------
 
 LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 
 
 class LoraConfig(Section):
-    enabled: bool = False
-    r: int = Field(8, ge=1, description="LoRA rank")
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
+    enabled: bool = Field(
+        False, description="train LoRA adapters on a frozen base, not every weight"
+    )
+    r: int = Field(8, ge=1, description="LoRA rank: the inner size of each adapter")
+    alpha: float = Field(16.0, gt=0, description="LoRA scale: an adapter's update counts alpha / r")
+    dropout: float = Field(
+        0.0, ge=0, lt=1, description="dropout on each adapter's input in training"
+    )
     targets: list[LoraTarget] = Field(
-        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"]
+        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"],
+        description="projections that get an adapter: attention q, k, v, o; MLP gate, up, down",
     )
 
 
@@ -63,9 +75,14 @@ def lora_rules(lora: LoraConfig) -> None:
 class ModelConfig(Section):
     """The model of pretraining, which trains every weight: a preset or a model to continue."""
 
-    preset: str | None = Field("simplestories-1.25m", description="see `smollab models`")
+    preset: str | None = Field(
+        "simplestories-1.25m",
+        description="a built-in model shape, freshly initialized (`smollab models` lists them)",
+    )
     path: str | None = Field(
-        None, description="HF model directory, run dir or hub id; wins over preset"
+        None,
+        description="trained weights to load: an HF model directory, a run directory (its final "
+        "checkpoint) or a hub id; wins over preset",
     )
 
     @model_validator(mode="after")
@@ -88,24 +105,45 @@ def model_rules(m: ModelConfig) -> None:
 
 
 class DataConfig(Section):
-    dir: str = Field("data/stories", description="where corpus, tokenizer and token files live")
-    source: Literal["offline", "simplestories", "tinystories", "files"] = "offline"
+    dir: str = Field(
+        "data/stories", description="where the corpus, tokenizer and token files are written"
+    )
+    source: Literal["offline", "simplestories", "tinystories", "files"] = Field(
+        "offline",
+        description="where the stories come from: generated offline, a hub dataset "
+        "(SimpleStories, TinyStories), or data.files",
+    )
     files: list[str] = Field(
-        default_factory=list, description=".txt or .jsonl files (source=files)"
+        default_factory=list, description=".txt or .jsonl files to read (source=files)"
     )
     text_key: str = Field("story", description="field of each .jsonl record that holds the text")
-    num_stories: int = Field(50_000, ge=10, description="offline corpus size")
-    max_stories: int | None = Field(
-        None, ge=10, description="cap on stories taken from a hub dataset"
+    num_stories: int = Field(
+        50_000, ge=10, description="stories the offline generator writes (source=offline)"
     )
-    test_fraction: float = Field(0.05, gt=0, lt=0.5)
+    max_stories: int | None = Field(
+        None, ge=10, description="cap on stories taken from a hub dataset (null: all)"
+    )
+    test_fraction: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="fraction of the stories held out for validation (a hub dataset: only "
+        "with max_stories; otherwise its own test split)",
+    )
     tokenizer: Literal["wordpiece", "bpe"] = Field(
-        "wordpiece", description="SimpleStories or CS336 style"
+        "wordpiece",
+        description="tokenizer trained on the corpus: wordpiece (as SimpleStories) or bpe "
+        "(as CS336)",
     )
     vocab_size: int | None = Field(
-        None, ge=64, le=65535, description="default: 4096 for wordpiece, 10000 for bpe"
+        None,
+        ge=64,
+        le=65535,
+        description="tokenizer vocabulary size (null: 4096 for wordpiece, 10000 for bpe)",
     )
-    seed: int = 0
+    seed: int = Field(
+        0, description="seed of the offline stories and of the shuffle before the held-out split"
+    )
 
 
 def data_rules(d: DataConfig) -> None:
@@ -148,15 +186,27 @@ def data_rules(d: DataConfig) -> None:
 
 
 class OptimConfig(Section):
-    lr: float = Field(1e-3, gt=0)
-    min_lr: float = Field(1e-4, ge=0, description="where cosine and wsd end")
-    weight_decay: float = Field(0.1, ge=0)
-    beta1: float = Field(0.9, ge=0, lt=1)
-    beta2: float = Field(0.95, ge=0, lt=1)
-    eps: float = Field(1e-8, gt=0)
-    grad_clip: float = Field(1.0, ge=0, description="global-norm clip; 0 disables")
-    schedule: Literal["cosine", "constant", "wsd"] = "cosine"
-    warmup_steps: int = Field(100, ge=0, description="below train.max_steps; 0: none")
+    lr: float = Field(1e-3, gt=0, description="peak learning rate, reached after the warmup")
+    min_lr: float = Field(
+        1e-4, ge=0, description="learning rate the cosine and wsd schedules end at"
+    )
+    weight_decay: float = Field(
+        0.1, ge=0, description="AdamW's decoupled weight decay (pretrain, sft: matrices only)"
+    )
+    beta1: float = Field(0.9, ge=0, lt=1, description="AdamW's first-moment decay")
+    beta2: float = Field(0.95, ge=0, lt=1, description="AdamW's second-moment decay")
+    eps: float = Field(1e-8, gt=0, description="AdamW's denominator epsilon")
+    grad_clip: float = Field(
+        1.0, ge=0, description="clip the gradients' global L2 norm to this; 0 disables"
+    )
+    schedule: Literal["cosine", "constant", "wsd"] = Field(
+        "cosine",
+        description="learning rate after the warmup: cosine decay to min_lr, constant, or "
+        "warmup-stable-decay (linear to min_lr over the last decay_fraction)",
+    )
+    warmup_steps: int = Field(
+        100, ge=0, description="steps of linear warmup to lr; below train.max_steps; 0: none"
+    )
     decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction spent decaying")
 
 
@@ -184,13 +234,17 @@ def optim_rules(o: OptimConfig) -> None:
 class TrainConfig(Section):
     """What every training loop reads: the budget, the batch and the intervals."""
 
-    max_steps: int = Field(1000, ge=1)
-    max_time: float | None = Field(None, gt=0, description="seconds of training")
-    batch_size: int = Field(32, ge=1)
-    log_interval: int = Field(10, ge=1)
-    eval_interval: int = Field(100, ge=0, description="0: no evaluation")
-    save_interval: int = Field(500, ge=0, description="0: no periodic checkpoints")
-    keep_last: int = Field(2, ge=1, description="periodic checkpoints kept")
+    max_steps: int = Field(1000, ge=1, description="optimizer steps to train")
+    max_time: float | None = Field(
+        None, gt=0, description="stop after this many seconds of training (null: no limit)"
+    )
+    batch_size: int = Field(32, ge=1, description="sequences per micro-batch")
+    log_interval: int = Field(10, ge=1, description="steps between metrics.csv rows")
+    eval_interval: int = Field(100, ge=0, description="steps between evaluations; 0: none")
+    save_interval: int = Field(
+        500, ge=0, description="steps between periodic checkpoints; 0: none (final/ still)"
+    )
+    keep_last: int = Field(2, ge=1, description="periodic checkpoints kept (the oldest go)")
 
 
 class Checkpointing(Protocol):
@@ -213,13 +267,30 @@ def checkpoint_rules(t: Checkpointing) -> None:
 
 
 class PerfConfig(Section):
-    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    tf32: bool = True
-    threads: int | None = Field(None, ge=1)
-    optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = "auto"
-    grad_checkpointing: bool = False
-    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field(
+        "auto", description="where to train; auto: CUDA, else MPS, else the CPU"
+    )
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32",
+        description="matmul precision: fp32, bf16 autocast, or fp16 autocast with a loss "
+        "scaler; fp32 where the device has no native kernel (the run log says why)",
+    )
+    tf32: bool = Field(True, description="CUDA: fp32 matmuls may run on TF32 tensor cores")
+    threads: int | None = Field(
+        None, ge=1, description="CPU threads torch uses (null: torch's default)"
+    )
+    optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = Field(
+        "auto",
+        description="AdamW kernel: fused, foreach (multi-tensor) or plain (per parameter); "
+        "auto: fused on CUDA and CPU, foreach on MPS",
+    )
+    grad_checkpointing: bool = Field(
+        False, description="recompute activations in the backward: less memory, more time"
+    )
+    attn_implementation: Literal["sdpa", "eager"] = Field(
+        "sdpa",
+        description="HF attention: sdpa (PyTorch's scaled_dot_product_attention) or eager",
+    )
     retain_freed_memory: bool = Field(
         True, description="CPU on Linux: glibc malloc keeps freed memory (no page faults per step)"
     )
@@ -228,8 +299,12 @@ class PerfConfig(Section):
 class CompiledPerfConfig(PerfConfig):
     """The perf section of a loop that can torch.compile its model (pretrain, sft, rft)."""
 
-    compile: bool = False
-    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    compile: bool = Field(
+        False, description="torch.compile the model (MPS: with the aot_eager backend)"
+    )
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = Field(
+        "default", description="torch.compile's mode (inductor; needs perf.compile)"
+    )
 
 
 def compile_rules(p: CompiledPerfConfig) -> None:
@@ -247,7 +322,9 @@ class RunConfig(Section):
     resume: Literal["auto", "never"] = Field(
         "auto", description="auto: continue or reuse the run in run.dir; never: start it over"
     )
-    seed: int = 0
+    seed: int = Field(
+        0, description="seed of the model's initialization, the data order and the sampling"
+    )
     report_to: list[Literal["none", "tensorboard", "wandb", "trackio"]] = Field(
         default_factory=list,
         description="trackers that also receive every metrics row, the config and the summary "
@@ -319,7 +396,9 @@ class RewardSpec(Section):
 
     name: str = Field(description="built-in reward name, or module:function for your own")
     weight: float = Field(1.0, description="multiplies this function's values in the total")
-    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the reward function"
+    )
 
     @field_validator("weight")
     @classmethod

@@ -17,6 +17,7 @@ from smollab.config.sections import (
     TrainConfig,
     TrainingConfig,
     compile_rules,
+    doc,
     lora_rules,
     shared_rules,
 )
@@ -28,7 +29,7 @@ class SFTModelConfig(Section):
     path: str | None = Field(
         None, description="run directory, HF model directory or hub id (required)"
     )
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters")
 
 
 class SFTDataConfig(Section):
@@ -45,8 +46,10 @@ class SFTDataConfig(Section):
     eval_fraction: float = Field(
         0.05, gt=0, lt=0.5, description="held out of the training records (no eval file/split)"
     )
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
+    prompt_field: str = Field("prompt", description="the field of a record that holds its prompt")
+    completion_field: str = Field(
+        "completion", description="the field of a record that holds its completion"
+    )
     text_field: str = Field("text", description="records without prompt/completion: loss on all")
     seed: int = Field(0, description="which records the eval_fraction carve holds out")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes (0: in-process)")
@@ -59,9 +62,11 @@ class SFTDataConfig(Section):
 class SFTOptimConfig(OptimConfig):
     """Fine-tuning defaults: a smaller LR and a short warmup."""
 
-    lr: float = Field(3e-4, gt=0)
-    min_lr: float = Field(3e-5, ge=0, description="where cosine and wsd end")
-    warmup_steps: int = Field(10, ge=0, description="below the run's steps; 0: none")
+    lr: float = Field(3e-4, gt=0, description=doc(OptimConfig, "lr"))
+    min_lr: float = Field(3e-5, ge=0, description=doc(OptimConfig, "min_lr"))
+    warmup_steps: int = Field(
+        10, ge=0, description="steps of linear warmup to lr; below the run's steps; 0: none"
+    )
 
 
 class SFTTrainConfig(TrainConfig):
@@ -75,8 +80,10 @@ class SFTTrainConfig(TrainConfig):
         ge=2,
         description="longest row; longer examples are truncated (counted in the log and summary)",
     )
-    grad_accum: int = Field(1, ge=1)
-    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    diverge_factor: float = Field(
+        3.0, gt=1, description="diverged once the loss is above this factor x its start"
+    )
 
 
 class SFTSection(Section):

@@ -17,7 +17,7 @@ class Metric(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="a metrics.csv column of the command, e.g. val_loss")
-    goal: Literal["min", "max"] = "min"
+    goal: Literal["min", "max"] = Field("min", description="whether lower or higher is better")
     at_step: int | None = Field(
         None, ge=1, description="value at this step instead of the final one"
     )

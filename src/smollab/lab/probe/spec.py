@@ -12,11 +12,13 @@ from smollab.lab.spec_common import SpecSection, coerce, error_line, flatten, ov
 
 
 class ProbeSpec(SpecSection):
-    command: str = "pretrain"
-    base: str | None = None
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    command: str = Field("pretrain", description="the workload's command: pretrain, grpo or sft")
+    base: str | None = Field(None, description="the workload's recipe")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="dotted config keys every run sets, over base"
+    )
     ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
-    max_k: int = Field(32, ge=1)
+    max_k: int = Field(32, ge=1, description="most runs at once: k = 1, 2, 4, ... up to this")
     lanes: list[int] | None = Field(
         None,
         description="grpo: lane counts to measure beside the process counts, each as "
@@ -38,18 +40,24 @@ class ProbeSpec(SpecSection):
     latency_tolerance: float = Field(
         0.1, ge=0, description="best_latency: step time within this of k=1"
     )
-    mem_fraction: float = Field(0.9, gt=0, le=1)
-    bisect: bool = False
+    mem_fraction: float = Field(
+        0.9, gt=0, le=1, description="stop before a level needing more than this share of memory"
+    )
+    bisect: bool = Field(
+        False, description="also try k between the last good and the first bad level"
+    )
     split: bool = Field(
         True,
         description="CPU: for k below the thread count, also try 1 thread "
         "per run (k x 1 next to k x threads/k)",
     )
     threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
-    mps: bool | Literal["auto"] = "auto"
-    timeout_s: float = Field(300.0, gt=0, description="per level")
-    dir: str | None = None
-    cache: bool = True
+    mps: bool | Literal["auto"] = Field(
+        "auto", description="CUDA: share the GPU through the NVIDIA MPS daemon (auto: on)"
+    )
+    timeout_s: float = Field(300.0, gt=0, description="seconds each level may take")
+    dir: str | None = Field(None, description="the probe directory (default probes/<workload>)")
+    cache: bool = Field(True, description="keep the result for `concurrency: auto` sweeps")
 
     @field_validator("ks", "lanes", "lane_workers")
     @classmethod
