@@ -12,7 +12,7 @@ clipping epsilon, AdamW betas/eps/weight decay, grad clip and a constant LR: 1e-
 1e-4 LoRA r8 (alpha 16, on q, k, v, o, gate, up, down). Completions end at the tokenizer's EOS
 only (TRL would also stop at any other EOS id the model's config declares). TRL runs without
 bf16 and without gradient checkpointing, its CPU defaults, which are slower at this size
-(DESIGN section 9).
+(docs/architecture.md, the measured CPU facts).
 
 Per mode (full, LoRA) each implementation trains `--steps` steps from the base in a process of its
 own (no shared OpenMP pool or allocator), and the two take turns step by step: after each step a

@@ -1,4 +1,4 @@
-"""Chess FEN transitions, generated offline (issue 19): "FEN: <fen> Move: <move> Next FEN:" and
+"""Chess FEN transitions, generated offline (the chess tasks): "FEN: <fen> Move: <move> Next FEN:" and
 the FEN after the move.
 
 Positions come from random legal games: each example plays a uniformly random number of plies

@@ -1,4 +1,4 @@
-"""Arithmetic word problems in the story corpus's style (issue 18's offline task): a prompt that
+"""Arithmetic word problems in the story corpus's style (an offline task with an exact checker): a prompt that
 ends in "answer:", an exact answer any checker recomputes from the prompt alone.
 
 Three templates, lower-case like the generated stories (so the WordPiece tokenizer, which folds

@@ -1,4 +1,4 @@
-"""A routed GRPO run's evaluation in three adapter modes (issue 17): routing_eval.jsonl read back,
+"""A routed GRPO run's evaluation in three adapter modes (gradient routing): routing_eval.jsonl read back,
 plots/routing.png, the report's "Gradient routing" section and the headline of one chosen mode.
 
 The file has one row per (eval step, mode), modes by adapter scales: both (1, 1), retain_only

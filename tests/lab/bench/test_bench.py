@@ -271,7 +271,7 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "grad_accum"
 
 
-SEED_KNOBS = {  # issue 18's speed guide, knob by knob, as the bench names them
+SEED_KNOBS = {  # the seed project's speed guide, knob by knob, as the bench names them
     "mixed precision": {"bf16", "fp16"},
     "gradient checkpointing": {"grad_ckpt"},
     "data loader workers": {"workers"},

@@ -1,4 +1,4 @@
-"""`routing_baseline: true`: the matched non-routed baseline of every routed GRPO trial (issue 17).
+"""`routing_baseline: true`: the matched non-routed baseline of every routed GRPO trial (gradient routing).
 
 A trial is routed when its config has `grpo.routing.enabled` true and `grpo.routing.mode` other
 than none. Its baseline is the same config with `mode: none` (the same two adapters, no masks),
