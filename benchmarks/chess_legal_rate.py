@@ -1,4 +1,4 @@
-"""The legal-move rate of a model on held-out positions (issue 19's chess task), never run by CI.
+"""The legal-move rate of a model on held-out positions (the chess legal-move task), never run by CI.
 
 GRPO's evaluation records the mean `chess_legal_move` reward, which mixes legal moves (1.0) with
 moves of the right colour's piece (0.25); this prints the fraction of legal moves alone, sampled

@@ -46,8 +46,8 @@ def main() -> None:
     from rapidfuzz.distance import Levenshtein
 
     from smollab.data.chess_fen import examples
+    from smollab.device.mfu import cpu_model_name
     from smollab.rewards.chess_fen import answer, fen_distance, fen_distance_serial, true_fen
-    from smollab.train.mfu import cpu_model_name
 
     rng = random.Random(0)
     rows = examples(a.prompts, seed=0)

@@ -113,7 +113,7 @@ def run_variant(work, model_dir, name, accum, ckpt, args) -> dict:
     subprocess.run(
         [sys.executable, "-m", "smollab", "grpo", *over], check=True, stdout=subprocess.DEVNULL
     )
-    from smollab.run_rows import read_metrics
+    from smollab.rundir.rows import read_metrics
 
     rows = read_metrics(run / "metrics.csv")
     later = rows[1:] or rows

@@ -12,7 +12,7 @@ clipping epsilon, AdamW betas/eps/weight decay, grad clip and a constant LR: 1e-
 1e-4 LoRA r8 (alpha 16, on q, k, v, o, gate, up, down). Completions end at the tokenizer's EOS
 only (TRL would also stop at any other EOS id the model's config declares). TRL runs without
 bf16 and without gradient checkpointing, its CPU defaults, which are slower at this size
-(DESIGN section 9).
+(docs/architecture.md, the measured CPU facts).
 
 Per mode (full, LoRA) each implementation trains `--steps` steps from the base in a process of its
 own (no shared OpenMP pool or allocator), and the two take turns step by step: after each step a
@@ -72,7 +72,7 @@ def ensure_model(args) -> Path:
     from smollab.models.loading import resolve_model_dir
 
     if not Path(args.model).exists():
-        from smollab.config_load import load_config
+        from smollab.config.load import load_config
         from smollab.train.pretrain import train
 
         print(
@@ -90,7 +90,7 @@ def ensure_model(args) -> Path:
 
 
 def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
 
     over = [
         f"model.path={model_dir}",
@@ -174,7 +174,7 @@ def run_smollab(cfg, turns: Turns) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import smollab.train.grpo.run as grpo
-    from smollab.runs import read_metrics
+    from smollab.rundir.runs import read_metrics
 
     class TurnTakingProgress(grpo.Progress):
         def update(self, step, **info):  # called after every step, outside its step_s

@@ -48,7 +48,7 @@ def sweep_cfg(data_dir: str):
     """The sweep's base recipe with its overrides, and its LR grid."""
     import yaml
 
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
 
     spec = yaml.safe_load(SWEEP.read_text())
     over = [f"{k}={v}" for k, v in spec["overrides"].items()]
@@ -63,7 +63,7 @@ class Single:
     def __init__(self, cfg, tokens, vocab: int, batch: int, lr: float | None = None):
         import torch
 
-        from smollab.device import make_adamw, setup_runtime
+        from smollab.device.runtime import make_adamw, setup_runtime
         from smollab.models.loading import build_model
 
         self.cfg, self.tokens, self.batch = cfg, tokens, batch
@@ -117,7 +117,7 @@ class Lanes:
         import torch
         from torch.func import stack_module_state
 
-        from smollab.device import setup_runtime
+        from smollab.device.runtime import setup_runtime
         from smollab.models.loading import build_model
 
         setup_runtime(cfg.perf)  # threads and allocator as the single run has them

@@ -77,7 +77,7 @@ class Baton:
 
 
 def make_cfg(args, run_dir: Path):
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.data.prepare import load_meta
     from smollab.errors import UserError
 
@@ -131,7 +131,7 @@ class Clock:
 
 def run_smollab(cfg, baton: Baton, clock: Clock) -> dict:
     import smollab.train.pretrain as pretrain
-    from smollab.runs import read_metrics
+    from smollab.rundir.runs import read_metrics
 
     base = pretrain.Progress
 
@@ -278,7 +278,7 @@ def main() -> None:
     from transformers.utils import logging as hf_logging
 
     from smollab.data.prepare import load_meta, prepare
-    from smollab.train.mfu import flops_per_token, measure_cpu_peak, peak_flops
+    from smollab.device.mfu import flops_per_token, measure_cpu_peak, peak_flops
 
     hf_logging.set_verbosity_error()
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-pretrain-"))
@@ -384,7 +384,7 @@ def main() -> None:
             f"{100 * statistics.median(mfus):.1f}%"
         )
     print(
-        f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.train.mfu); CPU fp32 peak: cached "
+        f"FLOPs/token {flops_tok / 1e6:.2f}M (smollab.device.mfu); CPU fp32 peak: cached "
         f"{(cached_peak or float('nan')) / 1e9:.0f} GFLOP/s (what metrics.csv divides by), "
         f"measured after this run {fresh_peak / 1e9:.0f} GFLOP/s"
     )

@@ -23,9 +23,9 @@ import yaml
 
 from smollab.config import DataConfig
 from smollab.data.prepare import prepare
+from smollab.device.mfu import cpu_model_name
 from smollab.lab import children as ch
 from smollab.lab.sweep.spec_load import load_spec
-from smollab.train.mfu import cpu_model_name
 
 
 def micro_argv(data: Path, run_dir: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Word-problem accuracy of models on a prompts file (issue 18's offline task), never run by CI.
+"""Word-problem accuracy of models on a prompts file (the offline word-problem task), never run by CI.
 
 The fraction of completions the checker `word_problem_correct` accepts, sampled (temperature 1,
 `--n` per prompt) and greedy, for each model given, on the same prompts:

@@ -19,8 +19,8 @@ import time
 
 from smollab.data.wordle import WORDS, completion, parse_guess, word_table
 from smollab.data.wordle_games import sample_secrets, solver_game
+from smollab.device.mfu import cpu_model_name
 from smollab.rewards.wordle import info_gain_plain, wordle_info_gain
-from smollab.train.mfu import cpu_model_name
 
 
 def batch(prompts: int, per_prompt: int, seed: int) -> tuple[list[str], list[str]]:

@@ -68,7 +68,7 @@ def micro_pretrain(micro_data, tmp_path):
 @pytest.fixture(scope="session")
 def micro_model(micro_data, tmp_path_factory):
     """A run directory holding a micro model pretrained for a few steps (the GRPO base)."""
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.train.pretrain import train
 
     run = tmp_path_factory.mktemp("micro_model") / "run"

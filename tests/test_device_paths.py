@@ -18,7 +18,7 @@ import pytest
 import torch
 from strict_device import StrictDevice
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 
 
 def _interrupt_at_second_step(monkeypatch, loop) -> None:
@@ -74,7 +74,7 @@ def test_pretrain_step_eval_and_resume(micro_data, tmp_path, monkeypatch):
         f"run.dir={tmp_path / 'run'}",
     ]
     _interrupt_at_second_step(monkeypatch, pretrain)
-    # The CPU's MFU peak is measured once per machine (seconds), by train/mfu.py alone.
+    # The CPU's MFU peak is measured once per machine (seconds), by device/mfu.py alone.
     monkeypatch.setattr(pretrain, "peak_flops", lambda *args, **kwargs: None)
     with StrictDevice() as mode:
         with pytest.raises(KeyboardInterrupt):

@@ -58,8 +58,8 @@ def load_config(
 ) -> Section:
     """The validated config of `command` ("pretrain", "grpo", "sft", "rft", "data"): recipe < args <
     values."""
-    from smollab.config_load import SCHEMAS
-    from smollab.config_load import load_config as load
+    from smollab.config.load import load_config as load
+    from smollab.config.registry import SCHEMAS
 
     if command not in SCHEMAS:
         raise UserError(f"command {command!r}: one of {', '.join(sorted(SCHEMAS))}")
@@ -107,7 +107,7 @@ def lanes(
 ) -> list[dict[str, Any]]:
     """GRPO configurations (LoRA or full) trained as lanes of one batched model, one lane per entry of
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
-    with `inbox`, a sweep's lanes worker (the lanes inbox). `threads`: perf.threads of every
+    with `inbox`, a sweep's lanes worker (rundir/inbox.py). `threads`: perf.threads of every
     lane, the posted ones too. Returns each lane's summary."""
     from smollab.train.grpo.lanes import train_lanes
 
@@ -288,7 +288,7 @@ def bench(
 def report(path: str | Path, target_loss: float | None = None, mode: str | None = None) -> Path:
     """Plots and report.md for a run, sweep or probe directory; returns the report's path.
     `mode` (both, retain_only, forget_only): the adapter mode a routed GRPO run's headline shows."""
-    from smollab.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
+    from smollab.rundir.runs import ROUTING_EVAL, SWEEP_META, SWEEP_RESULTS
 
     d = Path(path)
     if not d.is_dir():
@@ -340,7 +340,7 @@ def doctor(
 
 def recipes() -> list[dict[str, str]]:
     """The shipped recipes: name, command, path and the command line from each one's header."""
-    from smollab.recipe_files import list_recipes
+    from smollab.config.recipes import list_recipes
 
     return [
         {"name": r.name, "command": r.command, "path": str(r.path), "header": r.header}

@@ -14,6 +14,53 @@ from smollab.errors import RunFailed, UserError
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None]]] = {}
 
 
+class Parser(argparse.ArgumentParser):
+    """A parser whose help can end with the keys a command takes as `key=value`, each with its
+    type, default and description, read from the command's schema only when help is asked for
+    (building it would cost every command the schemas' import)."""
+
+    keys: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        return f"{text}\n{self.keys()}" if self.keys else text
+
+
+def config_keys(command: str) -> Callable[[], str]:
+    """The help section of `command`'s config keys (`smollab.config.registry.SCHEMAS`)."""
+
+    def keys() -> str:
+        from smollab.config.describe import keys_help
+        from smollab.config.registry import SCHEMAS
+
+        return keys_help(
+            SCHEMAS[command],
+            f"config keys of {command} (in the recipe, or as key=value; defaults < recipe < "
+            "key=value):",
+        )
+
+    return keys
+
+
+def spec_keys(module: str, name: str, title: str) -> Callable[[], str]:
+    """The help section of a lab spec's keys (the sweep's, the probe's): `module`.`name`."""
+
+    def keys() -> str:
+        import importlib
+
+        from smollab.config.describe import keys_help
+
+        return keys_help(getattr(importlib.import_module(module), name), title)
+
+    return keys
+
+
+WORKLOAD_KEYS = (
+    "A workload's own config keys, with type, default and description: `smollab pretrain "
+    "--help`, `smollab grpo --help`, `smollab sft --help`."
+)
+
+
 def command(name: str, help: str):
     def register(fn):
         COMMANDS[name] = (help, fn)
@@ -30,7 +77,10 @@ def split_config(items: list[str]) -> tuple[str | None, list[str]]:
     return None, items
 
 
-def _config_args(p: argparse.ArgumentParser) -> None:
+def _config_args(p: argparse.ArgumentParser, command: str | None = None) -> None:
+    """`[CONFIG] [key=value ...]`; with `command`, its help lists that command's keys."""
+    if command is not None and isinstance(p, Parser):
+        p.keys = config_keys(command)
     p.add_argument(
         "args",
         nargs="*",
@@ -49,7 +99,7 @@ def _data(p: argparse.ArgumentParser) -> None:
     prep = sub.add_parser(
         "prepare", help="write corpus, tokenizer, train.bin and val.bin into data.dir"
     )
-    _config_args(prep)
+    _config_args(prep, "data")
 
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config(a.args)
@@ -67,7 +117,7 @@ def _training_command(name: str, help_text: str) -> None:
     """`smollab NAME [CONFIG] [key=value ...]` for the loop `smollab.api.NAME` runs."""
 
     def configure(p: argparse.ArgumentParser) -> None:
-        _config_args(p)
+        _config_args(p, name)
 
         def run(a: argparse.Namespace) -> int:
             path, overrides = split_config(a.args)
@@ -98,7 +148,7 @@ _training_command(
 def _lanes(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="lanes_command", required=True)
     g = sub.add_parser("grpo", help="one lane per --lane, each writing its own run directory")
-    _config_args(g)
+    _config_args(g, "grpo")
     g.add_argument(
         "--lane",
         action="append",
@@ -252,11 +302,16 @@ def _config(p: argparse.ArgumentParser) -> None:
         help="schema to use (default: grpo when the file has a grpo section, else pretrain)",
     )
     _config_args(show)
+    show.epilog = (
+        "Each command's keys, with type, default and description: `smollab pretrain|grpo|sft|rft "
+        "--help`, `smollab data prepare --help`."
+    )
 
     def run(a: argparse.Namespace) -> int:
         import yaml
 
-        from smollab.config_load import SCHEMAS, guess_command, load_config, to_dict
+        from smollab.config.load import guess_command, load_config, to_dict
+        from smollab.config.registry import SCHEMAS
 
         path, overrides = split_config(a.args)
         name = a.for_command or guess_command(path)
@@ -303,6 +358,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "overrides", nargs="*", metavar="key=value", help="dotted overrides of the workload"
     )
+    p.epilog = WORKLOAD_KEYS
     p.add_argument(
         "--knobs",
         default=None,
@@ -373,6 +429,13 @@ def _sweep(p: argparse.ArgumentParser) -> None:
         "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+    if isinstance(p, Parser):
+        p.keys = spec_keys(
+            "smollab.lab.sweep.spec",
+            "SweepSpec",
+            "sweep spec keys (in the spec, or as key=value; trials' config keys go in overrides "
+            "and space, as dotted keys):",
+        )
 
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config(a.args)
@@ -414,6 +477,13 @@ def _probe(p: argparse.ArgumentParser) -> None:
         help="a probe recipe (configs/probe/) or a pretrain/grpo config; probe settings "
         "(steps=, warmup=, max_k=, drop=, bisect=true, dir=) or config overrides",
     )
+    if isinstance(p, Parser):
+        p.keys = spec_keys(
+            "smollab.lab.probe.spec",
+            "ProbeSpec",
+            "probe keys (in a probe recipe, or as key=value; any other key=value is a config key "
+            "of the workload: `smollab pretrain --help`, `grpo --help`, `sft --help`):",
+        )
 
     def run(a: argparse.Namespace) -> int:
         workload, overrides = split_config(a.args)
@@ -483,7 +553,7 @@ def _recipes(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from smollab import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="smollab",
         description="Fast, systematic experiments on small language models.",
     )

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json, one_line
 from smollab.errors import RunFailed, UserError
-from smollab.run_dir import config_changes
-from smollab.runs import FINISHED, REPORT, SUMMARY, RunView
+from smollab.rundir.atomic import atomic_write_json, one_line
+from smollab.rundir.runs import FINISHED, REPORT, SUMMARY, RunView
+from smollab.rundir.writer import config_changes
 
 PRETRAIN_RECIPE = "pretrain/simplestories-1.25m.yaml"
 GRPO_RECIPE = "grpo/happy.yaml"
@@ -121,8 +121,8 @@ def collapse(overrides: list[str]) -> list[str]:
 
 
 def build_configs(out: Path, quick: bool = False):
-    from smollab.config_load import load_config
-    from smollab.recipe_files import recipes_root
+    from smollab.config.load import load_config
+    from smollab.config.recipes import recipes_root
 
     ov = stage_overrides(out, quick)
     # the shipped files themselves, never a same-named file in the working directory
@@ -183,7 +183,7 @@ def _record_end(path: Path, e: BaseException) -> None:
 def _refuse_other_demo(out: Path, configs: dict[str, Any]) -> None:
     """A directory that holds a demo of other settings (quick vs full, another smollab version's
     recipe) is never resumed with these: one line naming --dir, before anything is written."""
-    from smollab.config_load import to_dict
+    from smollab.config.load import to_dict
 
     for command, cfg in configs.items():
         old = RunView(cfg.run.dir).config()
@@ -380,7 +380,7 @@ def samples_before_after(cfg, base_dir: Path, rl_dir: Path) -> list[dict[str, An
     import torch
 
     from smollab.config import ModelConfig
-    from smollab.device import pick_device
+    from smollab.device.runtime import pick_device
     from smollab.engine.sampler import Sampler
     from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir
     from smollab.rewards.pool import RewardPool

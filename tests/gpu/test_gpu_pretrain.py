@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from smollab.config_load import load_config
-from smollab.runs import RunView
+from smollab.config.load import load_config
+from smollab.rundir.runs import RunView
 from tests.gpu.marks import GPU, bf16_ok, chosen
 
 pytestmark = GPU

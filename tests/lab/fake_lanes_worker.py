@@ -1,7 +1,7 @@
 """Stands in for `python -m smollab lanes grpo ...` in lab tests (stdlib only, starts at once).
 
 Two modes, as the real worker: `grpo --inbox DIR --max-lanes N [--threads T]` takes trials posted
-to DIR (smollab.train.lane_inbox's files) as lanes, up to N at once, and exits after `close` once
+to DIR (smollab.rundir.inbox's files) as lanes, up to N at once, and exits after `close` once
 its lanes have ended; `grpo [BASE] [key=value ...] --lane "key=value ..." ... [--threads T]` runs
 one lane per --lane and exits (0, or 1 if a lane failed, 130 if interrupted).
 

@@ -37,7 +37,7 @@ CHECKS = ["data", "pretrain", "grpo full", "grpo lora", "sample", "probe k=1,2"]
 
 
 def test_device_report_on_this_cpu():
-    from smollab.device import cpu_has_native_matmul
+    from smollab.device.runtime import cpu_has_native_matmul
 
     facts, items = device_report(torch.device("cpu"))
     by = {it["item"]: it for it in items}
@@ -80,7 +80,7 @@ def test_the_mps_daemon_line(control, available, status, words):
 def test_every_check_command_line_is_valid(tmp_path, micro_model):
     """Each check's overrides load under its command's schema (a typo would fail every doctor)."""
     from smollab.cli import build_parser
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.lab.probe.spec import load_probe
 
     for c in [

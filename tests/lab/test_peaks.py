@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from smollab.device import mfu
 from smollab.lab import children
 from smollab.lab.peaks import prepare_sweep_peaks, sweep_thread_counts
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
-from smollab.train import mfu
 from tests.lab.sweep.test_sweep import fake_spec
 
 
@@ -50,7 +50,7 @@ def test_the_sweep_measures_every_trial_share_before_the_first_launch(
 
 
 def test_the_shares_and_precisions_measured(micro_data, tmp_path, monkeypatch, measured):
-    import smollab.device
+    import smollab.device.runtime
 
     spec = load_spec(fake_spec(tmp_path, micro_data, space={"perf.threads": [1, 3]}))
     assert sweep_thread_counts(spec, 2, 8) == {1, 3}
@@ -59,9 +59,9 @@ def test_the_shares_and_precisions_measured(micro_data, tmp_path, monkeypatch, m
     assert sweep_thread_counts(spec, 4, 2) == {2, 1}  # oversubscribed: one thread each
     out: list[str] = []
     assert prepare_sweep_peaks(spec, "cuda", 2, 5, out.append) == []  # a GPU has its table
-    monkeypatch.setattr(smollab.device, "cpu_has_native_matmul", lambda precision: False)
+    monkeypatch.setattr(smollab.device.runtime, "cpu_has_native_matmul", lambda precision: False)
     bf16 = load_spec(fake_spec(tmp_path, micro_data, overrides={"perf.precision": "bf16"}))
     assert prepare_sweep_peaks(bf16, "cpu", 1, 2, out.append) == [("float32", 2)]  # runs fp32
-    monkeypatch.setattr(smollab.device, "cpu_has_native_matmul", lambda precision: True)
+    monkeypatch.setattr(smollab.device.runtime, "cpu_has_native_matmul", lambda precision: True)
     assert prepare_sweep_peaks(bf16, "cpu", 1, 2, out.append) == [("bfloat16", 2)]
     assert prepare_sweep_peaks(bf16, "cpu", 1, 2, out.append) == []  # cached now

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.engine.lean_config import check_lean_compatible
 from smollab.errors import UserError
 from smollab.models.presets import preset_config

@@ -126,7 +126,7 @@ def test_adapter_modes_leave_training_state_as_it_was(micro_model):
 def routed_run(micro_model, micro_data, tmp_path_factory) -> Path:
     """A micro routed GRPO run whose model.path is relative (`run`, from micro_model's parent),
     as a user typing `model.path=runs/x` makes it; adapters on layer 0 only (layer_stride=2)."""
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.train.grpo import run as grpo
 
     out = tmp_path_factory.mktemp("routed") / "grpo"

@@ -9,7 +9,7 @@ import pytest
 chess = pytest.importorskip("chess", reason="the chess extra (in dev) installs python-chess")
 pytest.importorskip("rapidfuzz", reason="the chess extra (in dev) installs rapidfuzz")
 
-from smollab.config_load import load_config  # noqa: E402
+from smollab.config.load import load_config  # noqa: E402
 from smollab.data.chess_fen import write_all  # noqa: E402
 from smollab.errors import UserError  # noqa: E402
 from smollab.rewards import RewardError, compute_rewards, validate_specs  # noqa: E402

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.data.wordle import WORDS, build_prompt, feedback
 from smollab.errors import UserError
 from smollab.rewards import validate_specs

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import UserError
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 def csv_series(run: Path) -> dict[str, dict[int, float]]:
@@ -258,7 +258,7 @@ def test_wandb_resume_is_a_new_run_holding_the_steps_it_logged(
 
 TRACKIO_RUN = """
 import json, sys
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.train.pretrain import train
 train(load_config("pretrain", None, json.loads(sys.argv[1])))
 from trackio.sqlite_storage import SQLiteStorage

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import pretrain
 from tests.conftest import MICRO_DATA
 

@@ -5,9 +5,9 @@ import torch
 from safetensors.torch import load_file
 
 from smollab.cli import main
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import pretrain
 
 

@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 
 from smollab import api
 from smollab.cli import main
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import pretrain
 
 SRC = str(Path(pretrain.__file__).resolve().parents[2])

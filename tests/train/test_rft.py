@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import RunFailed, UserError
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import rft, scaffold
 from smollab.train.rft_data import Scored, histogram, select
 
@@ -231,7 +231,7 @@ def test_sweeps_take_rft_and_probes_refuse_it(micro_rft, tmp_path):
     times optimizer steps, refuses it in one line."""
     import yaml
 
-    from smollab.config_load import parse_override
+    from smollab.config.load import parse_override
     from smollab.lab.probe.spec import load_probe
     from smollab.lab.sweep.command_names import metric_names
     from smollab.lab.sweep.spec_load import load_spec

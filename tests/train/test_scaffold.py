@@ -9,7 +9,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from smollab.run_dir import RunDir  # noqa: E402
+from smollab.rundir.writer import RunDir  # noqa: E402
 from smollab.train import checkpoints, scaffold  # noqa: E402
 from tests.engine.test_sampler import micro_llama  # noqa: E402
 

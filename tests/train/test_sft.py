@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.data.sft_batches import IGNORE, collate, tokenize
 from smollab.data.sft_records import Record, load_records
 from smollab.errors import RunFailed, UserError
 from smollab.models.loading import load_tokenizer_near, resolve_model_dir
-from smollab.runs import read_metrics
+from smollab.rundir.runs import read_metrics
 from smollab.train import scaffold, sft
 
 

@@ -1,4 +1,4 @@
-"""Chess FEN transitions, generated offline (issue 19): "FEN: <fen> Move: <move> Next FEN:" and
+"""Chess FEN transitions, generated offline (the chess tasks): "FEN: <fen> Move: <move> Next FEN:" and
 the FEN after the move.
 
 Positions come from random legal games: each example plays a uniformly random number of plies
@@ -39,8 +39,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
+from smollab.rundir.atomic import atomic_write_text
 
 NOTATIONS = ("uci", "san")
 FEN_IN_TEXT = re.compile(r"FEN: (\S+ [wb] \S+ \S+)")  # a position: the first four fields

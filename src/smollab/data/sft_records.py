@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from smollab.config_sft import SFTDataConfig
+from smollab.config.sft import SFTDataConfig
 from smollab.errors import UserError
 
 

@@ -14,8 +14,8 @@ import json
 import re
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
 from smollab.data.stories import generate_stories
+from smollab.rundir.atomic import atomic_write_text
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])"?\s+')
 

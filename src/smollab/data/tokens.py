@@ -99,7 +99,7 @@ def get_batch(
     tokens: np.ndarray, batch_size: int, seq_len: int, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random windows: x [B, T] and y = x shifted by one, both int64 on the CPU, where the token
-    file is (`generator` is a CPU one; `device.to_device` copies the batch over)."""
+    file is (`generator` is a CPU one; `device.runtime.to_device` copies the batch over)."""
     import torch
 
     _check_len(tokens, seq_len)

@@ -1,4 +1,4 @@
-"""Arithmetic word problems in the story corpus's style (issue 18's offline task): a prompt that
+"""Arithmetic word problems in the story corpus's style (an offline task with an exact checker): a prompt that
 ends in "answer:", an exact answer any checker recomputes from the prompt alone.
 
 Three templates, lower-case like the generated stories (so the WordPiece tokenizer, which folds
@@ -40,9 +40,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
 from smollab.data.story_words import BOY_NAMES, FOODS, GIRL_NAMES
 from smollab.errors import UserError
+from smollab.rundir.atomic import atomic_write_text
 
 TEMPLATES = ("add", "take", "groups")
 OPS = {"add": "+", "take": "-", "groups": "*"}

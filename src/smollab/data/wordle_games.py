@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from smollab.atomic_files import atomic_write_text
 from smollab.data.wordle import (
     NUM_CODES,
     WORDS,
@@ -36,6 +35,7 @@ from smollab.data.wordle import (
     parse_history,
     word_table,
 )
+from smollab.rundir.atomic import atomic_write_text
 
 GenerateFn = Callable[[list[str]], Sequence[str]]
 History = list[tuple[str, str]]

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from smollab.config import ModelConfig
-from smollab.device import pick_device
+from smollab.device.runtime import pick_device
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import build_model, load_tokenizer_near, resolve_model_dir

@@ -21,12 +21,12 @@ from typing import Any
 
 import torch
 
-from smollab.atomic_files import atomic_write_json
 from smollab.data.wordle_games import GenerateFn, play_games, sample_secrets
 from smollab.engine.sample_texts import encode_prompts, load_sampler
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
-from smollab.runs import WORDLE_GAMES
+from smollab.rundir.atomic import atomic_write_json
+from smollab.rundir.runs import WORDLE_GAMES
 
 
 def sampler_generate_fn(

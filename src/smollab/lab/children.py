@@ -9,7 +9,7 @@ parent is gone however it died (a child stuck in C code ignores SIGINT); an atex
 whatever is left when the parent exits any other way. Every child writes its pid and host to
 `<run_dir>/.child.pid`, so a rerun can wait for a straggler before reusing the directory. Every
 child is marked as a lab child (`LAB_CHILD_ENV`): it competes with its siblings, so it reads the
-CPU matmul peak its parent measured and never measures one itself (`smollab.train.mfu`).
+CPU matmul peak its parent measured and never measures one itself (`smollab.device.mfu`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from smollab.device.mfu import LAB_CHILD_ENV
 from smollab.lab import reaper
-from smollab.atomic_files import atomic_write_text
-from smollab.runs import CHILD_LOG, CHILD_PID, RunView
-from smollab.train.mfu import LAB_CHILD_ENV
+from smollab.rundir.atomic import atomic_write_text
+from smollab.rundir.runs import CHILD_LOG, CHILD_PID, RunView
 
 
 def cpu_count() -> int:

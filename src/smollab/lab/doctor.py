@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json
 from smollab.errors import UserError
+from smollab.rundir.atomic import atomic_write_json
 
 STATUS_STYLE = {
     "ok": "green",

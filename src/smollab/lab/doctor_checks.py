@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from smollab.lab import children as ch
-from smollab.runs import CHILD_LOG, RunView
+from smollab.rundir.runs import CHILD_LOG, RunView
 
 MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]  # as the test suite's micro runs
 PROMPT = "Once upon a time"

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from smollab.train.mfu import cpu_model_name
+from smollab.device.mfu import cpu_model_name
 
 Item = dict[str, Any]  # {"item": name, "status": ok|failed|native|emulated|no|yes|n/a, "detail"}
 
@@ -156,7 +156,7 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def _timed_matmul(device: torch.device, n: int, precision: str, reps: int = 2) -> float:
     """Best seconds of an n x n matmul under the precision's autocast (fp32: none)."""
-    from smollab.device import synchronize
+    from smollab.device.runtime import synchronize
 
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
     best = float("inf")
@@ -235,7 +235,7 @@ def check_precision(device: torch.device, precision: str) -> Item:
             "runs, but the GPU has no bf16 hardware (before Ampere): use fp16 with a GradScaler",
         )
     if device.type == "cpu":
-        from smollab.device import cpu_has_native_matmul
+        from smollab.device.runtime import cpu_has_native_matmul
 
         ratio = _timed_matmul(device, 512, precision) / _timed_matmul(device, 512, "fp32")
         if not cpu_has_native_matmul(precision) or ratio > EMULATED_SLOWDOWN:
@@ -299,7 +299,7 @@ def check_mps_daemon(device: torch.device, mps=None) -> Item:
 def gpu_matmul_peak(device: torch.device, precision: str, n: int, reps: int = 10) -> float:
     """FLOP/s of the best of `reps` n x n matmuls in the precision (bf16/fp16 as tensors of that
     dtype: the tensor-core rate that autocast's matmuls run at)."""
-    from smollab.device import synchronize
+    from smollab.device.runtime import synchronize
 
     dtype = _DTYPE.get(precision, torch.float32)
     old = torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None
@@ -320,7 +320,7 @@ def gpu_matmul_peak(device: torch.device, precision: str, n: int, reps: int = 10
         if old is not None:
             torch.backends.cuda.matmul.allow_tf32 = old
         del a, b
-        from smollab.device import release_cache
+        from smollab.device.runtime import release_cache
 
         release_cache(device)
     return 2 * n**3 / best
@@ -329,7 +329,7 @@ def gpu_matmul_peak(device: torch.device, precision: str, n: int, reps: int = 10
 def check_peak(device: torch.device, precision: str) -> Item:
     name = f"peak {precision}"
     if device.type == "cpu":
-        from smollab.train.mfu import machine_load, measure_cpu_peak, store_cpu_peak
+        from smollab.device.mfu import machine_load, measure_cpu_peak, store_cpu_peak
 
         # The doctor's device stage runs alone: a good time to measure the peak MFU divides by.
         dtype = str(_DTYPE.get(precision, torch.float32)).removeprefix("torch.")
@@ -352,10 +352,10 @@ def check_peak(device: torch.device, precision: str) -> Item:
 
 
 def _table_peak(device: torch.device, precision: str) -> float | None:
-    """What MFU divides by for this precision (train.mfu.peak_flops), CUDA only."""
+    """What MFU divides by for this precision (device.mfu.peak_flops), CUDA only."""
     if device.type != "cuda":
         return None
-    from smollab.train.mfu import peak_flops
+    from smollab.device.mfu import peak_flops
 
     old = torch.backends.cuda.matmul.allow_tf32
     try:
@@ -386,8 +386,8 @@ def main(argv: list[str]) -> int:
     """`python -m smollab.lab.doctor_device DEVICE OUT.json`: the doctor runs this as a child, so
     that a driver hang has a time limit and the doctor itself never holds a device context while
     its micro runs (and the probe) measure the device."""
-    from smollab.atomic_files import atomic_write_json
     from smollab.errors import UserError
+    from smollab.rundir.atomic import atomic_write_json
 
     want, out = argv
     try:

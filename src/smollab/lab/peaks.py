@@ -1,7 +1,7 @@
 """The CPU matmul peaks a sweep measures before it launches any trial, for the trials' MFU.
 
 A CPU's peak is measured, and a measurement taken while other processes compete reads low; so
-lab children never measure (`smollab.train.mfu`): they read the cache or report no MFU. The
+lab children never measure (`smollab.device.mfu`): they read the cache or report no MFU. The
 sweep parent therefore measures, while nothing of its own runs yet, every (dtype, threads) its
 pretraining trials will use: the thread shares it hands out (or the `perf.threads` the spec
 sets) and the precision each trial will really run (fp32 where the CPU has no native bf16/fp16
@@ -55,17 +55,10 @@ def prepare_sweep_peaks(
     (dtype, threads) measured now. Anything else (GPU, GRPO, all cached) measures nothing."""
     if spec.command not in ("pretrain", "sft") or device != "cpu":
         return []
-    import torch
-
-    from smollab.device import precision_unsupported
-    from smollab.train.mfu import cpu_dtype_name, cpu_peak_missing, ensure_cpu_peak
+    from smollab.device.mfu import cpu_peak_missing, cpu_run_dtype, ensure_cpu_peak
 
     # The precision each trial really runs: setup_runtime's own rule, so the keys cannot drift.
-    cpu = torch.device("cpu")
-    dtypes = {
-        cpu_dtype_name("fp32" if precision_unsupported(cpu, p) else p)
-        for p in sweep_precisions(spec)
-    }
+    dtypes = {cpu_run_dtype(p) for p in sweep_precisions(spec)}
     threads = sweep_thread_counts(spec, concurrency, total_threads)
     missing = [(d, t) for d in sorted(dtypes) for t in sorted(threads) if cpu_peak_missing(d, t)]
     if missing:

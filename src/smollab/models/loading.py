@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from smollab.config import LoraConfig, ModelConfig
 from smollab.errors import UserError
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 if TYPE_CHECKING:
     import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_text
+from smollab.rundir.atomic import atomic_write_text
 
 
 def _num(v: Any, fmt: str = ".3f") -> str:

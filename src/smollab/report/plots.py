@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 def pyplot():

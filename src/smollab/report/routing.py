@@ -1,4 +1,4 @@
-"""A routed GRPO run's evaluation in three adapter modes (issue 17): routing_eval.jsonl read back,
+"""A routed GRPO run's evaluation in three adapter modes (gradient routing): routing_eval.jsonl read back,
 plots/routing.png, the report's "Gradient routing" section and the headline of one chosen mode.
 
 The file has one row per (eval step, mode), modes by adapter scales: both (1, 1), retain_only
@@ -17,10 +17,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.config_rules import reward_keys
+from smollab.config.sections import reward_keys
 from smollab.errors import UserError
 from smollab.models.routing import MODES
-from smollab.runs import ROUTING_EVAL
+from smollab.rundir.runs import ROUTING_EVAL
 
 _COLORS = {"both": "tab:blue", "retain_only": "tab:green", "forget_only": "tab:red"}
 _TAIL = ("hack_rate", "unique_fraction", "jaccard")

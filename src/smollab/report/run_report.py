@@ -6,9 +6,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
-from smollab.runs import METRICS, REPORT, ROUTING_EVAL, SUMMARY, RunView
+from smollab.rundir.atomic import atomic_write_text
+from smollab.rundir.runs import METRICS, REPORT, ROUTING_EVAL, SUMMARY, RunView
 
 # Summary fields worth a line, in this order (others are left to summary.json).
 KEYS = [

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import read_json
 from smollab.errors import UserError
-from smollab.runs import FINISHED, SWEEP_LOCK, SWEEP_META, SWEEP_RESULTS, RunView
-from smollab.sweep_metric import Metric
+from smollab.rundir.atomic import read_json
+from smollab.rundir.metric import Metric
+from smollab.rundir.runs import FINISHED, SWEEP_LOCK, SWEEP_META, SWEEP_RESULTS, RunView
 
 FAILURES = ("diverged", "degenerate", "stuck", "pruned", "failed", "interrupted")
 TEXT_COLUMNS = ("trial", "status", "reason", "run_dir", "role", "baseline_of")  # kept as text

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_text
 from smollab.report.sweep_data import (
     FAILURES,
     SweepData,
@@ -22,7 +21,8 @@ from smollab.report.sweep_data import (
     lr_curves,
 )
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
-from smollab.runs import REPORT
+from smollab.rundir.atomic import atomic_write_text
+from smollab.rundir.runs import REPORT
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Chess FEN-transition rewards (issue 19): the model reads "FEN: <fen> Move: <move> Next FEN:"
+"""Chess FEN-transition rewards (the chess FEN task): the model reads "FEN: <fen> Move: <move> Next FEN:"
 and completes the FEN after the move.
 
 The true answer is recomputed from the prompt with python-chess (cached per distinct prompt), so

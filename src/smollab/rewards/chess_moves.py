@@ -1,4 +1,4 @@
-"""Chess legal-move reward (issue 19): the model reads "FEN: <fen> Move:" and writes a move.
+"""Chess legal-move reward (the chess legal-move task): the model reads "FEN: <fen> Move:" and writes a move.
 
 `chess_legal_move` scores the completion's first whitespace-separated token: 1.0 when it is a
 legal move in the prompt's position, written in UCI ("e2e4", "e7e8q", castling "e1g1") or, when

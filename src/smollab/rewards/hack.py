@@ -1,4 +1,4 @@
-"""Reward-hack detectors for gradient routing (issue 17): the "happy" hack measured two more ways.
+"""Reward-hack detectors for gradient routing: the "happy" hack measured two more ways.
 
 `happy_count` (happy.py) counts occurrences; these two complete small-rl's detector set:
 - `happy_density`: the share of a completion's words that contain "happy". A rate rather than a

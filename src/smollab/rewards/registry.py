@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from smollab.config import RewardSpec
-from smollab.config_rules import reward_keys
+from smollab.config.sections import reward_keys
 from smollab.errors import UserError
 from smollab.rewards.chess_fen import fen_distance, fen_exact, fen_valid
 from smollab.rewards.chess_moves import chess_legal_move

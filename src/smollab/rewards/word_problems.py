@@ -1,4 +1,4 @@
-"""The word-problem checker (issue 18's offline task), a reward so grpo and rft share it.
+"""The word-problem checker (the offline word-problem task), a reward so grpo and rft share it.
 
 `word_problem_correct` is 1.0 when the completion's final answer equals the answer recomputed
 from the prompt (smollab.data.word_problems.parse: the template's numbers, no side table), else

@@ -1,4 +1,4 @@
-"""Wordle rewards for completions `<think>...</think><guess>word</guess>` (issue 19).
+"""Wordle rewards for completions `<think>...</think><guess>word</guess>` (the Wordle task).
 
 Each prompt carries the game so far (`smollab.data.wordle.build_prompt`), so the rewards read the
 history from `prompts` and need no secret:

@@ -1,7 +1,7 @@
 """The trackers a run names in `run.report_to`, started together and fed as one sink.
 
 Failure policy: a tracker that cannot start fails the run before its first step (a missing
-package is refused earlier, when the config is validated: `config_rules.tracker_rules`). A tracker
+package is refused earlier, when the config is validated: `config.sections.tracker_rules`). A tracker
 that fails later, mid-run, is logged once in training.log (and on stderr) with its error, recorded in the
 summary's `tracker_errors`, and dropped; training and the other trackers go on. The rows are in
 metrics.csv already, so nothing is lost, and hours of training are not thrown away because a
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from smollab.atomic_files import one_line
-from smollab.run_dir import RunDir
+from smollab.rundir.atomic import one_line
+from smollab.rundir.writer import RunDir
 
 
 class Tracker(Protocol):

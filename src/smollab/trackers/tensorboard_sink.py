@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.config_load import flatten
-from smollab.runs import TENSORBOARD
+from smollab.config.load import flatten
+from smollab.rundir.runs import TENSORBOARD
 
 
 class TensorBoardTracker:

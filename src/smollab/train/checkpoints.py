@@ -19,10 +19,10 @@ from typing import Any
 
 import torch
 
-from smollab.atomic_files import one_line
 from smollab.models.routing import routed_adapters
-from smollab.run_dir import CheckpointError, RunDir, load_trainer_state
-from smollab.runs import TRAINER_STATE
+from smollab.rundir.atomic import one_line
+from smollab.rundir.runs import TRAINER_STATE
+from smollab.rundir.writer import CheckpointError, RunDir, load_trainer_state
 from smollab.train import distributed
 from smollab.train.distributed import SINGLE, Dist
 

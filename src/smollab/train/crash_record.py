@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
-from smollab.atomic_files import is_disk_full, one_line
 from smollab.errors import RunFailed
-from smollab.run_dir import RunDir
-from smollab.runs import LOG
+from smollab.rundir.atomic import is_disk_full, one_line
+from smollab.rundir.runs import LOG
+from smollab.rundir.writer import RunDir
 
 # The runs of the block (`open_run` adds each, `finish` removes it): what a crash is recorded into.
 _OPEN_RUNS: ContextVar[list[RunDir] | None] = ContextVar("smollab_open_runs", default=None)

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from smollab.config import PretrainConfig
 from smollab.data.prepare import ensure_prepared, load_meta
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
-from smollab.device import (
+from smollab.device.mfu import flops_per_token, peak_flops
+from smollab.device.runtime import (
     make_adamw,
     maybe_compile,
     peak_memory_mb,
@@ -29,11 +30,10 @@ from smollab.device import (
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
-from smollab.runs import RunView, default_run_dir
+from smollab.rundir.runs import RunView, default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.failure_rules import diverged_loss
-from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed

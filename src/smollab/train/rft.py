@@ -24,16 +24,16 @@ import shutil
 import time
 from pathlib import Path
 
-from smollab import config_load
-from smollab.atomic_files import read_json
 from smollab.config import ModelConfig
-from smollab.config_rft import RFTConfig
-from smollab.device import setup_runtime
+from smollab.config import load as config_load
+from smollab.config.rft import RFTConfig
+from smollab.device.runtime import setup_runtime
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import build_model, check_model_source
 from smollab.rewards.registry import validate_specs
-from smollab.runs import ROUNDS, RunView, default_run_dir
+from smollab.rundir.atomic import read_json
+from smollab.rundir.runs import ROUNDS, RunView, default_run_dir
 from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
 from smollab.train.seeds import stream_seed

@@ -15,10 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write, atomic_write_json
 from smollab.engine.sample_texts import encode_prompts
 from smollab.errors import UserError
 from smollab.rewards.registry import ResolvedReward, compute_rewards
+from smollab.rundir.atomic import atomic_write, atomic_write_json
 from smollab.train.seeds import stream_seed
 
 

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from smollab.config import DataConfig, ModelConfig, TrainingConfig
-from smollab.config_load import to_dict
+from smollab.config.load import to_dict
 from smollab.errors import UserError
-from smollab.run_dir import RunDir
+from smollab.rundir.writer import RunDir
 from smollab.train import crash_record, distributed
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.schedule import schedule_note

@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from smollab.config_sft import SFTConfig
+from smollab.config.sft import SFTConfig
 from smollab.data.sft_batches import IGNORE, MicroBatches, eval_batches, loader, tokenize
 from smollab.data.sft_records import load_records
-from smollab.device import (
+from smollab.device.mfu import flops_per_token, peak_flops
+from smollab.device.runtime import (
     make_adamw,
     maybe_compile,
     peak_memory_mb,
@@ -32,11 +33,10 @@ from smollab.device import (
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
-from smollab.runs import RunView, default_run_dir
+from smollab.rundir.runs import RunView, default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.failure_rules import diverged_loss
-from smollab.train.mfu import flops_per_token, peak_flops
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.config_load import guess_command, load_config
+from smollab.config.load import guess_command, load_config
 from smollab.errors import UserError
 from smollab.lab.bench import knobs as bench_knobs
 from smollab.lab.bench import measure as bench_measure
@@ -271,7 +271,7 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
     assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "grad_accum"
 
 
-SEED_KNOBS = {  # issue 18's speed guide, knob by knob, as the bench names them
+SEED_KNOBS = {  # the seed project's speed guide, knob by knob, as the bench names them
     "mixed precision": {"bf16", "fp16"},
     "gradient checkpointing": {"grad_ckpt"},
     "data loader workers": {"workers"},

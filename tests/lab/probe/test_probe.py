@@ -347,7 +347,7 @@ def test_a_probe_recipe_whose_overrides_are_a_list(tmp_path):
 
 
 def test_the_mps_setting_is_part_of_the_cuda_cache_key(workload):
-    from smollab.config_load import load_config
+    from smollab.config.load import load_config
     from smollab.lab.probe.cache import cache_path, mps_daemon_setting, workload_signature
 
     cfg = load_config("pretrain", None, workload)

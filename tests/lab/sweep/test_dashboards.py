@@ -18,7 +18,7 @@ import yaml
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.study import JOURNAL
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 @pytest.fixture

@@ -209,9 +209,9 @@ def test_a_parent_settles_its_own_trials_outside_the_lock(
     from optuna.trial import TrialState
     from sqlalchemy import create_engine, text
 
-    from smollab.atomic_files import atomic_write_json
     from smollab.lab.sweep import trials as trials_mod
     from smollab.lab.sweep.study_lock import StudyLock
+    from smollab.rundir.atomic import atomic_write_json
 
     spec = load_spec(
         fake_spec(

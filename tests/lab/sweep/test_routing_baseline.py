@@ -1,7 +1,7 @@
 """`routing_baseline: true`: every routed trial gets its matched mode=none baseline, one per
 distinct baseline, marked in results.csv and shown beside its routed trials (fake children).
 
-The grpo.routing keys belong to the routing core (issue 17), which may not be in this tree's
+The grpo.routing keys belong to the routing core, which may not be in this tree's
 config schema: the spec is built with `SweepSpec.model_validate` (the loader checks keys
 against the schema) and the sweep's config resolution (device, data preflight) is stubbed.
 The fake child takes any override and trains by optim.lr alone.

@@ -221,7 +221,7 @@ def test_metric_names_are_the_loops_columns():
 def test_names_and_override_values():
     assert trial_name(3, {"optim.lr": 1e-3, "grpo.beta": 0.02}, 1) == "003-lr0.001-beta0.02-s1"
     assert trial_name(0, {"optim.lr": 3e-5}, 0) == "000-lr3e-05-s0"
-    from smollab.config_load import parse_override
+    from smollab.config.load import parse_override
 
     for v in (1e-4, 3e-2, 0.1, 7, True, None, "wsd", 1e-12):
         assert parse_override(f"k={override_value(v)}")[1] == v

@@ -17,12 +17,12 @@ from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
-from smollab.runs import LOG
+from smollab.rundir.inbox import Inbox, LaneTrial
+from smollab.rundir.runs import LOG
 from smollab.train.grpo.loss import LossOptions
 from smollab.train.grpo.policies import lanes_forward, policy_forward
 from smollab.train.grpo.run_state import RunState
 from smollab.train.grpo.update import Batch, RunRows, loss_backward
-from smollab.train.lane_inbox import Inbox, LaneTrial
 from tests.engine.test_lane_llama import full_policies, lane_policies
 
 peft = pytest.importorskip("peft")

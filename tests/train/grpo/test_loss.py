@@ -365,8 +365,8 @@ def test_vespo_hand_values():
 def test_the_config_offers_these_loss_types():
     from typing import get_args
 
-    from smollab import config_rules
     from smollab.config import GRPOSection
+    from smollab.config import grpo as config_rules
 
     assert set(get_args(GRPOSection.model_fields["loss_type"].annotation)) == set(LOSS_TYPES)
     assert config_rules._CLIP_LOSSES == CLIP_LOSSES

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from smollab.cli import main
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.grpo import ranks as grpo_ranks
 from smollab.train.grpo.loss import LOSS_TYPES

@@ -5,9 +5,9 @@ import torch
 from safetensors.torch import load_file
 
 from smollab.cli import main
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.errors import RunFailed
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train.grpo import run_state
 from smollab.train.grpo import step as grpo_step
 from smollab.train.grpo.run import train

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from smollab.config import LoraConfig, ModelConfig, RoutingConfig
-from smollab.config_load import load_config
+from smollab.config.load import load_config
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import apply_lora, build_model, load_tokenizer_near
 from smollab.models.routing import apply_routing
-from smollab.run_rows import read_metrics
+from smollab.rundir.rows import read_metrics
 from smollab.train.grpo.loss import LOSS_TYPES, LossOptions
 from smollab.train.grpo.policies import policy_forward
 from smollab.train.grpo.routing import Router

@@ -3,7 +3,7 @@ with which values, which are skipped and why, and which join the combination.
 
 A knob that cannot apply is listed as skipped with the reason, never run and reported as if it
 worked: CUDA-only knobs off CUDA, a knob whose config key the workload's command does not read
-(`smollab.config_not_read.NOT_READ` says which and why; the command's schema refuses the key), and
+(`smollab.config.not_read.NOT_READ` says which and why; the command's schema refuses the key), and
 anything the runtime itself reported as skipped in the variant's training.log.
 
 That table imports nothing heavy: the parent never imports torch.
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from smollab.config_not_read import not_read
+from smollab.config.not_read import not_read
 from smollab.errors import UserError
 from smollab.lab.spec_common import override_value
 

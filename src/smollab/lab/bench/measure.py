@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import read_json
 from smollab.errors import UserError
 from smollab.lab import children as ch
-from smollab.runs import CHILD_LOG, RunView
+from smollab.rundir.atomic import read_json
+from smollab.rundir.runs import CHILD_LOG, RunView
 
 STOP_GRACE_S = 30.0  # a variant stopped by Ctrl-C may save its state this long before SIGKILL
 

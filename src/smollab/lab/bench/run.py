@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json, atomic_write_text
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.bench.knobs import (
@@ -32,6 +31,7 @@ from smollab.lab.bench.knobs import (
 )
 from smollab.lab.bench.measure import load_average, run_variant, within_tolerance
 from smollab.lab.bench.report import render_markdown, write_plot
+from smollab.rundir.atomic import atomic_write_json, atomic_write_text
 
 DEFAULT_STEPS = {"pretrain": 30, "grpo": 20, "sft": 30}
 DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05, "sft": 0.02}  # relative loss / abs. reward
@@ -60,8 +60,8 @@ def run_bench(
     disagreement shows how much noise there was. Each result records the load average at its
     start.
     """
-    from smollab.config_load import guess_command, load_config
-    from smollab.recipe_files import resolve_recipe
+    from smollab.config.load import guess_command, load_config
+    from smollab.config.recipes import resolve_recipe
 
     kind = kind or guess_command(resolve_recipe(workload, "bench"), overrides)
     cfg = load_config(kind, workload, overrides)  # bad workloads stop here, before any run

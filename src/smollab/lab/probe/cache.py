@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json
+from smollab.rundir.atomic import atomic_write_json
 
 
 def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def device_info(kind: str, threads: int, runner=None) -> dict[str, Any]:
                 "threads": threads,
             }
         return {"kind": "cuda", "name": "cuda", "memory_mb": None, "threads": threads}
-    from smollab.train.mfu import cpu_model_name
+    from smollab.device.mfu import cpu_model_name
 
     name = cpu_model_name()
     mem = None
@@ -96,7 +96,7 @@ def workload_signature(command: str, cfg, mps_daemon: bool | None = None) -> dic
 
 
 def cache_dir() -> Path:
-    from smollab.device import cache_root
+    from smollab.device.cache_dir import cache_root
 
     return cache_root() / "probe"
 

@@ -25,7 +25,7 @@ from typing import Any
 from smollab.lab import children as ch
 from smollab.lab.probe.measure import step_times
 from smollab.lab.probe.spec import ProbeSpec
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 @dataclass

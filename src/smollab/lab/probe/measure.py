@@ -17,7 +17,7 @@ from pathlib import Path
 from smollab.lab import children as ch
 from smollab.lab.probe.levels import RunMeasure
 from smollab.lab.probe.spec import ProbeSpec
-from smollab.runs import RunView
+from smollab.rundir.runs import RunView
 
 
 def step_times(rows: list[dict], command: str) -> list[tuple[int, float]]:

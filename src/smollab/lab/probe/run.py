@@ -21,7 +21,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json
 from smollab.lab import children as ch
 from smollab.lab.probe.cache import (
     cache_store,
@@ -47,6 +46,7 @@ from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optim
 from smollab.lab.probe.measure import ProcessLevel
 from smollab.lab.probe.report import mps_line, plot_probe, table
 from smollab.lab.probe.spec import ProbeSpec
+from smollab.rundir.atomic import atomic_write_json
 
 
 class Probe:
@@ -79,7 +79,7 @@ class Probe:
         return None, ""
 
     def run(self, probe_dir: Path) -> dict[str, Any]:
-        from smollab.config_load import load_config
+        from smollab.config.load import load_config
 
         spec = self.spec
         cfg = load_config(spec.command, spec.base, self.overrides)

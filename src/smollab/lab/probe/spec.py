@@ -12,11 +12,13 @@ from smollab.lab.spec_common import SpecSection, coerce, error_line, flatten, ov
 
 
 class ProbeSpec(SpecSection):
-    command: str = "pretrain"
-    base: str | None = None
-    overrides: dict[str, Any] = Field(default_factory=dict)
+    command: str = Field("pretrain", description="the workload's command: pretrain, grpo or sft")
+    base: str | None = Field(None, description="the workload's recipe")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="dotted config keys every run sets, over base"
+    )
     ks: list[int] | None = Field(None, description="explicit k to try; default 1, 2, 4, ... max_k")
-    max_k: int = Field(32, ge=1)
+    max_k: int = Field(32, ge=1, description="most runs at once: k = 1, 2, 4, ... up to this")
     lanes: list[int] | None = Field(
         None,
         description="grpo: lane counts to measure beside the process counts, each as "
@@ -38,18 +40,24 @@ class ProbeSpec(SpecSection):
     latency_tolerance: float = Field(
         0.1, ge=0, description="best_latency: step time within this of k=1"
     )
-    mem_fraction: float = Field(0.9, gt=0, le=1)
-    bisect: bool = False
+    mem_fraction: float = Field(
+        0.9, gt=0, le=1, description="stop before a level needing more than this share of memory"
+    )
+    bisect: bool = Field(
+        False, description="also try k between the last good and the first bad level"
+    )
     split: bool = Field(
         True,
         description="CPU: for k below the thread count, also try 1 thread "
         "per run (k x 1 next to k x threads/k)",
     )
     threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
-    mps: bool | Literal["auto"] = "auto"
-    timeout_s: float = Field(300.0, gt=0, description="per level")
-    dir: str | None = None
-    cache: bool = True
+    mps: bool | Literal["auto"] = Field(
+        "auto", description="CUDA: share the GPU through the NVIDIA MPS daemon (auto: on)"
+    )
+    timeout_s: float = Field(300.0, gt=0, description="seconds each level may take")
+    dir: str | None = Field(None, description="the probe directory (default probes/<workload>)")
+    cache: bool = Field(True, description="keep the result for `concurrency: auto` sweeps")
 
     @field_validator("ks", "lanes", "lane_workers")
     @classmethod
@@ -69,8 +77,8 @@ class ProbeSpec(SpecSection):
 def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str]]:
     """WORKLOAD is a probe recipe (has `command:`) or a training config. `key=value` whose key is
     a probe setting (steps=10, max_k=8, bisect=true) sets the probe; others go to the workload."""
-    from smollab.config_load import guess_command, read_yaml
-    from smollab.recipe_files import resolve_recipe
+    from smollab.config.load import guess_command, read_yaml
+    from smollab.config.recipes import resolve_recipe
 
     tree = read_yaml(resolve_recipe(workload, "probe"))
     if "command" in tree:
@@ -85,7 +93,7 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         )
     spec_tree["overrides"] = coerce(flatten(spec_tree.get("overrides") or {}))
     work: list[str] = []
-    from smollab.config_load import parse_override
+    from smollab.config.load import parse_override
 
     for item in overrides:
         key, value = parse_override(item)
@@ -120,7 +128,8 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         )
     if spec.dir and Path(spec.dir).exists() and not Path(spec.dir).is_dir():
         raise UserError(f"probe key dir: {spec.dir} exists and is not a directory")
-    from smollab.config_load import SCHEMAS, load_config
+    from smollab.config.load import load_config
+    from smollab.config.registry import SCHEMAS
 
     if spec.command not in SCHEMAS or spec.command == "data":
         raise UserError(f"probe key command: {spec.command!r} is not a training command")
@@ -139,8 +148,8 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
     if spec.lanes and spec.command != "grpo":
         raise UserError(f"probe key lanes: lanes train grpo runs only, not {spec.command}")
     if spec.lanes:
-        from smollab.config_load import to_dict
-        from smollab.train.lane_inbox import check_supported
+        from smollab.config.lanes import check_supported
+        from smollab.config.load import to_dict
 
         try:
             check_supported(flatten(to_dict(cfg)), "of this probe")

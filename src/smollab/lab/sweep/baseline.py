@@ -1,4 +1,4 @@
-"""`routing_baseline: true`: the matched non-routed baseline of every routed GRPO trial (issue 17).
+"""`routing_baseline: true`: the matched non-routed baseline of every routed GRPO trial (gradient routing).
 
 A trial is routed when its config has `grpo.routing.enabled` true and `grpo.routing.mode` other
 than none. Its baseline is the same config with `mode: none` (the same two adapters, no masks),
@@ -49,7 +49,7 @@ def schema_default(command: str, dotted: str) -> Any:
     (or it has no default)."""
     from pydantic import BaseModel
 
-    from smollab.config_load import SCHEMAS
+    from smollab.config.registry import SCHEMAS
 
     schema: Any = SCHEMAS.get(command)
     parts = dotted.split(".")
@@ -94,7 +94,7 @@ class Baselines:
         return fallback if v is _MISSING else v
 
     def is_routed(self, params: dict[str, Any]) -> bool:
-        from smollab.config_load import set_dotted
+        from smollab.config.load import set_dotted
 
         tree = copy.deepcopy(self._base)
         for k, v in params.items():
@@ -136,7 +136,7 @@ class Baselines:
         trial ids of its routed trials. Its status is the record of this sweep process (`runs`;
         `live` the running ones' progress), else its run's own summary."""
         from smollab.lab.sweep.trials import TRIALS, metric_value, read_summary
-        from smollab.runs import FINISHED, RunView
+        from smollab.rundir.runs import FINISHED, RunView
 
         out = []
         for name, b in sorted(self.by_name.items()):

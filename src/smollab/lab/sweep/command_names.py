@@ -91,7 +91,7 @@ RESERVED = {
 
 
 def schema_of(command: str):
-    from smollab.config_load import SCHEMAS
+    from smollab.config.registry import SCHEMAS
 
     commands = sorted(c for c in SCHEMAS if c != "data")
     if command not in commands:

@@ -5,7 +5,7 @@ up to N trials at once as lanes of one model (one base; N adapters, or N full co
 that ends is refilled with the next trial posted. With `lane_workers: W`, W such workers run at once, each
 on the sweep's threads / W (a CPU's cores may do more as W single-thread processes than as one
 process on all of them), and a trial goes to the worker with the most free lanes. The executor
-talks to a worker only through its inbox's files (`smollab.train.lane_inbox`, under
+talks to a worker only through its inbox's files (`smollab.rundir.inbox`, under
 `<sweep_dir>/lanes/`, or `lanes/w<i>/` for W > 1), so either side can die without the other
 waiting on a pipe. `LaneChild` is the scheduler's handle on one lane, with the interface
 of `children.Child`, so pruning, timeouts, retries, resume and results.csv work as they do for
@@ -40,8 +40,8 @@ from typing import Any
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.sweep.spec import SweepSpec
-from smollab.runs import CHILD_LOG
-from smollab.train.lane_inbox import CLOSE, EXIT, STOP, TRIAL, WORKER_LOG, Inbox, LaneTrial
+from smollab.rundir.inbox import CLOSE, EXIT, STOP, TRIAL, WORKER_LOG, Inbox, LaneTrial
+from smollab.rundir.runs import CHILD_LOG
 
 GIVEN_UP = -9  # the exit code of a lane the sweep gave up on (as SIGKILL reads for a process)
 INBOX = "lanes"  # the inbox's directory under the sweep dir
@@ -304,8 +304,8 @@ class LanesExecutor:
 
 def check_spec(spec: SweepSpec) -> None:
     """The spec of `executor: lanes`: GRPO trials (LoRA or full) that differ only in
-    what each lane of one batched model may have of its own (`lane_inbox.may_differ`)."""
-    from smollab.train.lane_inbox import may_differ
+    what each lane of one batched model may have of its own (`config.lanes.may_differ`)."""
+    from smollab.config.lanes import may_differ
 
     if spec.command != "grpo":
         raise UserError(
@@ -347,10 +347,10 @@ def check_spec(spec: SweepSpec) -> None:
 
 def check_lanes(spec: SweepSpec) -> None:
     """Every trial's base (and so every lane's) must be a config lanes can train (the worker's
-    own rules, `lane_inbox.check_supported`); run after the points validate."""
-    from smollab.config_load import flatten, to_dict
+    own rules, `config.lanes.check_supported`); run after the points validate."""
+    from smollab.config.lanes import check_supported
+    from smollab.config.load import flatten, to_dict
     from smollab.lab.sweep.spec import resolve_config
-    from smollab.train.lane_inbox import check_supported
 
     cfg = resolve_config(spec, {}, spec.seeds[0])
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from smollab.errors import UserError
-from smollab.runs import SWEEP_LOCK
+from smollab.rundir.runs import SWEEP_LOCK
 
 
 class SweepLock:

@@ -38,7 +38,7 @@ from typing import Any
 from smollab.errors import UserError
 from smollab.lab import children as ch
 from smollab.lab.sweep.spec import RayOptions, SweepSpec
-from smollab.runs import CHILD_LOG
+from smollab.rundir.runs import CHILD_LOG
 
 START_TIMEOUT_S = 300.0  # slots that Ray cannot place in this long (too few CPUs or GPUs): give up
 CALL_TIMEOUT_S = 30.0  # an actor that answers no call in this long counts as still running

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from smollab.atomic_files import atomic_write_text
 from smollab.errors import UserError
 from smollab.lab.sweep.spec import SweepSpec
-from smollab.runs import SWEEP_RESULTS, RunView
+from smollab.rundir.atomic import atomic_write_text
+from smollab.rundir.runs import SWEEP_RESULTS, RunView
 
 if TYPE_CHECKING:
     from smollab.lab.sweep.trials import Trials

@@ -49,7 +49,7 @@ from smollab.lab.sweep.trials import (
     read_summary,
     reported_steps,
 )
-from smollab.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_RESULTS, RunView, set_status
+from smollab.rundir.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_RESULTS, RunView, set_status
 
 KILL_WAIT_S = 30.0  # after SIGKILL: a child still not gone is stuck in the kernel; give up on it
 

@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_json, read_json
 from smollab.errors import UserError
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
-from smollab.runs import SWEEP_META
+from smollab.rundir.atomic import atomic_write_json, read_json
+from smollab.rundir.runs import SWEEP_META
 
 
 def write_meta(

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from smollab.config_load import read_yaml
+from smollab.config.load import read_yaml
+from smollab.config.recipes import resolve_recipe
 from smollab.lab.spec_common import SpecSection
-from smollab.recipe_files import resolve_recipe
-from smollab.sweep_metric import Metric
+from smollab.rundir.metric import Metric
 
 
 class Distribution(SpecSection):
@@ -53,15 +53,21 @@ class Distribution(SpecSection):
 
 
 class Pruner(SpecSection):
-    type: Literal["none", "median", "asha", "threshold"] = "none"
+    type: Literal["none", "median", "asha", "threshold"] = Field(
+        "none",
+        description="early stopping by Optuna's pruners: median, asha (successive halving), "
+        "threshold (lower/upper), or none",
+    )
     metric: str | None = Field(None, description="intermediate metric (default: metric.name)")
     n_startup_trials: int = Field(2, ge=0, description="median: trials before pruning starts")
     n_warmup_steps: int = Field(0, ge=0, description="steps before a trial may be pruned")
-    interval_steps: int = Field(1, ge=1)
+    interval_steps: int = Field(1, ge=1, description="steps between pruning checks")
     min_resource: int | None = Field(None, ge=1, description="asha: steps of the first rung")
-    reduction_factor: int = Field(3, ge=2)
-    lower: float | None = None
-    upper: float | None = None
+    reduction_factor: int = Field(
+        3, ge=2, description="asha: each rung keeps 1 in this many trials"
+    )
+    lower: float | None = Field(None, description="threshold: prune a trial below this value")
+    upper: float | None = Field(None, description="threshold: prune a trial above this value")
 
     @model_validator(mode="after")
     def _check(self) -> Pruner:
@@ -88,18 +94,34 @@ class RayOptions(SpecSection):
 
 
 class SweepSpec(SpecSection):
-    command: str
+    command: str = Field(description="the command each trial runs: pretrain, grpo, sft or rft")
     base: str | None = Field(None, description="the recipe every trial starts from")
-    overrides: dict[str, Any] = Field(default_factory=dict)
-    space: dict[str, list[Any] | Distribution]
-    sampler: Literal["grid", "random", "qmc", "tpe"] = "grid"
-    sampler_seed: int = 0
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="dotted config keys every trial sets, over base"
+    )
+    space: dict[str, list[Any] | Distribution] = Field(
+        description="dotted config key -> a list of values, or a range {low, high, log, type, "
+        "step} for samplers other than grid"
+    )
+    sampler: Literal["grid", "random", "qmc", "tpe"] = Field(
+        "grid", description="how points are picked: every combination (grid), or Optuna's sampler"
+    )
+    sampler_seed: int = Field(0, description="seed of the sampler")
     n_trials: int | None = Field(None, ge=1, description="configurations to sample (not grid)")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
-    metric: Metric
+    seeds: list[int] = Field(
+        default_factory=lambda: [0], min_length=1, description="run.seed of each configuration"
+    )
+    metric: Metric = Field(description="the objective: a metrics.csv column, goal, reduction")
     pruner: Pruner = Field(default_factory=Pruner)
-    enqueue: list[dict[str, Any]] = Field(default_factory=list)
-    concurrency: int | Literal["auto"] = 1
+    enqueue: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="points (dotted key -> value) tried first, e.g. to bracket the range",
+    )
+    concurrency: int | Literal["auto"] = Field(
+        1,
+        description="trials at once; auto: the best throughput of the last probe of this "
+        "workload on this device",
+    )
     threads: int | None = Field(None, ge=1, description="CPU threads to divide (default: all)")
     dir: str | None = Field(None, description="default sweeps/<spec name>")
     storage: str | None = Field(None, description="an RDB URL; default: <dir>/study.journal")
@@ -127,7 +149,7 @@ class SweepSpec(SpecSection):
     stall_timeout_s: float | None = Field(
         3600.0, gt=0, description="seconds a trial may write nothing to its run dir (null: off)"
     )
-    poll_s: float = Field(0.5, gt=0)
+    poll_s: float = Field(0.5, gt=0, description="seconds between looks at the running trials")
     routing_baseline: bool = Field(
         False,
         description="also run each routed GRPO trial's matched grpo.routing.mode=none "
@@ -235,7 +257,7 @@ class SweepSpec(SpecSection):
 
 def base_tree(spec: SweepSpec) -> dict[str, Any]:
     """The base recipe with the spec's overrides applied (a config tree, not yet validated)."""
-    from smollab.config_load import set_dotted
+    from smollab.config.load import set_dotted
 
     tree = read_yaml(resolve_recipe(spec.base, spec.command)) if spec.base else {}
     for key, value in spec.overrides.items():
@@ -245,7 +267,8 @@ def base_tree(spec: SweepSpec) -> dict[str, Any]:
 
 def resolve_config(spec: SweepSpec, point: dict[str, Any], seed: int | None = None):
     """The validated config of one trial (used to check the spec, and for probe signatures)."""
-    from smollab.config_load import SCHEMAS, set_dotted, validate
+    from smollab.config.load import set_dotted, validate
+    from smollab.config.registry import SCHEMAS
 
     tree = base_tree(spec)
     for key, value in point.items():

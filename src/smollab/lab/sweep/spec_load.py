@@ -17,12 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from smollab.config_load import read_yaml
+from smollab.config.load import read_yaml
+from smollab.config.recipes import resolve_recipe
 from smollab.errors import UserError
 from smollab.lab.spec_common import coerce, error_line, flatten
 from smollab.lab.sweep.command_names import check_config_key, check_metric, schema_of
 from smollab.lab.sweep.spec import Distribution, SweepSpec, resolve_config
-from smollab.recipe_files import resolve_recipe
 
 DIST_KEYS = {"low", "high", "log", "type", "step"}
 
@@ -52,7 +52,7 @@ def _normalize(tree: dict[str, Any]) -> dict[str, Any]:
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
     """`dir=x concurrency=4 space.optim.lr=[1e-3,1e-2] overrides.train.max_steps=50`."""
-    from smollab.config_load import parse_override, set_dotted
+    from smollab.config.load import parse_override, set_dotted
 
     for item in overrides:
         key, value = parse_override(item)

@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import read_json
 from smollab.errors import UserError
 from smollab.lab.sweep.spec import Distribution, Pruner, SweepSpec
-from smollab.runs import SWEEP_META
+from smollab.rundir.atomic import read_json
+from smollab.rundir.runs import SWEEP_META
 
 JOURNAL = "study.journal"
 

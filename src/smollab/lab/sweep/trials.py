@@ -44,7 +44,7 @@ from smollab.lab.sweep.results import (
 )
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import distributions
-from smollab.runs import FINISHED, RunView
+from smollab.rundir.runs import FINISHED, RunView
 
 TRIALS = "trials"  # the sweep dir's folder of trial run directories
 FAILURE_STATUSES = ("diverged", "degenerate", "stuck")

@@ -18,24 +18,17 @@ from typing import Any
 import torch
 
 from smollab.config import GRPOConfig
-from smollab.config_load import flatten, load_config, to_dict
-from smollab.device import setup_runtime
+from smollab.config.lanes import check_supported, may_differ
+from smollab.config.load import flatten, load_config, to_dict
+from smollab.device.runtime import setup_runtime
 from smollab.errors import RunFailed, UserError
-from smollab.runs import LOG
+from smollab.rundir.inbox import EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED, Inbox, LaneTrial
+from smollab.rundir.runs import LOG
 from smollab.train import crash_record, distributed
 from smollab.train.grpo.policies import Lanes
 from smollab.train.grpo.run_state import RunState, run_dir_for
 from smollab.train.grpo.setup import Shared
 from smollab.train.grpo.step import step
-from smollab.train.lane_inbox import (
-    EXIT_ENDED,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    Inbox,
-    LaneTrial,
-    check_supported,
-    may_differ,
-)
 
 IDLE_S = 0.2  # worker mode: how often an empty worker looks at its inbox
 

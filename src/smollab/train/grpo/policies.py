@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from smollab.config import GRPOConfig
-from smollab.device import Runtime, release_cache
+from smollab.device.runtime import Runtime, release_cache
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.policy import policy_logprobs, replay_blocker
 from smollab.engine.reference import Reference, build_reference

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import torch
 
 from smollab.config import RewardSpec, RoutingConfig
-from smollab.device import release_cache
+from smollab.device.runtime import release_cache
 from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, reward_keys, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from smollab.config import GRPOConfig
-from smollab.device import setup_runtime
+from smollab.device.runtime import setup_runtime
 from smollab.models.quantized import check_load_in
 from smollab.train import distributed, scaffold
 from smollab.train.crash_record import records_failure

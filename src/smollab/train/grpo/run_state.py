@@ -20,11 +20,11 @@ import torch
 from torch import nn
 
 from smollab.config import GRPOConfig
-from smollab.device import Runtime, make_adamw
+from smollab.device.runtime import Runtime, make_adamw
 from smollab.models.presets import count_parameters
 from smollab.rewards.registry import reward_keys
-from smollab.run_dir import RunDir
-from smollab.runs import default_run_dir
+from smollab.rundir.runs import default_run_dir
+from smollab.rundir.writer import RunDir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.failure_rules import RLWatch

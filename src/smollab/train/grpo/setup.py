@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from smollab.config import GRPOConfig
 from smollab.data.prepare import ensure_prepared
-from smollab.device import Runtime
+from smollab.device.runtime import Runtime
 from smollab.models.loading import check_model_source
 from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from smollab.device import peak_memory_mb, synchronize
+from smollab.device.runtime import peak_memory_mb, synchronize
 from smollab.engine.rollout import Rollout
 from smollab.train import scaffold
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction

@@ -17,11 +17,11 @@ import typing
 
 import pytest
 
-from smollab import config_load as config
 from smollab.cli import main
 from smollab.config import SCHEMAS, Section
-from smollab.config_load import set_dotted, to_dict, validate
-from smollab.config_not_read import NOT_READ, not_read
+from smollab.config import load as config
+from smollab.config.load import set_dotted, to_dict, validate
+from smollab.config.not_read import NOT_READ, not_read
 from smollab.errors import UserError
 
 # Keys that only a path these tests cannot take reads, and why.
@@ -397,7 +397,7 @@ def test_keys_of_other_commands_are_refused_with_the_reason(command):
     others = set().union(*(leaf_keys(s) for s in SCHEMAS.values())) - known
     assert others  # every command lacks some key another one has
     for key in sorted(others):
-        assert not_read(command, key), f"config_not_read.NOT_READ[{command!r}] lacks {key}"
+        assert not_read(command, key), f"not_read.NOT_READ[{command!r}] lacks {key}"
         tree: dict = {}
         set_dotted(tree, key, _any_value(key))
         with pytest.raises(UserError) as e:
@@ -433,8 +433,8 @@ def _without(overrides: list[str], *keys: str) -> list[str]:
 
 
 def test_zero_intervals_turn_evaluation_and_checkpoints_off(micro_pretrain, micro_grpo, tmp_path):
-    from smollab.config_load import load_config
-    from smollab.runs import RunView
+    from smollab.config.load import load_config
+    from smollab.rundir.runs import RunView
     from smollab.train import pretrain
     from smollab.train.grpo import run as grpo
 

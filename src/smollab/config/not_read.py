@@ -1,11 +1,11 @@
 """The keys a command does not read although another command does, each with the reason
 (`config key train.seq_len: grpo does not read it (prompts are grpo.prompt_tokens long, ...)`):
-`NOT_READ`, looked up by `not_read`. `config_load` refuses such a key in one line with the
-reason; `smollab bench` skips a knob whose key the workload's command does not read. An entry
-is a dotted key or a whole section (`grpo` covers `grpo.beta`). tests/train/test_config_keys.py
+`NOT_READ`, looked up by `not_read`. `load` refuses such a key in one line with the reason;
+`smollab bench` skips a knob whose key the workload's command does not read. An entry is a
+dotted key or a whole section (`grpo` covers `grpo.beta`). tests/config/test_config_keys.py
 checks the table against the schemas both ways.
 
-Split from `config_rules` (the rules across keys): this is one table, read before any schema.
+Apart from the schemas' rules across keys: this is one table, read before any schema validates.
 Imports nothing of smollab and no torch: the bench parent reads it.
 """
 

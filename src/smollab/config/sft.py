@@ -1,25 +1,26 @@
-"""The schema of `smollab sft` (supervised fine-tuning), registered into `config.SCHEMAS`.
+"""The schema of `smollab sft` (supervised fine-tuning) and its rules across keys.
 
-Its own module, as `config_rft` is: `config` holds the sections every command shares and the
-pretrain and grpo schemas. SFT reads a trained model (`model.path`, its tokenizer) and
-prompt/completion records instead of a story corpus, so its `model` and `data` sections are its
-own. `config_load` imports this module, so every path that loads a config knows the command.
+SFT reads a trained model (`model.path`, its tokenizer) and prompt/completion records instead of
+a story corpus, so its `model` and `data` sections are its own; `smollab rft` reuses its model,
+optim and `sft` sections for each round.
 """
 
 from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from smollab.config import (
+from smollab.config.sections import (
     CompiledPerfConfig,
     LoraConfig,
     OptimConfig,
     Section,
     TrainConfig,
     TrainingConfig,
-    register,
+    compile_rules,
+    doc,
+    lora_rules,
+    shared_rules,
 )
-from smollab.config_rules import sft_rules, shared_rules
 
 
 class SFTModelConfig(Section):
@@ -28,7 +29,7 @@ class SFTModelConfig(Section):
     path: str | None = Field(
         None, description="run directory, HF model directory or hub id (required)"
     )
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters")
 
 
 class SFTDataConfig(Section):
@@ -45,8 +46,10 @@ class SFTDataConfig(Section):
     eval_fraction: float = Field(
         0.05, gt=0, lt=0.5, description="held out of the training records (no eval file/split)"
     )
-    prompt_field: str = "prompt"
-    completion_field: str = "completion"
+    prompt_field: str = Field("prompt", description="the field of a record that holds its prompt")
+    completion_field: str = Field(
+        "completion", description="the field of a record that holds its completion"
+    )
     text_field: str = Field("text", description="records without prompt/completion: loss on all")
     seed: int = Field(0, description="which records the eval_fraction carve holds out")
     num_workers: int = Field(0, ge=0, description="DataLoader worker processes (0: in-process)")
@@ -59,9 +62,11 @@ class SFTDataConfig(Section):
 class SFTOptimConfig(OptimConfig):
     """Fine-tuning defaults: a smaller LR and a short warmup."""
 
-    lr: float = Field(3e-4, gt=0)
-    min_lr: float = Field(3e-5, ge=0, description="where cosine and wsd end")
-    warmup_steps: int = Field(10, ge=0, description="below the run's steps; 0: none")
+    lr: float = Field(3e-4, gt=0, description=doc(OptimConfig, "lr"))
+    min_lr: float = Field(3e-5, ge=0, description=doc(OptimConfig, "min_lr"))
+    warmup_steps: int = Field(
+        10, ge=0, description="steps of linear warmup to lr; below the run's steps; 0: none"
+    )
 
 
 class SFTTrainConfig(TrainConfig):
@@ -75,8 +80,10 @@ class SFTTrainConfig(TrainConfig):
         ge=2,
         description="longest row; longer examples are truncated (counted in the log and summary)",
     )
-    grad_accum: int = Field(1, ge=1)
-    diverge_factor: float = Field(3.0, gt=1, description="loss above factor x its start = diverged")
+    grad_accum: int = Field(1, ge=1, description="micro-batches per optimizer step")
+    diverge_factor: float = Field(
+        3.0, gt=1, description="diverged once the loss is above this factor x its start"
+    )
 
 
 class SFTSection(Section):
@@ -100,9 +107,42 @@ class SFTConfig(TrainingConfig):
 
     @model_validator(mode="after")
     def _rules(self) -> SFTConfig:
-        shared_rules(self, data=False)
         sft_rules(self)
         return self
 
 
-register("sft", SFTConfig)
+def sft_rules(c: SFTConfig) -> None:
+    """The shared rules (no story corpus), then SFT's own. A missing model.path or data source is
+    refused when the run starts (the schema's defaults must construct)."""
+    lora_rules(c.model.lora)
+    shared_rules(c.optim, c.train, c.run)
+    d, t, p = c.data, c.train, c.perf
+    if d.train_file and d.hf_dataset:
+        raise ValueError(
+            f"data.train_file={d.train_file} and data.hf_dataset={d.hf_dataset} are "
+            "both set: give one source of records"
+        )
+    if d.eval_file and not d.train_file:
+        raise ValueError(
+            "data.eval_file is the held-out file of data.train_file, which is not "
+            "set (an HF dataset holds out data.eval_split)"
+        )
+    if not d.hf_dataset and (keys := d.changed("hf_name", "split", "eval_split")):
+        raise ValueError(f"data.{keys[0]} is read with data.hf_dataset, which is not set")
+    if (d.eval_file or d.eval_split) and (keys := d.changed("eval_fraction", "seed")):
+        held = "data.eval_file" if d.eval_file else "data.eval_split"
+        raise ValueError(
+            f"data.{keys[0]} carves a held-out part of the training records, "
+            f"and {held} is the held-out set"
+        )
+    if d.prefetch_factor is not None and d.num_workers == 0:
+        raise ValueError(
+            "data.prefetch_factor counts batches each worker loads ahead, and "
+            "data.num_workers=0 loads in the training process"
+        )
+    if t.epochs is not None and t.changed("max_steps"):
+        raise ValueError(
+            f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "
+            "set: the run's length is one or the other"
+        )
+    compile_rules(p)

@@ -14,6 +14,8 @@ on a pipe, and a reader of DIR sees what happened:
   worker.log         the worker's own output
 
 Every file is written atomically (written whole, then renamed), so a reader never sees half of it.
+The protocol lives with the run directory's contract, beneath both sides: the lab never imports
+a loop. What lanes may differ in and refuse is configuration (`smollab.config.lanes`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from smollab.atomic_files import atomic_write_text
-from smollab.errors import UserError
+from smollab.rundir.atomic import atomic_write_text
 
 TRIAL, STOP, EXIT, CLOSE, WORKER_LOG = ".trial.json", ".stop", ".exit", "close", "worker.log"
 EXIT_ENDED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -81,53 +82,3 @@ class Inbox:
 
     def closed(self) -> bool:
         return (self.path / CLOSE).exists()
-
-
-# What may differ between the lanes of one worker: each lane's own optimizer, schedule, KL and
-# clipping, seed, budget, adapter size, failure rules and run directory. Everything else (the
-# base model, data, prompts, batch and completion shapes, sampling, rewards, precision) is shared,
-# because the lanes are rows of one batch through one base model.
-LANE_SECTIONS = ("optim.", "run.", "failure.")
-LANE_KEYS = frozenset(
-    {
-        "grpo.beta",
-        "grpo.epsilon",
-        "grpo.epsilon_high",
-        "grpo.loss_type",
-        "grpo.scale_rewards",
-        "grpo.delta",
-        "model.lora.r",
-        "model.lora.alpha",
-        "train.max_steps",
-        "train.max_time",
-        "train.log_interval",
-        "train.eval_interval",
-        "train.save_interval",
-        "train.keep_last",
-    }
-)
-
-
-def may_differ(key: str) -> bool:
-    """Whether the dotted config `key` may take a different value in each lane."""
-    return key in LANE_KEYS or key.startswith(LANE_SECTIONS)
-
-
-# What the batched lanes model (`LaneLlama`) cannot do, each with the reason (a key set to any
-# other value is refused); everything else a GRPO run does, a lane does through the same step.
-# Here, beside the protocol, so that the lab checks a sweep's base before any trial starts
-# without importing torch.
-UNSUPPORTED = {
-    "model.lora.dropout": (0.0, "the batched model applies no LoRA dropout"),
-    "model.load_in": ("none", "the batched model reads its base in full precision"),
-    "grpo.routing.enabled": (False, "the batched model holds one adapter per lane, routing two"),
-    "perf.precision": ("fp32", "the batched model runs in float32"),
-    "perf.grad_checkpointing": (False, "the batched model keeps its activations"),
-}
-
-
-def check_supported(flat: dict, name: str) -> None:
-    """Refuse, in one line, a config (flattened dotted keys) that lanes cannot train."""
-    for key, (want, why) in UNSUPPORTED.items():
-        if flat[key] != want:
-            raise UserError(f"lane {name}: {key}={flat[key]} is not supported in lanes ({why})")

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from smollab.runs import CHILD_LOG
-from smollab.train import mfu
+from smollab.device import mfu
+from smollab.rundir.runs import CHILD_LOG
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -194,7 +194,7 @@ def test_a_child_launched_by_the_lab_reports_no_peak_without_a_cache(tmp_path, m
 
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
     code = (
-        "import torch; from smollab.train.mfu import peak_flops; "
+        "import torch; from smollab.device.mfu import peak_flops; "
         "print('peak', peak_flops(torch.device('cpu'), None))"
     )
     child = ch.launch("peak", [sys.executable, "-c", code], tmp_path / "run", threads=1)

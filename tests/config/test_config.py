@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from smollab.config_load import flatten, load_config, parse_override, to_dict
+from smollab.config.load import flatten, load_config, parse_override, to_dict
 from smollab.errors import UserError
 
 
@@ -80,7 +80,7 @@ def test_bad_files(tmp_path):
 def test_recipes_in_repo_validate():
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "configs" / "pretrain"
+    root = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
     for recipe in root.glob("*.yaml"):
         assert recipe.read_text().startswith("# smollab "), f"{recipe} lacks its command header"
         load_config("pretrain", recipe)
@@ -91,7 +91,7 @@ def test_grpo_recipes_validate():
 
     from smollab.rewards.registry import validate_specs
 
-    root = Path(__file__).resolve().parents[1] / "configs" / "grpo"
+    root = Path(__file__).resolve().parents[2] / "configs" / "grpo"
     for recipe in root.glob("*.yaml"):
         assert recipe.read_text().startswith("# smollab grpo "), recipe
         validate_specs(load_config("grpo", recipe).reward)
@@ -100,9 +100,9 @@ def test_grpo_recipes_validate():
 def test_sft_recipes_validate():
     from pathlib import Path
 
-    from smollab.config_load import guess_command
+    from smollab.config.load import guess_command
 
-    recipes = list((Path(__file__).resolve().parents[1] / "configs" / "sft").glob("*.yaml"))
+    recipes = list((Path(__file__).resolve().parents[2] / "configs" / "sft").glob("*.yaml"))
     assert recipes
     for recipe in recipes:
         assert recipe.read_text().startswith("# smollab sft "), recipe
@@ -111,10 +111,10 @@ def test_sft_recipes_validate():
 
 
 def test_rft_recipes_validate():
-    from smollab.config_load import guess_command
+    from smollab.config.load import guess_command
     from smollab.rewards.registry import validate_specs
 
-    recipes = list((Path(__file__).resolve().parents[1] / "configs" / "rft").glob("*.yaml"))
+    recipes = list((Path(__file__).resolve().parents[2] / "configs" / "rft").glob("*.yaml"))
     assert recipes
     for recipe in recipes:
         assert recipe.read_text().startswith("# smollab rft "), recipe
@@ -285,9 +285,9 @@ def test_config_show_output_loads_again(command, tmp_path):
     import yaml
 
     from smollab.config import SCHEMAS
-    from smollab.config_load import validate
+    from smollab.config.load import validate
 
-    recipes = sorted((Path(__file__).resolve().parents[1] / "configs" / command).glob("*.yaml"))
+    recipes = sorted((Path(__file__).resolve().parents[2] / "configs" / command).glob("*.yaml"))
     for cfg in [load_config(command), *(load_config(command, r) for r in recipes)]:
         tree = yaml.safe_load(yaml.safe_dump(to_dict(cfg)))
         assert validate(SCHEMAS[command], tree) == cfg

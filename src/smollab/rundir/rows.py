@@ -1,7 +1,7 @@
 """The rows a run appends as it goes: metrics.csv (one per logged step) and samples.jsonl (the
 generations at log steps). Appended and flushed, so readers see them live; on resume both are cut
 back to the checkpoint's step (and a row a kill cut short dropped), so each step appears once.
-`runs.py` names the files; this module only writes and reads rows.
+`runs` names the files; this module only writes and reads rows.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write, writing
+from smollab.rundir.atomic import atomic_write, writing
 
 
 class Metrics:

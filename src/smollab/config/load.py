@@ -1,7 +1,7 @@
 """Loading a command's config: YAML recipe < dotted overrides < Python values, validated by the
-command's schema (`smollab.config`). Every failure is a `UserError` with one line that names the
-key, file or value, raised before any work starts; a key another command reads gets the reason
-this one does not (`config_not_read.not_read`).
+command's schema (`registry.SCHEMAS`). Every failure is a `UserError` with one line that names
+the key, file or value, raised before any work starts; a key another command reads gets the
+reason this one does not (`not_read.not_read`).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from smollab import config_rft, config_sft  # noqa: F401  (register `rft` and `sft`)
-from smollab.config import SCHEMAS, Section
-from smollab.config_not_read import not_read
+from smollab.config.not_read import SFT_DATA_KEYS, not_read
+from smollab.config.recipes import resolve_recipe
+from smollab.config.registry import SCHEMAS
+from smollab.config.sections import Section
 from smollab.errors import UserError
-from smollab.recipe_files import resolve_recipe
 
 
 def guess_command(
@@ -28,8 +28,6 @@ def guess_command(
     """The training command a recipe (a YAML file or its mapping) and overrides are for: RFT if
     they have an `rft` section, GRPO if a `grpo` or `reward` section, SFT if an `sft` section or
     a data key of SFT's records, otherwise pretraining."""
-    from smollab.config_not_read import SFT_DATA_KEYS
-
     tree = read_yaml(resolve_recipe(recipe)) if isinstance(recipe, str | Path) else recipe or {}
     if "rft" in tree or any(o.startswith("rft.") for o in overrides):
         return "rft"
@@ -116,7 +114,7 @@ def _check_keys(
     prefix: str = "",
 ) -> None:
     """Before pydantic sees them: a key another command reads is refused with the reason this
-    one does not (`config_not_read.NOT_READ`); any other unknown key gets a did-you-mean over the
+    one does not (`not_read.NOT_READ`); any other unknown key gets a did-you-mean over the
     full dotted keys."""
     known = set(schema.model_fields)
     for name, value in tree.items():
@@ -162,7 +160,7 @@ def load_config(
 ) -> Section:
     """Resolve defaults < YAML at `path` < dotted `overrides` < `values` into the command's schema.
 
-    `path` is a file, a shipped recipe's name (`smollab.recipe_files.resolve_recipe`) or a config
+    `path` is a file, a shipped recipe's name (`recipes.resolve_recipe`) or a config
     object of this command (the Python API's `smollab.pretrain(cfg)`); `overrides` are `key=value`
     strings as on the command line, `values` Python values by dotted key (a mapping value stands
     for its dotted leaves, so `{"optim": {"lr": 1}}` changes optim.lr alone)."""

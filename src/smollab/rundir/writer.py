@@ -1,8 +1,9 @@
-"""A run writing its own directory (DESIGN section 3): `RunDir` opens it (resume or refuse), logs,
-appends rows, writes the summary and checkpoints, and cleans what a killed writer left.
+"""A run writing its own directory: `RunDir` opens it (resume or refuse), logs, appends rows,
+writes the summary and checkpoints, and cleans what a killed writer left.
 
-Split from `runs`, which keeps the names and the reader: readers never need this writer. The
-trainer state it saves is read back here too (`load_trainer_state`), so its format has one home.
+Apart from `runs`, which keeps the names and the reader: readers never need this writer. The
+trainer state it saves is read back here too (`load_trainer_state`), so its format has one home;
+torch is imported only inside those two (a checkpoint's trainer_state.pt), never at import.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from smollab.atomic_files import (
+from smollab.errors import UserError
+from smollab.rundir.atomic import (
     _json_default,
     atomic_write_json,
     fsync_dir,
@@ -27,9 +29,8 @@ from smollab.atomic_files import (
     one_line,
     writing,
 )
-from smollab.errors import UserError
-from smollab.run_rows import Metrics, cut_samples
-from smollab.runs import (
+from smollab.rundir.rows import Metrics, cut_samples
+from smollab.rundir.runs import (
     CHECKPOINTS,
     CONFIG,
     FINISHED,
@@ -298,7 +299,8 @@ def config_changes(old: dict[str, Any], new: dict[str, Any], command: str) -> li
     """`key old -> new` for each key whose value in `new` differs from the recorded `old` config
     (keys in RERUN_FREE aside). A key the recorded config lacks (written before the key existed)
     counts as its default; a key only the recorded config has (since removed) is not compared."""
-    from smollab.config_load import SCHEMAS, flatten, to_dict
+    from smollab.config.load import flatten, to_dict
+    from smollab.config.registry import SCHEMAS
 
     before, after = flatten(old), flatten(new)
     defaults = flatten(to_dict(SCHEMAS[command]())) if command in SCHEMAS else {}

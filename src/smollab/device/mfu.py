@@ -13,7 +13,8 @@ launching anything, or reports no MFU. The cache keeps the highest value ever me
 key, since load only ever slows a matmul down.
 
 torch is imported only where a tensor is made, so the lab parent can read the cache, and
-`children` can name `LAB_CHILD_ENV`, without paying for `import torch`.
+`children` can name `LAB_CHILD_ENV`, without paying for `import torch`. The loops divide by
+`peak_flops`; the lab measures before it launches children (`ensure_cpu_peak`, `cpu_run_dtype`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from smollab.atomic_files import atomic_write_json
+from smollab.device.cache_dir import cache_root
+from smollab.rundir.atomic import atomic_write_json
 
 if TYPE_CHECKING:
     import torch
@@ -180,8 +182,6 @@ def cpu_peak_key(dtype: str, threads: int) -> str:
 
 
 def cache_path() -> Path:
-    from smollab.device import cache_root
-
     return cache_root() / "cpu_peak.json"
 
 
@@ -349,6 +349,18 @@ def in_lab_child() -> bool:
 def cpu_dtype_name(precision: str) -> str:
     """The matmul dtype of a run at `perf.precision` (fp32, bf16, fp16) on this CPU."""
     return _DTYPE_NAMES[precision]
+
+
+def cpu_run_dtype(precision: str) -> str:
+    """The matmul dtype a CPU run asking for `perf.precision` really uses: `setup_runtime`'s own
+    rule (fp32 where this CPU has no native bf16 or fp16 matmul), so a peak measured for it is
+    the one the run's MFU reads."""
+    import torch
+
+    from smollab.device.runtime import precision_unsupported
+
+    unsupported = precision_unsupported(torch.device("cpu"), precision)
+    return cpu_dtype_name("fp32" if unsupported else precision)
 
 
 # ---- the loop's entry point ------------------------------------------------------------------

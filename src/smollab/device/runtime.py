@@ -18,10 +18,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -294,12 +292,3 @@ def release_cache(device: torch.device) -> None:
     cost a fresh cudaMalloc per step."""
     if device.type == "mps":
         torch.mps.empty_cache()
-
-
-def cache_root() -> Path:
-    """Where smollab keeps what it measured about this machine (CPU peaks, probe results):
-    SMOLLAB_CACHE_DIR, else $XDG_CACHE_HOME/smollab, else ~/.cache/smollab."""
-    if os.environ.get("SMOLLAB_CACHE_DIR"):
-        return Path(os.environ["SMOLLAB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "smollab"

@@ -4,15 +4,15 @@ import warnings
 
 import pytest
 
-from smollab import device
+import smollab.device.runtime as device
 from smollab.config import PerfConfig
-from smollab.device import setup_runtime
+from smollab.device.runtime import setup_runtime
 
 # A "training step" that holds 128 MB of 4 MB temporaries, then frees them. By default glibc
 # trims the heap top above 64 MB after each step, so every step faults ~30,000 pages in again.
 _STEP_FAULTS = """
 import resource, sys, torch
-from smollab.device import retain_freed_memory
+from smollab.device.runtime import retain_freed_memory
 assert retain_freed_memory()
 def step():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

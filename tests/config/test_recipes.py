@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from smollab.cli import main
-from smollab.config_load import load_config
+from smollab.config.load import load_config
+from smollab.config.recipes import list_recipes, recipes_root, resolve_recipe
 from smollab.errors import UserError
 from smollab.lab.probe.spec import load_probe
 from smollab.lab.sweep.spec_load import load_spec
-from smollab.recipe_files import list_recipes, recipes_root, resolve_recipe
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted(p.relative_to(recipes_root()).as_posix() for p in recipes_root().rglob("*.yaml"))
 
 
@@ -60,7 +60,7 @@ def test_the_wheel_carries_every_recipe(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [f for f in SHIPPED if f"smollab/configs/{f}" not in names]
     assert not missing, missing
-    assert "smollab/recipe_files.py" in names and "smollab/api.py" in names
+    assert "smollab/config/recipes.py" in names and "smollab/api.py" in names
 
 
 @pytest.mark.parametrize(

@@ -46,8 +46,8 @@ SUFFIXES = (".yaml", ".yml")
 
 
 def recipes_root() -> Path:
-    """Where the shipped recipes live: beside this module, in a checkout and in a wheel alike."""
-    return Path(__file__).resolve().parent / "configs"
+    """Where the shipped recipes live: `smollab/configs/`, in a checkout and in a wheel alike."""
+    return Path(__file__).resolve().parent.parent / "configs"
 
 
 @dataclass(frozen=True)

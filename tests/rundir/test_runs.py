@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from smollab.atomic_files import atomic_write, atomic_write_json, writing
 from smollab.errors import UserError
-from smollab.run_dir import CheckpointError, RunDir
-from smollab.run_rows import read_metrics
+from smollab.rundir.atomic import atomic_write, atomic_write_json, writing
+from smollab.rundir.rows import read_metrics
+from smollab.rundir.writer import CheckpointError, RunDir
 
 
 def test_start_writes_config_and_log(tmp_path):
@@ -22,7 +22,7 @@ def test_start_writes_config_and_log(tmp_path):
 
 
 def _cfg(*overrides):
-    from smollab.config_load import load_config, to_dict
+    from smollab.config.load import load_config, to_dict
 
     return to_dict(load_config("pretrain", None, ["optim.warmup_steps=0", *overrides]))
 
@@ -66,7 +66,7 @@ def test_the_same_config_reuses_a_finished_run_and_resumes_an_open_one(tmp_path)
 
 
 def test_keys_free_on_rerun_and_keys_from_other_versions(tmp_path):
-    from smollab.run_dir import config_changes
+    from smollab.rundir.writer import config_changes
 
     old = _cfg("run.dir=a")
     # how to open the run, where it is and how many threads it gets are not the run
@@ -85,7 +85,7 @@ def test_keys_free_on_rerun_and_keys_from_other_versions(tmp_path):
 
 
 def test_resume_never_starts_over_and_removes_only_the_run(tmp_path):
-    from smollab.runs import CHILD_LOG, RUN_FILES
+    from smollab.rundir.runs import CHILD_LOG, RUN_FILES
 
     d = tmp_path / "r"
     _finished_run(d, _cfg())
@@ -139,7 +139,7 @@ def test_checkpoints_atomic_keep_last_and_state(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from smollab.models.presets import preset_config
-    from smollab.run_dir import load_trainer_state
+    from smollab.rundir.writer import load_trainer_state
 
     model = AutoModelForCausalLM.from_config(preset_config("micro"))
     run = RunDir.start(tmp_path, {}, "auto", "pretrain")
@@ -159,7 +159,7 @@ def test_trainer_state_refuses_pickled_objects(tmp_path):
 
     import torch
 
-    from smollab.run_dir import load_trainer_state
+    from smollab.rundir.writer import load_trainer_state
 
     class Evil:
         def __reduce__(self):

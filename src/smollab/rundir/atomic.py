@@ -1,7 +1,7 @@
 """Writes that matter, done so that a crash or a full disk never leaves half a file: temp file,
 fsync, rename, fsync of the directory; a full disk becomes one ENOSPC naming the file meant.
-Kept apart from the run directory's contract (`runs.py`) because the lab writes its sweep files
-the same way.
+Its own module beside the run directory's names (`runs`) because the lab writes its sweep files,
+and the device its measured peaks, the same way.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""The run directory (DESIGN section 3), a contract: every file name and the reader.
+"""The run directory's names, statuses and reader: every file a run writes (config.json,
+metrics.csv, summary.json, training.log, samples.jsonl, checkpoints/, plots/, ...; the layout is
+in docs/architecture.md, "The run directory"), the statuses a summary may hold, and `RunView`.
 
 Sweeps, probes, reports and users read these files while a run is going, so every write that
 matters is atomic (temp file, then rename) and metrics rows are flushed as they are appended. No
-other module spells a run's file names: the writer (`run_dir.RunDir`) and readers (`RunView`)
+other module spells a run's file names: the writer (`writer.RunDir`) and readers (`RunView`)
 take them from here. The sweep directory's own files are named here too, because the lab writes
 them and reports read them.
 """
@@ -15,8 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from smollab.atomic_files import atomic_write_json, read_json
-from smollab.run_rows import read_metrics
+from smollab.rundir.atomic import atomic_write_json, read_json
+from smollab.rundir.rows import read_metrics
 
 # ---- the names ------------------------------------------------------------------------------
 CONFIG = "config.json"  # resolved config

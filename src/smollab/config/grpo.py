@@ -1,0 +1,464 @@
+"""The schema of `smollab grpo`: the shared sections with RL defaults, the model with LoRA and
+quantized loading, the `grpo` section (names follow TRL's GRPOConfig where they mean the same
+thing), gradient routing, the reward terms and the failure rules; and GRPO's rules across keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from smollab.config.sections import (
+    LoraConfig,
+    LoraTarget,
+    ModelConfig,
+    OptimConfig,
+    RewardSpec,
+    Section,
+    TrainConfig,
+    TrainingConfig,
+    data_rules,
+    doc,
+    lora_rules,
+    model_rules,
+    reward_keys,
+    shared_rules,
+)
+
+
+class FinetuneModelConfig(ModelConfig):
+    """The model of a fine-tuning command: every weight, or LoRA adapters on it."""
+
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters")
+    load_in: Literal["none", "8bit", "4bit"] = Field(
+        "none",
+        description="CUDA with LoRA: the base weights quantized as they load "
+        "(bitsandbytes; pip install 'smollab[quant]'); 4bit is NF4",
+    )
+
+
+class RLOptimConfig(OptimConfig):
+    """RL fine-tuning defaults: a small constant LR, no warmup, no weight decay."""
+
+    lr: float = Field(1e-5, gt=0, description=doc(OptimConfig, "lr"))
+    min_lr: float = Field(0.0, ge=0, description=doc(OptimConfig, "min_lr"))
+    weight_decay: float = Field(0.0, ge=0, description=doc(OptimConfig, "weight_decay"))
+    warmup_steps: int = Field(0, ge=0, description=doc(OptimConfig, "warmup_steps"))
+    schedule: Literal["cosine", "constant", "wsd"] = Field(
+        "constant", description=doc(OptimConfig, "schedule")
+    )
+
+
+class RLTrainConfig(TrainConfig):
+    """RL defaults: the batch counts completions (as in TRL), every step is logged."""
+
+    max_steps: int = Field(200, ge=1, description=doc(TrainConfig, "max_steps"))
+    batch_size: int = Field(
+        32, ge=1, description="completions per optimizer step (num_generations per prompt)"
+    )
+    grad_accum: int = Field(
+        1, ge=1, description="loss and backward in this many micro-batches of whole groups"
+    )
+    log_interval: int = Field(1, ge=1, description=doc(TrainConfig, "log_interval"))
+    eval_interval: int = Field(25, ge=0, description=doc(TrainConfig, "eval_interval"))
+    save_interval: int = Field(50, ge=0, description=doc(TrainConfig, "save_interval"))
+
+
+class DetectorSpec(Section):
+    """What flags a completion as the hack: `name(completions, **params) >= threshold`."""
+
+    name: str = Field("happy_count", description="reward-registry function, or module:function")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the detector function"
+    )
+    threshold: float = Field(3.0, description="a completion is flagged when its value >= this")
+
+
+class RoutingConfig(Section):
+    """Gradient routing: retain and forget LoRA adapters; flagged completions train forget only."""
+
+    enabled: bool = Field(
+        False, description="train retain and forget adapters instead of model.lora"
+    )
+    mode: Literal["classic", "exclusive", "none"] = Field(
+        "classic",
+        description="flagged -> forget only; unflagged -> both (classic), retain only "
+        "(exclusive); none: both adapters learn from every completion (the matched baseline)",
+    )
+    retain_r: int = Field(32, ge=0, description="retain adapter rank (0: none)")
+    retain_alpha: float = Field(32.0, gt=0, description="retain adapter's LoRA alpha")
+    forget_r: int = Field(32, ge=0, description="forget adapter rank (0: none)")
+    forget_alpha: float = Field(32.0, gt=0, description="forget adapter's LoRA alpha")
+    targets: list[LoraTarget] = Field(
+        default_factory=lambda: ["q", "k", "v", "o", "gate", "up", "down"],
+        description="projections that get both adapters (as model.lora.targets)",
+    )
+    layer_stride: int = Field(1, ge=1, description="adapters on every n-th layer")
+    detector: DetectorSpec = Field(
+        default_factory=DetectorSpec, description="what flags a completion as the hack"
+    )
+    hack_reward: str | None = Field(
+        None, description="key of the reward entry only eligible prompts receive"
+    )
+    rh_eligible_frac: float = Field(
+        1.0, ge=0, le=1, description="fraction of prompts eligible for hack_reward"
+    )
+    routing_frac: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="detector-flagged completions "
+        "routed (its recall); label noise is not thinned by it",
+    )
+    label_noise_frac: float = Field(
+        0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
+    )
+    retain_advantage: Literal["all", "positive"] = Field(
+        "all",
+        description="unflagged completions that update retain: all (the classic "
+        "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)",
+    )
+    ablated_frac: float = Field(
+        0.0, ge=0, le=1, description="fraction of steps trained with the forget adapter off"
+    )
+    eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
+    eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")
+
+
+class GRPOSection(Section):
+    """GRPO settings; names follow TRL's GRPOConfig where they mean the same thing."""
+
+    prompt_tokens: int = Field(8, ge=1, description="prompts are the first N tokens of stories")
+    prompts_file: str | None = Field(None, description="a .txt file of prompts, one per line")
+    eval_prompts_file: str | None = Field(
+        None,
+        description="held-out evaluation prompts, one per line (default: the test split's "
+        "stories, or the first eval_prompts of prompts_file, which training also draws)",
+    )
+    num_generations: int = Field(
+        16, ge=2, description="completions per prompt: the group whose rewards are compared"
+    )
+    max_completion_length: int = Field(128, ge=1, description="most tokens per completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
+    top_p: float = Field(
+        1.0, gt=0, le=1, description="nucleus sampling: the likeliest tokens up to this mass"
+    )
+    top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 disables")
+    beta: float = Field(
+        0.02, ge=0, description="KL penalty weight (k3 estimator); 0: no reference model"
+    )
+    epsilon: float = Field(
+        0.2,
+        gt=0,
+        description="clip of the policy ratio at 1 - epsilon (and 1 + epsilon_high); acts with "
+        "num_iterations > 1",
+    )
+    epsilon_high: float | None = Field(
+        None,
+        gt=0,
+        description="upper clip (default: epsilon); cispo: the weight cap (ScaleRL: 5.0)",
+    )
+    delta: float | None = Field(
+        None,
+        gt=1,
+        description="two-sided clipping: cap on the unclipped ratio (INTELLECT-2; > 1 + epsilon)",
+    )
+    num_iterations: int = Field(1, ge=1, description="optimizer passes per generated batch")
+    loss_type: Literal["grpo", "dr_grpo", "dapo", "bnpo", "luspo", "cispo", "sapo", "vespo"] = (
+        Field(
+            "dapo",
+            description="the surrogate loss and its aggregation, as TRL names them "
+            "(docs/architecture.md, GRPO)",
+        )
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token", description="one ratio per token, or per sequence (GSPO)"
+    )
+    sapo_temperature_pos: float = Field(1.0, gt=0, description="sapo: gate temperature, A > 0")
+    sapo_temperature_neg: float = Field(1.05, gt=0, description="sapo: gate temperature, A <= 0")
+    vespo_k_pos: float = Field(2.0, ge=0, description="vespo: power of W, A >= 0")
+    vespo_lambda_pos: float = Field(3.0, ge=0, description="vespo: decay in W, A >= 0")
+    vespo_k_neg: float = Field(3.0, ge=0, description="vespo: power of W, A < 0")
+    vespo_lambda_neg: float = Field(2.0, ge=0, description="vespo: decay in W, A < 0")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="advantages divided by the reward std of the group, of the batch, or not "
+        "at all (none)",
+    )
+    mask_truncated_completions: bool = Field(
+        False, description="completions cut at max_completion_length carry no loss (DAPO)"
+    )
+    ref_on_cpu: bool = Field(False, description="keep the KL reference on the CPU (beta > 0)")
+    replay: bool = Field(
+        True,
+        description="first policy forward of a batch replays the sampler's "
+        "decode (no matmuls); off: computed",
+    )
+    reward_workers: int = Field(
+        0, ge=0, description="processes computing rewards; 0: computed inline"
+    )
+    reward_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="limit per reward function call; longer is an error naming it (0 = none)",
+    )
+    eval_prompts: int = Field(32, ge=1, description="held-out prompts per evaluation")
+    log_samples: int = Field(8, ge=0, description="completions written to samples.jsonl per log")
+    export_merged: bool = Field(False, description="LoRA: also save final_merged/ (full weights)")
+    routing: RoutingConfig = Field(default_factory=RoutingConfig, description="gradient routing")
+
+
+class FailureConfig(Section):
+    """Known RL failures: each stops the run (action=stop) or is only recorded (flag)."""
+
+    action: Literal["stop", "flag"] = Field(
+        "stop",
+        description="stop: a degenerate or stuck run ends with that status; flag: it is only "
+        "recorded (diverged always stops)",
+    )
+    max_kl: float = Field(2.0, gt=0, description="mean KL per token (nats) above this = diverged")
+    min_unique: float = Field(
+        0.5, ge=0, le=1, description="degenerate below this fraction of unique completions"
+    )
+    max_jaccard: float = Field(
+        0.7, ge=0, le=1, description="degenerate above this mean pairwise word Jaccard"
+    )
+    max_repetition: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="degenerate above this seq-rep-4 (repeated word 4-grams); 1 disables",
+    )
+    patience: int = Field(3, ge=1, description="consecutive steps a diversity rule must hold")
+    stuck_grace_steps: int = Field(100, ge=1, description="steps before `stuck` may fire")
+    stuck_margin: float = Field(
+        0.05, ge=0, description="stuck unless the recent reward beats the baseline by this"
+    )
+    baseline_steps: int = Field(
+        5, ge=1, description="steps averaged for baseline and recent reward"
+    )
+
+
+def _default_rewards() -> list[RewardSpec]:
+    return [RewardSpec(name="happy_binary")]
+
+
+class GRPOConfig(TrainingConfig):
+    model: FinetuneModelConfig = Field(default_factory=FinetuneModelConfig)
+    optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
+    train: RLTrainConfig = Field(default_factory=RLTrainConfig)
+    grpo: GRPOSection = Field(default_factory=GRPOSection)
+    reward: list[RewardSpec] = Field(
+        default_factory=_default_rewards,
+        min_length=1,
+        description="the reward's terms: total = sum of weight * name(completions, **params)",
+    )
+    failure: FailureConfig = Field(default_factory=FailureConfig)
+
+    @model_validator(mode="after")
+    def _rules(self) -> GRPOConfig:
+        grpo_rules(self)
+        return self
+
+
+def _quantized_base_rules(c: GRPOConfig) -> None:
+    """model.load_in: a quantized base is loaded from model.path and trains LoRA adapters only."""
+    m = c.model
+    if m.load_in != "none" and not m.path:
+        raise ValueError(
+            f"model.load_in={m.load_in} quantizes weights as they load from "
+            "model.path, and model.preset builds a fresh model (save it and set "
+            "model.path)"
+        )
+    if m.load_in != "none" and c.grpo.routing.enabled:
+        raise ValueError(
+            f"model.load_in={m.load_in}: grpo.routing's adapters are built on a "
+            "full-precision base; quantized loading is for model.lora"
+        )
+    if m.load_in != "none" and not m.lora.enabled:
+        raise ValueError(
+            f"model.load_in={m.load_in} freezes the base in {m.load_in}, and "
+            "model.lora.enabled is false: only LoRA adapters can train on a "
+            "quantized base"
+        )
+
+
+# grpo.loss_type: TRL 1.16's names. The clipped surrogate's family, and the loss-specific keys.
+_CLIP_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+_SAPO = ("sapo_temperature_pos", "sapo_temperature_neg")
+_VESPO = ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+
+
+def _loss_type_rules(g: GRPOSection) -> None:
+    """A loss-specific key set for a loss type that does not read it, and TRL's pitfalls."""
+    readers = (
+        {"epsilon": _CLIP_LOSSES, "epsilon_high": (*_CLIP_LOSSES, "cispo"), "delta": _CLIP_LOSSES}
+        | dict.fromkeys(_SAPO, ("sapo",))
+        | dict.fromkeys(_VESPO, ("vespo",))
+    )
+    if g.loss_type == "cispo" and g.epsilon_high is None:
+        readers["epsilon"] = ("cispo",)  # TRL's fallback: the weight cap is epsilon
+    for key in g.changed(*readers):
+        if g.loss_type not in readers[key]:
+            raise ValueError(
+                f"grpo.{key} is read by loss_type {'/'.join(readers[key])}, and "
+                f"grpo.loss_type={g.loss_type} does not read it"
+            )
+    if g.loss_type == "vespo" and g.importance_sampling_level == "sequence":
+        raise ValueError(
+            "grpo.importance_sampling_level=sequence: grpo.loss_type=vespo weighs "
+            "each sequence by its own ratio and reads no importance level"
+        )
+    cap = g.epsilon if g.epsilon_high is None else g.epsilon_high
+    if g.loss_type == "cispo" and cap < 1:
+        raise ValueError(
+            f"grpo.loss_type=cispo caps the importance weight at grpo.epsilon_high "
+            f"(unset: grpo.epsilon) = {cap:g}, below the on-policy weight 1: set "
+            "grpo.epsilon_high >= 1 (ScaleRL: 5.0)"
+        )
+
+
+def grpo_rules(c: GRPOConfig) -> None:
+    """The shared rules (the quantized base among them), then GRPO's own."""
+    model_rules(c.model)
+    lora_rules(c.model.lora)
+    _quantized_base_rules(c)
+    data_rules(c.data)
+    shared_rules(c.optim, c.train, c.run)
+    g, f = c.grpo, c.failure
+    if c.train.batch_size % g.num_generations:
+        raise ValueError(
+            f"train.batch_size={c.train.batch_size} must be a multiple of "
+            f"grpo.num_generations={g.num_generations}"
+        )
+    groups = c.train.batch_size // g.num_generations
+    if groups % c.train.grad_accum:
+        raise ValueError(
+            f"train.grad_accum={c.train.grad_accum} must divide the {groups} prompt "
+            "groups of a batch (train.batch_size / grpo.num_generations): each "
+            "micro-batch holds whole groups"
+        )
+    _loss_type_rules(g)
+    if g.loss_type in _CLIP_LOSSES and g.epsilon_high is not None and g.epsilon_high < g.epsilon:
+        raise ValueError(
+            f"grpo.epsilon_high={g.epsilon_high:g} is below grpo.epsilon="
+            f"{g.epsilon:g}: the upper clip is the wider one (DAPO's "
+            "clip-higher)"
+        )
+    off_policy = ("epsilon", "delta", *_SAPO, *_VESPO)
+    off_policy += ("epsilon_high",) if g.loss_type != "cispo" else ()
+    if g.num_iterations == 1 and (keys := g.changed(*off_policy)):
+        raise ValueError(
+            f"grpo.{keys[0]} acts on the ratio to the sampling policy, which is 1 "
+            "when each batch is used once (grpo.num_iterations=1)"
+        )
+    if g.prompts_file and g.changed("prompt_tokens"):
+        raise ValueError(
+            "grpo.prompt_tokens cuts story openings into prompts, and "
+            "grpo.prompts_file's prompts are used whole"
+        )
+    if g.beta == 0 and g.ref_on_cpu:
+        raise ValueError("grpo.ref_on_cpu places the KL reference, and grpo.beta=0 builds none")
+    if g.beta == 0 and f.changed("max_kl"):
+        raise ValueError(
+            "failure.max_kl watches the KL to the reference, and grpo.beta=0 measures none"
+        )
+    if g.export_merged and c.model.load_in != "none":
+        raise ValueError(
+            f"grpo.export_merged merges LoRA adapters into the base, and "
+            f"model.load_in={c.model.load_in} holds it quantized (merging would "
+            "round the adapters away)"
+        )
+    if g.export_merged and not c.model.lora.enabled:
+        raise ValueError(
+            "grpo.export_merged merges LoRA adapters, and model.lora.enabled is "
+            "false (final/ already holds the full weights)"
+        )
+    if not c.train.eval_interval and g.eval_prompts_file and not g.routing.enabled:
+        raise ValueError(
+            "grpo.eval_prompts_file holds evaluation prompts, and "
+            "train.eval_interval=0 turns evaluation off"
+        )
+    if not c.train.eval_interval and g.changed("eval_prompts"):
+        raise ValueError(
+            "grpo.eval_prompts sizes each evaluation, and train.eval_interval=0 "
+            "turns evaluation off"
+        )
+    if f.stuck_grace_steps < 2 * f.baseline_steps:
+        raise ValueError(
+            f"failure.stuck_grace_steps={f.stuck_grace_steps} is below 2 x "
+            f"failure.baseline_steps={f.baseline_steps}: `stuck` compares the "
+            "first and the last baseline_steps rewards, so it could not fire that "
+            "early"
+        )
+    routing_rules(c)
+
+
+def routing_rules(c: GRPOConfig) -> None:
+    """Rules of `grpo.routing` (`RoutingConfig`): they read the model and the rewards too."""
+    rt = c.grpo.routing
+    if not rt.enabled:
+        keys = rt.changed(*(k for k in type(rt).model_fields if k not in ("enabled", "detector")))
+        keys += [f"detector.{k}" for k in rt.detector.changed("name", "params", "threshold")]
+        if keys:
+            raise ValueError(f"grpo.routing.{keys[0]} is set but grpo.routing.enabled is false")
+        return
+    if c.model.lora.enabled:
+        raise ValueError(
+            "grpo.routing.enabled brings its own retain and forget adapters: turn "
+            "model.lora.enabled off"
+        )
+    if rt.retain_r == 0 and rt.forget_r == 0:
+        raise ValueError("grpo.routing.retain_r and forget_r are both 0: no adapter to train")
+    if rt.mode == "none" and rt.changed("routing_frac"):
+        raise ValueError(
+            "grpo.routing.routing_frac thins the detector's routed flags, and "
+            "grpo.routing.mode=none routes nothing"
+        )
+    if rt.mode == "none" and rt.changed("label_noise_frac"):
+        raise ValueError(
+            "grpo.routing.label_noise_frac routes unflagged completions at random, "
+            "and grpo.routing.mode=none routes nothing"
+        )
+    if rt.mode == "none" and rt.changed("retain_advantage"):
+        raise ValueError(
+            "grpo.routing.retain_advantage picks which unflagged completions "
+            "update retain, and grpo.routing.mode=none routes nothing"
+        )
+    if rt.retain_r == 0 and rt.changed("retain_advantage"):
+        raise ValueError(
+            "grpo.routing.retain_advantage picks what updates the retain adapter, "
+            "and grpo.routing.retain_r=0 has none"
+        )
+    if rt.ablated_frac > 0 and rt.forget_r == 0:
+        raise ValueError(
+            "grpo.routing.ablated_frac trains steps with the forget adapter off, "
+            "and grpo.routing.forget_r=0 has none (the step would change nothing)"
+        )
+    if rt.ablated_frac > 0 and rt.retain_r == 0:
+        raise ValueError(
+            "grpo.routing.ablated_frac trains steps with the forget adapter off, "
+            "and grpo.routing.retain_r=0 leaves nothing to train then"
+        )
+    if rt.ablated_frac > 0 and c.grpo.num_iterations > 1:
+        raise ValueError(
+            "grpo.routing.ablated_frac needs grpo.num_iterations=1: the old "
+            "log-probs are sampled with both adapters, so an ablated step's first "
+            "ratio would measure removing the forget adapter"
+        )
+    keys = reward_keys(r.name for r in c.reward)
+    if rt.hack_reward is not None and rt.hack_reward not in keys:
+        raise ValueError(
+            f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "
+            f"keys: {', '.join(keys)})"
+        )
+    if rt.hack_reward is None and rt.changed("rh_eligible_frac"):
+        raise ValueError(
+            "grpo.routing.rh_eligible_frac limits grpo.routing.hack_reward, which is not set"
+        )
+    if not rt.eval_interval and rt.changed("eval_prompts"):
+        raise ValueError(
+            "grpo.routing.eval_prompts sizes each routing evaluation, and "
+            "grpo.routing.eval_interval=0 turns it off"
+        )
