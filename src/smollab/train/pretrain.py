@@ -143,7 +143,6 @@ def train(cfg: PretrainConfig) -> dict:
     )
     if run:
         run.update_summary(
-            status="running",
             params_total=total_params,
             params_non_embedding=non_embed,
             device=str(rt.device),

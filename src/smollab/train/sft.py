@@ -185,7 +185,6 @@ def train(cfg: SFTConfig) -> dict:
         steps_planned=max_steps,
     )
     run.update_summary(
-        status="running",
         params_total=total_params,
         params_trainable=n_trainable,
         device=str(rt.device),
