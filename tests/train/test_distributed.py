@@ -24,17 +24,17 @@ from tests.conftest import MICRO_DATA
 
 GUARD_S = 300  # a hung collective would otherwise hang the test run
 
-# Rank 1's clock, as pretrain reads it, gains an hour per reading: its train_s passes any
+# Rank 1's clock, as the ledger reads it, gains an hour per reading: its train_s passes any
 # max_time after one step while rank 0's stays below it, as with ranks at very different speeds.
 SKEWED_CLOCK = """
 import os, sys, time, types
-import smollab.train.pretrain as pretrain
+import smollab.train.ledger as ledger
 if os.environ["RANK"] == "1":
     readings = [0]
     def hours_pass():
         readings[0] += 1
         return time.perf_counter() + 3600.0 * readings[0]
-    pretrain.time = types.SimpleNamespace(time=time.time, perf_counter=hours_pass)
+    ledger.time = types.SimpleNamespace(time=time.time, perf_counter=hours_pass)
 from smollab.cli import main
 sys.exit(main())
 """

@@ -43,8 +43,8 @@ def records_failure(train: Callable[[Any], dict]) -> Callable[[Any], dict]:
     is recorded there (status failed, its one-line evidence in summary.json, the traceback in
     training.log) and raised as RunFailed (the CLI's exit 1); an interrupt the loop has not wrapped
     up itself is recorded as interrupted. Before that (bad input) nothing is written and the
-    exception passes unchanged. The step in the evidence is the loop's optimizer steps done at the
-    moment the exception left `train`: its `step` variable, or its run `state`'s."""
+    exception passes unchanged. The step in the evidence is the optimizer steps done when the
+    exception left `train`: the loop's `step` variable, or its `ledger`'s or run `state`'s."""
 
     @functools.wraps(train)
     def recorded(cfg: Any) -> dict:
@@ -106,8 +106,9 @@ def _loop_step(e: BaseException, train: Callable) -> int | None:
     tb = e.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code is train.__code__:
-            found = tb.tb_frame.f_locals
-            step = found.get("step", getattr(found.get("state"), "step", None))
+            here = tb.tb_frame.f_locals
+            keeper = here.get("ledger", here.get("state"))
+            step = here.get("step", getattr(keeper, "step", None))
             return step if isinstance(step, int) else None
         tb = tb.tb_next
     return None

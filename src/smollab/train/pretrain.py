@@ -7,7 +7,7 @@ resumed run replays exactly what an uninterrupted one would have done.
 from __future__ import annotations
 
 import contextlib
-import math
+import functools
 import time
 from pathlib import Path
 
@@ -17,23 +17,21 @@ import torch.nn.functional as F
 from smollab.config import PretrainConfig
 from smollab.data.prepare import ensure_prepared, load_meta
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
-from smollab.device.mfu import flops_per_token, peak_flops
+from smollab.device.mfu import peak_flops
 from smollab.device.runtime import (
     make_adamw,
     maybe_compile,
-    peak_memory_mb,
     release_cache,
     setup_runtime,
-    synchronize,
     to_device,
 )
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
-from smollab.rundir.runs import RunView, default_run_dir
+from smollab.rundir.runs import default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
-from smollab.train.failure_rules import diverged_loss
+from smollab.train.ledger import Ledger
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
@@ -134,14 +132,23 @@ def train(cfg: PretrainConfig) -> dict:
     ]
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
+    # The MFU peak: measured once per machine, before resume restores the RNG it draws from.
+    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=not dist.enabled)  # ranks compete
     state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=False, dist=dist)
-    step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
-    train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
-    start_loss = state.get("start_loss")
+    ledger = Ledger(
+        run,
+        state,
+        tc,
+        columns=COLUMNS,
+        max_steps=tc.max_steps,
+        model=model,
+        tokenizer=tokenizer,
+        peak_flops=peak,
+        t_start=t_start,
+        dist=dist,
+    )
     if run:
-        run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
         run.update_summary(
-            status="running",
             params_total=total_params,
             params_non_embedding=non_embed,
             device=str(rt.device),
@@ -154,33 +161,28 @@ def train(cfg: PretrainConfig) -> dict:
             echo=True,
         )
     ddp_model = distributed.wrap(maybe_compile(model, rt), dist)
-    unwrapped = model
 
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
-    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=not dist.enabled)  # ranks compete
-    flops_tok = flops_per_token(model.config, tc.seq_len)
     val_batches = (  # train.eval_interval=0: no evaluation, so no val_loss and no best/
         eval_batches(val_tokens, tc.batch_size, tc.seq_len, tc.eval_tokens)
         if tc.eval_interval
         else None
     )
-    progress = Progress(tc.max_steps, enabled=dist.main, start=step)
+    held_out_loss = functools.partial(evaluate, ddp_model, val_batches, rt)
+    progress = Progress(tc.max_steps, enabled=dist.main, start=ledger.step)
 
     # ---- the loop -----------------------------------------------------------------------
-    status, evidence, val_loss = "completed", None, None
-    window_loss = torch.full((), float(state.get("window_loss", 0.0)), device=rt.device)
-    window_steps, window_t, window_tokens = int(state.get("window_steps", 0)), 0.0, 0
     params = list(model.parameters())
     try:
-        while step < tc.max_steps:
+        while ledger.step < tc.max_steps:
             # Ranks leave together, on one all-reduced flag: train_s is each rank's own clock.
-            over_budget = (tc.max_tokens and tokens >= tc.max_tokens) or (
-                tc.max_time and train_s >= tc.max_time
+            over_budget = (tc.max_tokens and ledger.tokens >= tc.max_tokens) or (
+                tc.max_time and ledger.train_s >= tc.max_time
             )
-            if distributed.any_rank(over_budget or status != "completed", dist):
+            if distributed.any_rank(over_budget or ledger.status != "completed", dist):
                 break
             t0 = time.perf_counter()
-            lr = lr_at(step, oc, tc.max_steps)
+            lr = lr_at(ledger.step, oc, tc.max_steps)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             for micro in range(tc.grad_accum):
@@ -188,7 +190,7 @@ def train(cfg: PretrainConfig) -> dict:
                     train_tokens,
                     tc.batch_size,
                     tc.seq_len,
-                    batch_generator(cfg.run.seed, step, micro, dist.rank),
+                    batch_generator(cfg.run.seed, ledger.step, micro, dist.rank),
                 )
                 x, y = to_device(x, rt.device), to_device(y, rt.device)
                 last_micro = micro == tc.grad_accum - 1
@@ -202,99 +204,23 @@ def train(cfg: PretrainConfig) -> dict:
                         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
                     loss = loss / tc.grad_accum
                     (rt.scaler.scale(loss) if rt.scaler else loss).backward()
-                window_loss += loss.detach()
+                ledger.add_loss(loss)
             grad_norm = scaffold.optimizer_step(params, optimizer, rt.scaler, oc.grad_clip)
-            step += 1
-            tokens += tokens_per_step
-            window_steps += 1
-            window_tokens += tokens_per_step
-            synchronize(rt.device)
-            dt = time.perf_counter() - t0
-            train_s += dt
-            window_t += dt
+            ledger.step_done(tokens_per_step, t0)
 
-            last = step >= tc.max_steps
-            do_eval = bool(tc.eval_interval) and (step % tc.eval_interval == 0 or last)
-            if step % tc.log_interval == 0 or step == 1 or do_eval or last:
-                loss_now = distributed.all_reduce_mean(window_loss / window_steps, dist).item()
-                start_loss = loss_now if start_loss is None else start_loss
-                failure = diverged_loss(loss_now, start_loss, tc.diverge_factor, step)
-                if failure:
-                    status, evidence = failure.status, failure.evidence
-                tps = window_tokens / window_t if window_t > 0 else 0.0
-                row = dict(
-                    step=step,
-                    tokens=tokens,
-                    wall_s=time.time() - t_start,
-                    train_s=train_s,
-                    lr=lr,
-                    train_loss=loss_now,
-                    grad_norm=float(grad_norm),
-                    tokens_per_s=tps,
-                    mfu=(flops_tok * tps / peak) if peak else None,
-                    peak_mem_mb=peak_memory_mb(rt.device),
-                )
-                if do_eval and status == "completed":
-                    val_loss = row["val_loss"] = evaluate(ddp_model, val_batches, rt)
-                window_loss.zero_()
-                window_steps, window_t, window_tokens = 0, 0.0, 0
-                if run:
-                    run.metrics.append(row)
-                    progress.update(step, loss=loss_now, tps=tps, val=val_loss)
-                    log(_line(row), echo=not progress.live)
-                    if row.get("val_loss") is not None and val_loss < best_val:
-                        best_val = val_loss
-                        run.save_checkpoint("best", unwrapped, tokenizer)
-                if status == "diverged":
-                    log(f"diverged: {evidence}", echo=True)
-
-            periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
-            if run and status == "completed" and periodic_save:
-                checkpoints.save_state(
-                    run,
-                    step,
-                    unwrapped,
-                    tokenizer,
-                    optimizer,
-                    rt.scaler,
-                    tc.keep_last,
-                    tokens=tokens,
-                    train_s=train_s,
-                    best_val=best_val,
-                    start_loss=start_loss,
-                    window_loss=float(window_loss),
-                    window_steps=window_steps,
-                )
+            if ledger.log_due():
+                ledger.log(lr, grad_norm, progress, evaluate=held_out_loss, line=_line)
+            ledger.maybe_save(optimizer, rt.scaler)
         scaffold.check_replicas(run, dist, model, optimizer, rt.scaler)
     except KeyboardInterrupt:
-        status, evidence = "interrupted", f"interrupted at step {step}"
+        ledger.interrupted()
     finally:
         progress.close()
 
     # ---- wrap up ------------------------------------------------------------------------
-    summary = {}
-    if run:
-        summary = scaffold.finish(
-            run,
-            status,
-            unwrapped,
-            tokenizer,
-            f"{status}: {step} steps, {tokens:,} tokens in {train_s:.1f}s train time; val loss {val_loss}",
-            plots=cfg.run.plots,
-            evidence=evidence,
-            steps=step,
-            tokens=tokens,
-            final_train_loss=RunView(run.path).last("train_loss"),
-            final_val_loss=val_loss,
-            best_val_loss=None if best_val == math.inf else best_val,
-            train_seconds=train_s,
-            wall_seconds=time.time() - t_start,
-            tokens_per_s=tokens / train_s if train_s else None,
-            flops_per_token=flops_tok,
-            peak_flops=peak,
-        )
+    summary = ledger.finish(plots=cfg.run.plots) if run else {}
     distributed.teardown(dist)
-    if status == "interrupted":
+    if ledger.status == "interrupted":
         raise KeyboardInterrupt
     return summary
 

@@ -2,8 +2,9 @@
 finished, or refuse a changed config), find the tokenizer, take an optimizer step, check that DDP
 replicas agree, and wrap up. Loops call these in order, top to bottom, with `checkpoints.resume`
 and `checkpoints.save_state` between; the loop itself (batches, losses, metrics) stays in each
-loop's `train()`, which `crash_record.records_failure` decorates. Under DDP rank 0 alone writes
-the run directory and every decision it takes reaches the other ranks.
+loop's `train()`, which `crash_record.records_failure` decorates (pretrain and SFT keep their
+counters and metrics rows in a `ledger.Ledger`). Under DDP rank 0 alone writes the run directory
+and every decision it takes reaches the other ranks.
 """
 
 from __future__ import annotations

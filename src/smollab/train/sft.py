@@ -20,23 +20,21 @@ import torch.nn.functional as F
 from smollab.config.sft import SFTConfig
 from smollab.data.sft_batches import IGNORE, MicroBatches, eval_batches, loader, tokenize
 from smollab.data.sft_records import load_records
-from smollab.device.mfu import flops_per_token, peak_flops
+from smollab.device.mfu import peak_flops
 from smollab.device.runtime import (
     make_adamw,
     maybe_compile,
-    peak_memory_mb,
     release_cache,
     setup_runtime,
-    synchronize,
     to_device,
 )
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
-from smollab.rundir.runs import RunView, default_run_dir
+from smollab.rundir.runs import default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
-from smollab.train.failure_rules import diverged_loss
+from smollab.train.ledger import Ledger
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
@@ -165,10 +163,21 @@ def train(cfg: SFTConfig) -> dict:
     ]
     optimizer = make_adamw(groups, rt, oc.lr, (oc.beta1, oc.beta2), oc.eps)
 
+    # The MFU peak: measured once per machine, before resume restores the RNG it draws from.
+    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=True)
     state = checkpoints.resume(run, model, optimizer, rt.scaler, lora=lora)
-    step, tokens = int(state.get("step", 0)), int(state.get("tokens", 0))
-    train_s, best_val = float(state.get("train_s", 0.0)), float(state.get("best_val", math.inf))
-    start_loss = state.get("start_loss")
+    ledger = Ledger(
+        run,
+        state,
+        tc,
+        columns=COLUMNS,
+        max_steps=max_steps,
+        model=model,
+        tokenizer=tokenizer,
+        peak_flops=peak,
+        t_start=t_start,
+        micro_per_epoch=per_epoch,
+    )
     n_trainable = sum(p.numel() for p in trainable)
     data_note = dict(
         data=records.source,
@@ -181,9 +190,7 @@ def train(cfg: SFTConfig) -> dict:
         label_tokens=train_set.label_tokens,
         steps_planned=max_steps,
     )
-    run.open_metrics(COLUMNS, resume_step=step if run.resume_from else None)
     run.update_summary(
-        status="running",
         params_total=total_params,
         params_trainable=n_trainable,
         device=str(rt.device),
@@ -205,9 +212,8 @@ def train(cfg: SFTConfig) -> dict:
     )
     compiled = maybe_compile(model, rt)
 
-    peak = peak_flops(rt.device, rt.autocast_dtype, may_measure=True)
-    flops_tok = flops_per_token(model.config, tc.seq_len)
     val_batches = eval_batches(eval_set.rows, tc.batch_size, pad_id) if tc.eval_interval else None
+    held_out_loss = functools.partial(evaluate, compiled, val_batches, rt)
     batches = MicroBatches(
         train_set.rows,
         tc.batch_size,
@@ -215,21 +221,17 @@ def train(cfg: SFTConfig) -> dict:
         pad_id,
         max_steps * tc.grad_accum,
     )
-    micro_batches = iter(
-        loader(batches, step * tc.grad_accum, dc.num_workers, dc.pin_memory, dc.prefetch_factor)
-    )
-    progress = Progress(max_steps, start=step, label="sft")
+    done = ledger.step * tc.grad_accum  # micro-batches trained before a resume
+    micro_batches = iter(loader(batches, done, dc.num_workers, dc.pin_memory, dc.prefetch_factor))
+    progress = Progress(max_steps, start=ledger.step, label="sft")
 
     # ---- the loop -----------------------------------------------------------------------
-    status, evidence, val_loss = "completed", None, None
-    window_loss = torch.full((), float(state.get("window_loss", 0.0)), device=rt.device)
-    window_steps, window_t, window_tokens = int(state.get("window_steps", 0)), 0.0, 0
     try:
-        while step < max_steps and status == "completed":
-            if tc.max_time and train_s >= tc.max_time:
+        while ledger.step < max_steps and ledger.status == "completed":
+            if tc.max_time and ledger.train_s >= tc.max_time:
                 break
             t0 = time.perf_counter()  # the wait for the loader counts: workers shorten it
-            lr = lr_at(step, oc, max_steps)
+            lr = lr_at(ledger.step, oc, max_steps)
             for g in optimizer.param_groups:
                 g["lr"] = lr
             micro = [next(micro_batches) for _ in range(tc.grad_accum)]
@@ -237,99 +239,22 @@ def train(cfg: SFTConfig) -> dict:
             for batch in micro:
                 loss = label_loss(compiled, batch, rt) / n_labels
                 (rt.scaler.scale(loss) if rt.scaler else loss).backward()
-                window_loss += loss.detach()
+                ledger.add_loss(loss)
             grad_norm = scaffold.optimizer_step(trainable, optimizer, rt.scaler, oc.grad_clip)
-            step_tokens = sum(int(b["n_tokens"]) for b in micro)
-            step += 1
-            tokens += step_tokens
-            window_steps += 1
-            window_tokens += step_tokens
-            synchronize(rt.device)
-            dt = time.perf_counter() - t0
-            train_s += dt
-            window_t += dt
+            ledger.step_done(sum(int(b["n_tokens"]) for b in micro), t0)
 
-            last = step >= max_steps
-            do_eval = bool(tc.eval_interval) and (step % tc.eval_interval == 0 or last)
-            if step % tc.log_interval == 0 or step == 1 or do_eval or last:
-                loss_now = (window_loss / window_steps).item()
-                start_loss = loss_now if start_loss is None else start_loss
-                failure = diverged_loss(loss_now, start_loss, tc.diverge_factor, step)
-                if failure:
-                    status, evidence = failure.status, failure.evidence
-                tps = window_tokens / window_t if window_t > 0 else 0.0
-                row = dict(
-                    step=step,
-                    epoch=step * tc.grad_accum / per_epoch,
-                    tokens=tokens,
-                    wall_s=time.time() - t_start,
-                    train_s=train_s,
-                    lr=lr,
-                    train_loss=loss_now,
-                    grad_norm=float(grad_norm),
-                    tokens_per_s=tps,
-                    mfu=(flops_tok * tps / peak) if peak else None,
-                    peak_mem_mb=peak_memory_mb(rt.device),
-                )
-                if do_eval and status == "completed":
-                    val_loss = row["val_loss"] = evaluate(compiled, val_batches, rt)
-                window_loss.zero_()
-                window_steps, window_t, window_tokens = 0, 0.0, 0
-                run.metrics.append(row)
-                progress.update(step, loss=loss_now, tps=tps, val=val_loss)
-                run.log(_line(row), echo=not progress.live)
-                if row.get("val_loss") is not None and val_loss < best_val:
-                    best_val = val_loss
-                    run.save_checkpoint("best", model, tokenizer)
-                if status == "diverged":
-                    run.log(f"diverged: {evidence}", echo=True)
-
-            periodic_save = tc.save_interval and step % tc.save_interval == 0 and not last
-            if status == "completed" and periodic_save:
-                checkpoints.save_state(
-                    run,
-                    step,
-                    model,
-                    tokenizer,
-                    optimizer,
-                    rt.scaler,
-                    tc.keep_last,
-                    tokens=tokens,
-                    train_s=train_s,
-                    best_val=best_val,
-                    start_loss=start_loss,
-                    window_loss=float(window_loss),
-                    window_steps=window_steps,
-                )
+            if ledger.log_due():
+                ledger.log(lr, grad_norm, progress, evaluate=held_out_loss, line=_line)
+            ledger.maybe_save(optimizer, rt.scaler)
     except KeyboardInterrupt:
-        status, evidence = "interrupted", f"interrupted at step {step}"
+        ledger.interrupted()
     finally:
         progress.close()
         del micro_batches  # stops the loader's workers
 
     # ---- wrap up ------------------------------------------------------------------------
-    summary = scaffold.finish(
-        run,
-        status,
-        model,
-        tokenizer,
-        f"{status}: {step} steps ({step * tc.grad_accum / per_epoch:.2f} epochs), {tokens:,} "
-        f"tokens in {train_s:.1f}s train time; val loss {val_loss}",
-        plots=cfg.run.plots,
-        evidence=evidence,
-        steps=step,
-        epochs=step * tc.grad_accum / per_epoch,
-        tokens=tokens,
-        final_train_loss=RunView(run.path).last("train_loss"),
-        final_val_loss=val_loss,
-        best_val_loss=None if best_val == math.inf else best_val,
-        train_seconds=train_s,
-        wall_seconds=time.time() - t_start,
-        tokens_per_s=tokens / train_s if train_s else None,
-        flops_per_token=flops_tok,
-        peak_flops=peak,
-    )
-    if status == "interrupted":
+    summary = ledger.finish(plots=cfg.run.plots)
+    if ledger.status == "interrupted":
         raise KeyboardInterrupt
     return summary
 
