@@ -28,6 +28,7 @@ from smollab.device.runtime import (
 from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
+from smollab.rundir.columns import PRETRAIN as COLUMNS
 from smollab.rundir.runs import default_run_dir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
@@ -35,20 +36,6 @@ from smollab.train.ledger import Ledger
 from smollab.train.progress import Progress
 from smollab.train.schedule import lr_at
 from smollab.train.seeds import stream_seed
-
-COLUMNS = [
-    "step",
-    "tokens",
-    "wall_s",
-    "train_s",
-    "lr",
-    "train_loss",
-    "val_loss",
-    "grad_norm",
-    "tokens_per_s",
-    "mfu",
-    "peak_mem_mb",
-]
 
 
 def run_dir_for(cfg: PretrainConfig) -> Path:

@@ -33,25 +33,12 @@ from smollab.errors import UserError
 from smollab.models.loading import build_model, check_model_source
 from smollab.rewards.registry import validate_specs
 from smollab.rundir.atomic import read_json
+from smollab.rundir.columns import RFT as COLUMNS
 from smollab.rundir.runs import ROUNDS, RunView, default_run_dir
 from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
 from smollab.train.seeds import stream_seed
 
-COLUMNS = [
-    "step",
-    "accuracy",
-    "eval_reward_mean",
-    "generated",
-    "kept",
-    "kept_fraction",
-    "prompts_with_kept",
-    "gen_s",
-    "completions_per_s",
-    "sft_steps",
-    "sft_train_loss",
-    "wall_s",
-]
 _EVAL_SALT = 0xE7A1  # the held-out draws: the same for every round
 
 

@@ -6,10 +6,10 @@ import pytest
 
 from smollab.errors import UserError
 from smollab.lab.spec_common import override_value
-from smollab.lab.sweep.command_names import METRIC_COLUMNS
 from smollab.lab.sweep.spec import Distribution
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.trials import trial_name
+from smollab.rundir.columns import BY_COMMAND as METRIC_COLUMNS
 
 SPEC = """\
 command: pretrain

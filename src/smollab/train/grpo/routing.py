@@ -30,7 +30,6 @@ from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
 from smollab.train.prompts import eval_prompts
 from smollab.train.seeds import stream_seed
 
-COLUMNS = ["hack_rate", "routed_frac", "eligible_frac"]
 _ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws (grpo: 0-2)
 
 

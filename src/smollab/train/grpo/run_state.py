@@ -23,50 +23,24 @@ from smollab.config import GRPOConfig
 from smollab.device.runtime import Runtime, make_adamw
 from smollab.models.presets import count_parameters
 from smollab.rewards.registry import reward_keys
+from smollab.rundir.columns import GRPO as COLUMNS
+from smollab.rundir.columns import ROUTING
 from smollab.rundir.runs import default_run_dir
 from smollab.rundir.writer import RunDir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.failure_rules import RLWatch
-from smollab.train.grpo import routing
 from smollab.train.grpo.loss import LossOptions
 from smollab.train.grpo.ranks import Whole
 from smollab.train.grpo.routing import Router
 from smollab.train.schedule import lr_at
-
-COLUMNS = [
-    "step",
-    "wall_s",
-    "lr",
-    "loss",
-    "reward_mean",
-    "reward_std",
-    "frac_reward_zero_std",
-    "kl",
-    "entropy",
-    "completion_len",
-    "truncated_frac",
-    "clip_frac",
-    "grad_norm",
-    "unique_fraction",
-    "jaccard",
-    "repetition",
-    "eval_reward_mean",
-    "eval_unique_fraction",
-    "gen_s",
-    "reward_s",
-    "ref_s",
-    "train_s",
-    "step_s",
-    "peak_mem_mb",
-]
 
 
 def columns(cfg: GRPOConfig) -> list[str]:
     """metrics.csv's columns: COLUMNS, each reward's mean when there are several, routing's."""
     keys = _reward_keys(cfg)
     per_fn = [f"reward/{k}" for k in keys] if len(keys) > 1 else []
-    return COLUMNS + per_fn + (routing.COLUMNS if cfg.grpo.routing.enabled else [])
+    return COLUMNS + per_fn + (ROUTING if cfg.grpo.routing.enabled else [])
 
 
 def run_dir_for(cfg: GRPOConfig) -> Path:
