@@ -22,7 +22,7 @@ def legal_rate(run: str, prompts: list[str], n: int, temperature: float) -> floa
         sample_texts(
             run,
             prompts,
-            n,
+            n=n,
             max_new_tokens=6,
             temperature=temperature,
             top_p=1.0,

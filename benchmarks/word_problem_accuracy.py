@@ -26,7 +26,7 @@ def completions(
         sample_texts(
             run,
             prompts,
-            n,
+            n=n,
             max_new_tokens=max_new_tokens,
             temperature=temperature,
             top_p=1.0,

@@ -162,6 +162,7 @@ def data_prepare(
 def sample(
     path: str | Path,
     prompts: str | Sequence[str],
+    *,
     n: int = 1,
     max_new_tokens: int = 64,
     temperature: float = 1.0,
@@ -184,7 +185,16 @@ def sample(
     from smollab.engine.sample_texts import sample_texts
 
     pairs = sample_texts(
-        str(path), prompts, n, max_new_tokens, temperature, top_p, top_k, seed, device, mode
+        str(path),
+        prompts,
+        n=n,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        device=device,
+        mode=mode,
     )
     return [{"prompt": p, "text": t} for p, t in pairs]
 
@@ -192,6 +202,7 @@ def sample(
 def wordle_games(
     path: str | Path,
     games: int,
+    *,
     max_turns: int = 6,
     temperature: float = 0.0,
     top_p: float = 1.0,
@@ -255,6 +266,7 @@ def probe(workload: str | Path, args: Sequence[str] = (), **values: Any) -> dict
 def bench(
     workload: str | Path,
     args: Sequence[str] = (),
+    *,
     knobs: Sequence[str] | None = None,
     steps: int | None = None,
     out: str | Path | None = None,

@@ -231,14 +231,14 @@ def _sample(p: argparse.ArgumentParser) -> None:
         for s in api.sample(
             a.path,
             a.prompt,
-            a.n,
-            a.max_new_tokens,
-            temperature,
-            a.top_p,
-            a.top_k,
-            a.seed,
-            a.device,
-            a.mode,
+            n=a.n,
+            max_new_tokens=a.max_new_tokens,
+            temperature=temperature,
+            top_p=a.top_p,
+            top_k=a.top_k,
+            seed=a.seed,
+            device=a.device,
+            mode=a.mode,
         ):
             print(f"[{s['prompt']}] {s['text']}\n")
         return 0
@@ -252,15 +252,15 @@ def _play_wordle(a: argparse.Namespace) -> int:
     r = api.wordle_games(
         a.path,
         a.wordle_games,
-        a.max_turns,
-        0.0 if a.temperature is None else a.temperature,
-        a.top_p,
-        a.top_k,
-        a.max_new_tokens,
-        a.seed,
-        a.device,
-        a.mode,
-        a.wordle_out,
+        max_turns=a.max_turns,
+        temperature=0.0 if a.temperature is None else a.temperature,
+        top_p=a.top_p,
+        top_k=a.top_k,
+        max_new_tokens=a.max_new_tokens,
+        seed=a.seed,
+        device=a.device,
+        mode=a.mode,
+        out=a.wordle_out,
     )
     guesses = "-" if r["mean_guesses"] is None else f"{r['mean_guesses']:.2f}"
     print(

@@ -133,11 +133,15 @@ def test_exclude_makes_a_held_out_set_that_no_training_file_shows(tmp_path, caps
     ]
     assert set(raw) & seen  # without --exclude the opening positions come back
     with pytest.raises(UserError, match="--exclude .*nope.txt: cannot read it"):
-        write_all(tmp_path / "x", 0, 0, move_prompts=5, exclude=[tmp_path / "nope.txt"])
+        write_all(
+            tmp_path / "x", prompts=0, corpus=0, move_prompts=5, exclude=[tmp_path / "nope.txt"]
+        )
     (tmp_path / "story.txt").write_text("Once upon a time\n")
     with pytest.raises(UserError, match="story.txt: no 'FEN: <fen>' in it"):
-        write_all(tmp_path / "x", 0, 0, move_prompts=5, exclude=[tmp_path / "story.txt"])
+        write_all(
+            tmp_path / "x", prompts=0, corpus=0, move_prompts=5, exclude=[tmp_path / "story.txt"]
+        )
     with pytest.raises(UserError, match="give --move-prompts N as well"):
-        write_all(tmp_path / "x", 5, 0, exclude=files)
+        write_all(tmp_path / "x", prompts=5, corpus=0, exclude=files)
     with pytest.raises(UserError, match="only 0 new positions in 3 random games"):
         move_prompts_from(stream(0, max_plies=0), 5, {position(chess.STARTING_FEN)}, max_draws=3)

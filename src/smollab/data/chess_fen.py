@@ -173,6 +173,7 @@ def write_corpus(path: str | Path, rows: Sequence[dict[str, str]]) -> Path:
 
 def write_all(
     out: str | Path,
+    *,
     prompts: int,
     corpus: int,
     seed: int = 0,
@@ -239,7 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = p.parse_args(argv)
     try:
         paths = write_all(
-            a.out, a.prompts, a.corpus, a.seed, a.max_plies, a.notation, a.move_prompts, a.exclude
+            a.out,
+            prompts=a.prompts,
+            corpus=a.corpus,
+            seed=a.seed,
+            max_plies=a.max_plies,
+            notation=a.notation,
+            move_prompts=a.move_prompts,
+            exclude=a.exclude,
         )
     except UserError as e:
         print(f"smollab: error: {e}")

@@ -230,6 +230,7 @@ def take(problems: Iterator[Problem], n: int) -> list[Problem]:
 
 def write_all(
     out: str | Path,
+    *,
     prompts: int = 1024,
     heldout: int = 512,
     corpus: int = 60_000,
@@ -313,15 +314,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         paths = write_all(
             a.out,
-            a.prompts,
-            a.heldout,
-            a.corpus,
-            a.stories,
-            a.sft,
-            a.seed,
-            a.max_number,
-            a.max_factor,
-            a.sft_form,
+            prompts=a.prompts,
+            heldout=a.heldout,
+            corpus=a.corpus,
+            stories=a.stories,
+            sft=a.sft,
+            seed=a.seed,
+            max_number=a.max_number,
+            max_factor=a.max_factor,
+            sft_form=a.sft_form,
         )
     except UserError as e:
         print(f"smollab: error: {e}")

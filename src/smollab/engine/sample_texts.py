@@ -42,6 +42,7 @@ def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
 def sample_texts(
     path: str,
     prompts: list[str],
+    *,
     n: int,
     max_new_tokens: int,
     temperature: float,

@@ -198,7 +198,15 @@ def test_routing_frac_thins_the_detector_flags_and_not_the_label_noise():
         cfg = RoutingConfig(enabled=True, detector={"name": "happy_count", "threshold": 1}, **kw)
         router = Router(cfg, seed=0, rewards=[])
         texts = ["happy day", "a sad day"] * 8
-        router.score(3, list(range(16)), torch.zeros(16), {}, ["Once"] * 16, texts, None)
+        router.score(
+            3,
+            picked=list(range(16)),
+            total=torch.zeros(16),
+            per_fn={},
+            prompts=["Once"] * 16,
+            completions=texts,
+            rows=None,
+        )
         return router.routed.tolist()
 
     flagged = [True, False] * 8

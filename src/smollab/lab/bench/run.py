@@ -40,6 +40,7 @@ DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05, "sft": 0.02}  # relative lo
 def run_bench(
     workload: str,
     overrides: list[str],
+    *,
     knobs: list[str] | None = None,
     steps: int | None = None,
     out: str | Path | None = None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -33,6 +33,14 @@ from smollab.train.grpo.step import step
 IDLE_S = 0.2  # worker mode: how often an empty worker looks at its inbox
 
 
+class Trial(NamedTuple):
+    """A lane waiting to join: its name, config and run directory."""
+
+    name: str
+    cfg: GRPOConfig
+    run_dir: Path
+
+
 def train_lanes(
     cfgs: list[GRPOConfig],
     *,
@@ -44,11 +52,11 @@ def train_lanes(
     time, until it is closed, each with perf.threads=`threads` when given). Returns each lane's
     summary, in the order they ended."""
     box = Inbox(inbox) if inbox else None
-    queue = [(run_dir_for(c).name, c, run_dir_for(c)) for c in cfgs]
-    for name, cfg, _ in queue:  # the lanes given: all refused before any work, in one line
-        check_supported(flatten(to_dict(cfg)), name)
-        check_compatible(queue[0][1], cfg, name)
-    dirs = [Path(d).resolve() for _, _, d in queue]
+    queue = [Trial(run_dir_for(c).name, c, run_dir_for(c)) for c in cfgs]
+    for t in queue:  # the lanes given: all refused before any work, in one line
+        check_supported(flatten(to_dict(t.cfg)), t.name)
+        check_compatible(queue[0].cfg, t.cfg, t.name)
+    dirs = [Path(t.run_dir).resolve() for t in queue]
     if len(set(dirs)) < len(dirs):
         twice = next(d for d in dirs if dirs.count(d) > 1)
         raise UserError(f"two lanes would write {twice}: give each its own run.dir (or run.seed)")
@@ -60,7 +68,7 @@ def train_lanes(
                 return []
             time.sleep(IDLE_S)
             queue += _posted(box, seen, threads)
-    first = queue[0][1]
+    first = queue[0].cfg
     if distributed.setup(torch.device("cpu"))[0].enabled:
         raise UserError("lanes run in one process: start `smollab lanes` without torchrun")
     rt = setup_runtime(first.perf)
@@ -79,7 +87,9 @@ def train_lanes(
                         if lane.ended is None and (why := box.stop_reason(lane.lane)) is not None:
                             lane.ended = ("interrupted", why or f"stopped at step {lane.step}")
                 while queue and len(lanes) < max_lanes:
-                    lane = _open(shared, policies, *queue.pop(0), box, summaries, opened)
+                    lane = _open(
+                        shared, policies, queue.pop(0), box=box, summaries=summaries, opened=opened
+                    )
                     if lane is not None:
                         lanes.append(lane)
                 for lane in [la for la in lanes if la.due_to_end]:
@@ -122,7 +132,7 @@ def check_compatible(first: GRPOConfig, cfg: GRPOConfig, name: str) -> None:
             )
 
 
-def _posted(box: Inbox, seen: set[str], threads: int | None) -> list[tuple[str, GRPOConfig, Path]]:
+def _posted(box: Inbox, seen: set[str], threads: int | None) -> list[Trial]:
     """The inbox's new trials as (name, config, run dir); a trial whose config is bad input ends
     at once (exit code 1, the reason in the worker's log) without touching the other lanes."""
     out = []
@@ -131,7 +141,7 @@ def _posted(box: Inbox, seen: set[str], threads: int | None) -> list[tuple[str, 
         try:
             cfg = _config(t, threads)
             check_supported(flatten(to_dict(cfg)), t.name)
-            out.append((t.name, cfg, Path(t.run_dir)))
+            out.append(Trial(t.name, cfg, Path(t.run_dir)))
         except UserError as e:
             print(f"trial {t.name}: {e}", flush=True)
             box.ended(t.name, EXIT_FAILED)
@@ -149,10 +159,16 @@ def _config(t: LaneTrial, threads: int | None) -> GRPOConfig:
 
 
 def _open(
-    shared: Shared, policies: Lanes, name, cfg, run_dir, box, summaries, opened
+    shared: Shared,
+    policies: Lanes,
+    trial: Trial,
+    *,
+    box: Inbox | None,
+    summaries: list[dict[str, Any]],
+    opened: list,
 ) -> RunState | None:
     """A new lane, or None when its trial could not join (refused, or finished already)."""
-    before = len(opened)
+    name, cfg, before = trial.name, trial.cfg, len(opened)
     try:
         check_compatible(shared.cfg, cfg, name)
         lane = RunState.open(
@@ -161,7 +177,7 @@ def _open(
             rt=shared.rt,
             sampler=policies.name,
             no_replay=policies.no_replay,
-            path=run_dir,
+            path=trial.run_dir,
             lane=name,
         )
     except UserError as e:  # a changed config, an unusable checkpoint: recorded, never running

@@ -89,7 +89,16 @@ class Whole:
         return -float(self.logp_sums[rows].sum()) / tokens if tokens else 0.0
 
 
-def gather(total, per_fn, prompts, completions, r: Rollout, mask, d: Dist) -> Whole:
+def gather(
+    r: Rollout,
+    mask: torch.Tensor,
+    d: Dist,
+    *,
+    total: torch.Tensor,
+    per_fn: dict[str, torch.Tensor],
+    prompts: list[str],
+    completions: list[str],
+) -> Whole:
     """Every rank's rewards, texts and rollout sizes, on every rank (one all_gather_object)."""
     m = mask.double()
     mine = (

@@ -70,6 +70,7 @@ class Router:
     def score(
         self,
         step: int,
+        *,
         picked: list[int],
         total: torch.Tensor,
         per_fn: dict[str, torch.Tensor],

@@ -78,17 +78,19 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
         if run.router:
             total[s] = run.router.score(
                 run.step,
-                picked[s],
-                total[s],
-                {k: v[s] for k, v in per_fn.items()},
-                prompt_texts[s],
-                completions[s],
-                token_rows[s],
+                picked=picked[s],
+                total=total[s],
+                per_fn={k: v[s] for k, v in per_fn.items()},
+                prompts=prompt_texts[s],
+                completions=completions[s],
+                rows=token_rows[s],
             )
     mask = r.completion_mask.clone()
     if g.mask_truncated_completions:
         mask[r.truncated] = 0
-    batch = ranks.gather(total, per_fn, prompt_texts, completions, r, mask, d)
+    batch = ranks.gather(
+        r, mask, d, total=total, per_fn=per_fn, prompts=prompt_texts, completions=completions
+    )
     whole = [slice(i * tc.batch_size, (i + 1) * tc.batch_size) for i in range(len(runs))]
     advantages = torch.cat(
         [
