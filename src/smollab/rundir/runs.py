@@ -72,8 +72,11 @@ STATUSES = (
 FINISHED = ("completed", "diverged", "degenerate", "stuck", "pruned")  # results, never rerun
 
 
-def default_run_dir(command: str, parts: Iterable[str]) -> Path:
-    """runs/<command>-<parts>: deterministic, so running the same config again resumes it."""
+def run_path(run_dir: str | None, command: str, parts: Iterable[str]) -> Path:
+    """A run's directory: `run.dir` exactly when set, else runs/<command>-<parts>, deterministic,
+    so running the same config again resumes it."""
+    if run_dir:
+        return Path(run_dir)
     name = "-".join([command, *[p for p in parts if p]])
     safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
     return Path("runs") / safe

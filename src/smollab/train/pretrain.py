@@ -29,7 +29,7 @@ from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, build_model, check_model_source
 from smollab.models.presets import count_parameters
 from smollab.rundir.columns import PRETRAIN as COLUMNS
-from smollab.rundir.runs import default_run_dir
+from smollab.rundir.runs import run_path
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.ledger import Ledger
@@ -39,11 +39,9 @@ from smollab.train.seeds import stream_seed
 
 
 def run_dir_for(cfg: PretrainConfig) -> Path:
-    if cfg.run.dir:
-        return Path(cfg.run.dir)
     source = Path(cfg.model.path).name if cfg.model.path else cfg.model.preset
-    return default_run_dir(
-        "pretrain", [cfg.run.name or source, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"]
+    return run_path(
+        cfg.run.dir, "pretrain", [cfg.run.name or source, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"]
     )
 
 

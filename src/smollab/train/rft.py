@@ -34,7 +34,7 @@ from smollab.models.loading import build_model, check_model_source
 from smollab.rewards.registry import validate_specs
 from smollab.rundir.atomic import read_json
 from smollab.rundir.columns import RFT as COLUMNS
-from smollab.rundir.runs import ROUNDS, RunView, default_run_dir
+from smollab.rundir.runs import ROUNDS, RunView, run_path
 from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
 from smollab.train.seeds import stream_seed
@@ -43,12 +43,10 @@ _EVAL_SALT = 0xE7A1  # the held-out draws: the same for every round
 
 
 def run_dir_for(cfg: RFTConfig) -> Path:
-    if cfg.run.dir:
-        return Path(cfg.run.dir)
     source = Path(cfg.rft.prompts_file or "rft").stem
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
-    return default_run_dir(
-        "rft", [cfg.run.name or source, kind, f"r{cfg.rft.rounds}", f"s{cfg.run.seed}"]
+    return run_path(
+        cfg.run.dir, "rft", [cfg.run.name or source, kind, f"r{cfg.rft.rounds}", f"s{cfg.run.seed}"]
     )
 
 

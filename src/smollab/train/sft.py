@@ -32,7 +32,7 @@ from smollab.errors import UserError
 from smollab.models.loading import align_special_tokens, apply_lora, build_model, check_model_source
 from smollab.models.presets import count_parameters
 from smollab.rundir.columns import SFT as COLUMNS
-from smollab.rundir.runs import default_run_dir
+from smollab.rundir.runs import run_path
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.crash_record import records_failure
 from smollab.train.ledger import Ledger
@@ -42,12 +42,12 @@ from smollab.train.seeds import stream_seed
 
 
 def run_dir_for(cfg: SFTConfig) -> Path:
-    if cfg.run.dir:
-        return Path(cfg.run.dir)
     source = Path(cfg.data.train_file or cfg.data.hf_dataset or "sft").stem
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
-    return default_run_dir(
-        "sft", [cfg.run.name or source, kind, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"]
+    return run_path(
+        cfg.run.dir,
+        "sft",
+        [cfg.run.name or source, kind, f"lr{cfg.optim.lr:g}", f"s{cfg.run.seed}"],
     )
 
 

@@ -6,9 +6,10 @@ groups, and the ranks put together what must cover the whole batch.
 - Rewards and texts are gathered (`gather`), so every rank computes the batch's advantages
   (exact for every `scale_rewards`, "batch" included) and the metrics row a single process would.
 - Loss: a rank's rows are micro-batches of the whole step (`update`, weighted by the step's
-  token and row counts, `step_totals`), so the ranks' losses SUM to the step's loss; their gradients are summed
-  (`sum_over_ranks`, no DDP wrapper: the decode replay and routing call the model's modules
-  themselves) and every rank takes the same optimizer step. Stats are merged as micro-batches'.
+  token and row counts, `step_totals`), so the ranks' losses SUM to the step's loss; their
+  gradients are summed (`sum_over_ranks`, no DDP wrapper: the decode replay and routing call
+  the model's modules themselves) and every rank takes the same optimizer step. Stats are
+  merged as micro-batches'.
 - Leaving: SIGINT only sets a flag (`Interrupts`) and the ranks leave together at the next step's
   start (`leave`), as on a time budget; rank 0 decides the failure rules (`broadcast_object`).
 With one process every function here is the identity or a local computation.

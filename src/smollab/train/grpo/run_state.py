@@ -25,7 +25,7 @@ from smollab.models.presets import count_parameters
 from smollab.rewards.registry import reward_keys
 from smollab.rundir.columns import GRPO as COLUMNS
 from smollab.rundir.columns import ROUTING
-from smollab.rundir.runs import default_run_dir
+from smollab.rundir.runs import run_path
 from smollab.rundir.writer import RunDir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.distributed import SINGLE, Dist
@@ -44,14 +44,12 @@ def columns(cfg: GRPOConfig) -> list[str]:
 
 
 def run_dir_for(cfg: GRPOConfig) -> Path:
-    if cfg.run.dir:
-        return Path(cfg.run.dir)
     rewards = "+".join(r.name.split(":")[-1] for r in cfg.reward)
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
     if (rc := cfg.grpo.routing).enabled:
         kind = f"route-{rc.mode}-r{rc.retain_r}-{rc.forget_r}"
     parts = [cfg.run.name or rewards, kind, f"lr{cfg.optim.lr:g}", f"beta{cfg.grpo.beta:g}"]
-    return default_run_dir("grpo", [*parts, f"s{cfg.run.seed}"])
+    return run_path(cfg.run.dir, "grpo", [*parts, f"s{cfg.run.seed}"])
 
 
 @dataclass
