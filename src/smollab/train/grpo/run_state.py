@@ -115,6 +115,13 @@ class RunState:
         run, finished = scaffold.open_run(path or run_dir_for(cfg), cfg, "grpo", d)
         if finished is not None:
             return finished
+        if run:
+            run.log(rt.describe(), echo=lane is None)
+        saved = checkpoints.resume(
+            run, policy, optimizer, rt.scaler, cfg.model.lora.enabled, dist=d
+        )
+        watch = RLWatch(cfg.failure, saved.get("flags"))
+        watch.streak = int(saved.get("rl_streak", 0))
         state = cls(
             cfg=cfg,
             run=run,
@@ -123,37 +130,31 @@ class RunState:
             optimizer=optimizer,
             scaler=rt.scaler,
             options=LossOptions.from_config(cfg.grpo),
-            watch=RLWatch(cfg.failure),
+            watch=watch,
             started=started or time.time(),
             router=router,
             lane=lane,
+            step=int(saved.get("step", 0)),
+            history=list(saved.get("reward_history", [])),
+            train_seconds=float(saved.get("train_seconds", 0.0)),
         )
-        if run:
-            run.log(rt.describe(), echo=lane is None)
-        saved = checkpoints.resume(
-            run, policy, optimizer, rt.scaler, cfg.model.lora.enabled, dist=d
-        )
-        state.step, state.history = int(saved.get("step", 0)), list(saved.get("reward_history", []))
-        state.train_seconds = float(saved.get("train_seconds", 0.0))
-        state.watch = RLWatch(cfg.failure, saved.get("flags"))
-        state.watch.streak = int(saved.get("rl_streak", 0))
         if run:
             state.base_eval = run.read_summary().get("base_eval_reward")
             run.open_metrics(columns(cfg), resume_step=state.step if run.resume_from else None)
             total, _ = count_parameters(policy)
+            n_trainable = sum(p.numel() for p in trainable)
             forward = "replayed from the decode" if no_replay is None else f"computed ({no_replay})"
             where = f"lane {lane} of a lanes worker: " if lane else ""
             run.log(
                 f"{where}policy {cfg.model.path or cfg.model.preset}: {total:,} parameters, "
-                f"{sum(p.numel() for p in trainable):,} trainable ({_kind(cfg)}); sampler "
-                f"{sampler}; rewards {', '.join(_reward_keys(cfg))}; policy forward "
-                f"{forward}",
+                f"{n_trainable:,} trainable ({_kind(cfg)}); sampler {sampler}; rewards "
+                f"{', '.join(_reward_keys(cfg))}; policy forward {forward}",
                 echo=True,
             )
             run.update_summary(
                 status="running",
                 params_total=total,
-                params_trainable=sum(p.numel() for p in trainable),
+                params_trainable=n_trainable,
                 device=str(rt.device),
                 sampler=sampler,
                 world_size=d.world,
@@ -161,11 +162,10 @@ class RunState:
         return state
 
     # ---- the step's own -------------------------------------------------------------------
-    def set_lr(self) -> float:
+    def set_lr(self) -> None:
         lr = lr_at(self.step, self.cfg.optim, self.cfg.train.max_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        return lr
 
     @property
     def out_of_time(self) -> bool:
@@ -197,22 +197,21 @@ class RunState:
         self.run.update_summary(base_eval_reward=reward)
         self.run.log(f"base model: eval reward {reward:.3f}", echo=True)
 
-    def after_step(self, batch: Whole, rows: slice, tokenizer, d: Dist = SINGLE) -> bool:
+    def after_step(self, batch: Whole, rows: slice, tokenizer, d: Dist = SINGLE) -> None:
         """The metrics row and samples (at log steps), the failure rules, finite weights, the
-        periodic checkpoint. Returns whether it logged this step."""
+        periodic checkpoint."""
         tc, run, row = self.cfg.train, self.run, self.row
-        logged = self.step % tc.log_interval == 0 or self.step == tc.max_steps or self.step == 1
-        if run and logged:
+        if run and (self.due(tc.log_interval) or self.step == 1):
             run.metrics.append(row)
-            n = min(self.cfg.grpo.log_samples, rows.stop - (rows.start or 0))
+            prompts, completions = batch.prompts[rows], batch.completions[rows]
             run.append_samples(
                 {
                     "step": self.step,
-                    "prompt": batch.prompts[rows][i],
-                    "completion": batch.completions[rows][i],
+                    "prompt": prompts[i],
+                    "completion": completions[i],
                     "reward": float(batch.total[rows][i]),
                 }
-                for i in range(n)
+                for i in range(min(self.cfg.grpo.log_samples, len(completions)))
             )
             run.log(_line(row), echo=self.echo)
         failure = distributed.broadcast_object(
@@ -222,14 +221,13 @@ class RunState:
             self._log(f"{failure.status}: {failure.evidence}")
             if self.cfg.failure.action == "stop" or failure.status == "diverged":
                 self.ended = (failure.status, failure.evidence)
-                return logged
+                return
         if not _finite(self.trainable):  # NaN weights would poison every later draw
             self.ended = ("diverged", f"its weights are not finite at step {self.step}")
             self._log(f"diverged: {self.ended[1]}")
-            return logged
+            return
         if run and self.due(tc.save_interval) and self.step < tc.max_steps:
             self.save(tokenizer)
-        return logged
 
     def save(self, tokenizer) -> None:
         checkpoints.save_state(
