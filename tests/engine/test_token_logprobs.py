@@ -14,6 +14,15 @@ from smollab.engine.token_logprobs import logprobs, selected_logprobs, shared_pr
 from tests.engine.test_sampler import PROMPTS, micro_gpt2, micro_llama  # noqa: E402
 
 
+def test_chunks_are_sized_by_vocabulary_and_device():
+    """Cache-sized chunks of a small vocabulary on a CPU (as before), and never fewer than
+    MIN_ROWS rows: a 151k head is read whole by every chunk."""
+    cpu = torch.device("cpu")
+    assert tl.chunk_rows(4096, cpu) == 256
+    assert tl.chunk_rows(151_936, cpu) == tl.chunk_rows(49_152, cpu) == tl.MIN_ROWS
+    assert tl.chunk_rows(128, cpu) == tl.CPU_CHUNK_ELEMS // 128
+
+
 def naive(h, w, targets, temperature):
     logits = (h @ w.t()).float() / temperature
     return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1)
@@ -23,7 +32,7 @@ def naive(h, w, targets, temperature):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("train_weight", [True, False])
 def test_selected_logprobs_matches_log_softmax(monkeypatch, keep_logits, temperature, train_weight):
-    monkeypatch.setattr(tl, "CHUNK_ELEMS", 3 * 50)  # 3 rows a chunk: 7 rows end in a ragged chunk
+    monkeypatch.setattr(tl, "chunk_rows", lambda vocab, device: 3)  # 7 rows: a ragged last chunk
     monkeypatch.setattr(tl, "KEEP_LOGITS_ELEMS", 10**9 if keep_logits else 0)
     torch.manual_seed(0)
     h = torch.randn(7, 16, requires_grad=True)

@@ -20,6 +20,7 @@ from smollab.config.sections import (
     TrainingConfig,
     data_rules,
     doc,
+    dtype_rules,
     lora_rules,
     model_rules,
     reward_keys,
@@ -276,6 +277,11 @@ def _quantized_base_rules(c: GRPOConfig) -> None:
             f"model.load_in={m.load_in}: grpo.routing's adapters are built on a "
             "full-precision base; quantized loading is for model.lora"
         )
+    if m.load_in != "none" and m.changed("dtype"):
+        raise ValueError(
+            f"model.load_in={m.load_in} stores the base quantized; model.dtype={m.dtype} is "
+            "for full-precision weights (perf.precision sets the compute dtype)"
+        )
     if m.load_in != "none" and not m.lora.enabled:
         raise ValueError(
             f"model.load_in={m.load_in} freezes the base in {m.load_in}, and "
@@ -323,6 +329,7 @@ def grpo_rules(c: GRPOConfig) -> None:
     """The shared rules (the quantized base among them), then GRPO's own."""
     model_rules(c.model)
     lora_rules(c.model.lora)
+    dtype_rules(c.model.dtype, c.model.lora)
     _quantized_base_rules(c)
     data_rules(c.data)
     shared_rules(c.optim, c.train, c.run)

@@ -11,6 +11,7 @@ from smollab.config.sections import (
     TrainingConfig,
     compile_rules,
     data_rules,
+    dtype_rules,
     model_rules,
     shared_rules,
 )
@@ -45,6 +46,7 @@ class PretrainConfig(TrainingConfig):
 def pretrain_rules(c: PretrainConfig) -> None:
     """The shared rules, then pretraining's own."""
     model_rules(c.model)
+    dtype_rules(c.model.dtype)
     data_rules(c.data)
     shared_rules(c.optim, c.train, c.run)
     t = c.train

@@ -17,6 +17,7 @@ from smollab.config.sections import (
     RunConfig,
     Section,
     compile_rules,
+    dtype_rules,
     lora_rules,
     reward_keys,
     shared_rules,
@@ -122,6 +123,7 @@ def rft_rules(c: RFTConfig) -> None:
     """The shared rules (no story corpus), then RFT's own. A missing model.path, prompts file or
     reward is refused when the run starts (the schema's defaults must construct)."""
     lora_rules(c.model.lora)
+    dtype_rules(c.model.dtype, c.model.lora)
     shared_rules(c.optim, c.train, c.run)
     r, t, p = c.rft, c.train, c.perf
     if t.epochs is not None and t.changed("max_steps"):

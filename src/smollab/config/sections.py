@@ -84,12 +84,31 @@ class ModelConfig(Section):
         description="trained weights to load: an HF model directory, a run directory (its final "
         "checkpoint) or a hub id; wins over preset",
     )
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto",
+        description="the dtype the weights are held and trained in. auto: fp32 whatever the "
+        "checkpoint stores (a bf16 or fp16 checkpoint, as Hub models are published, is upcast "
+        "as it loads: the fp32 master weights training wants; perf.precision sets the compute "
+        "dtype); bf16, fp16: the weights held in that dtype, for memory (LoRA adapters stay "
+        "fp32; bf16 full fine-tuning trains bf16 weights with no fp32 copy; fp16 only as a "
+        "LoRA base)",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelConfig:
         if self.preset is None and self.path is None:
             raise ValueError("set model.preset or model.path")
         return self
+
+
+def dtype_rules(dtype: str, lora: LoraConfig | None = None) -> None:
+    """fp16 weights cannot take optimizer steps: there is no fp32 copy for the update to land in
+    (a GradScaler refuses to unscale fp16 gradients), so fp16 holds only a frozen LoRA base."""
+    if dtype == "fp16" and not (lora and lora.enabled):
+        raise ValueError(
+            "model.dtype=fp16: fp16 weights cannot be trained (no fp32 master copy); use bf16, "
+            "or LoRA (model.lora.enabled=true) on an fp16 base"
+        )
 
 
 def model_rules(m: ModelConfig) -> None:

@@ -7,17 +7,21 @@ optim and `sft` sections for each round.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from smollab.config.sections import (
     CompiledPerfConfig,
     LoraConfig,
+    ModelConfig,
     OptimConfig,
     Section,
     TrainConfig,
     TrainingConfig,
     compile_rules,
     doc,
+    dtype_rules,
     lora_rules,
     shared_rules,
 )
@@ -28,6 +32,9 @@ class SFTModelConfig(Section):
 
     path: str | None = Field(
         None, description="run directory, HF model directory or hub id (required)"
+    )
+    dtype: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description=doc(ModelConfig, "dtype")
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="LoRA adapters")
 
@@ -115,6 +122,7 @@ def sft_rules(c: SFTConfig) -> None:
     """The shared rules (no story corpus), then SFT's own. A missing model.path or data source is
     refused when the run starts (the schema's defaults must construct)."""
     lora_rules(c.model.lora)
+    dtype_rules(c.model.dtype, c.model.lora)
     shared_rules(c.optim, c.train, c.run)
     d, t, p = c.data, c.train, c.perf
     if d.train_file and d.hf_dataset:

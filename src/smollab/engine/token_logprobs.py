@@ -28,8 +28,25 @@ from smollab.engine.rollout import distinct_prompts
 
 __all__ = ["logprobs", "rollout_logprobs", "selected_logprobs", "shared_prompts"]
 
-CHUNK_ELEMS = 1 << 20  # logits per chunk: 4 MB in fp32, cache-sized
+CPU_CHUNK_ELEMS = 1 << 20  # logits per chunk on a CPU: 4 MB in fp32, cache-sized
+GPU_CHUNK_ELEMS = 1 << 26  # at most 256 MB of fp32 logits per chunk on a GPU ...
+GPU_FREE_SHARE = 16  # ... and at most this share of its free memory
+MIN_ROWS = 64  # every chunk reads the whole head: fewer rows leave a large vocabulary's chunk
+# bound by that read (a 151k x 896 head is 545 MB in fp32), not by its matmul
 KEEP_LOGITS_ELEMS = 1 << 26  # keep the log-probs for the backward up to 256 MB, else recompute
+
+
+def chunk_rows(vocab: int, device: torch.device) -> int:
+    """Rows of the head's output per chunk, by vocabulary and device: cache-sized on a CPU (256
+    rows of a 4,096-word head), a share of the free memory on a GPU, and never so few rows that
+    reading the head's weight dominates (49k and 151k vocabularies)."""
+    budget = CPU_CHUNK_ELEMS
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = min(GPU_CHUNK_ELEMS, free // (4 * GPU_FREE_SHARE))
+    elif device.type == "mps":
+        budget = GPU_CHUNK_ELEMS // 4  # unified memory, shared with the CPU
+    return max(MIN_ROWS, budget // vocab)
 
 
 def _chunk_logprobs(h: torch.Tensor, w: torch.Tensor, inv_t: float) -> torch.Tensor:
@@ -46,7 +63,7 @@ class _SelectedLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, inv_t: float, keep_logits: bool, probs=None, values=None):
         N, V = h.shape[0], weight.shape[0]
-        rows = max(1, CHUNK_ELEMS // V)
+        rows = chunk_rows(V, h.device)
         ctx.save_for_backward(h, weight, targets)
         ctx.inv_t, ctx.rows, ctx.probs = inv_t, rows, probs is not None
         if probs is not None:  # known softmax and values (a replayed forward): no head matmul

@@ -87,14 +87,40 @@ def check_model_source(cfg: ModelConfig) -> None:
             )
 
 
+# model.dtype -> the dtype the weights are held in (auto: fp32 master weights, whatever is stored)
+WEIGHT_DTYPES = {"auto": "float32", "fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def weights_dtype(name: str) -> torch.dtype:
+    import torch
+
+    return getattr(torch, WEIGHT_DTYPES[name])
+
+
+def stored_dtype(where: Path | str) -> str | None:
+    """The dtype a checkpoint's config.json says its weights are stored in (None: not said, or a
+    hub id, whose config is read only as it loads)."""
+    config = Path(str(where)) / "config.json"
+    if not config.is_file():
+        return None
+    import json
+
+    saved = json.loads(config.read_text())
+    return saved.get("dtype") or saved.get("torch_dtype")
+
+
 def build_model(
     cfg: ModelConfig,
     vocab_size: int | None = None,
     attn_implementation="sdpa",
     device: torch.device | None = None,
     compute_dtype: torch.dtype | None = None,
+    notes: list[str] | None = None,
 ):
-    """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init).
+    """A model from `cfg.path` (pretrained weights) or `cfg.preset` (fresh init), its weights in
+    `model.dtype` (auto: fp32, a bf16 Hub checkpoint upcast as it loads); `notes` gets one line
+    saying what was stored and what is held, for the run log. The model's config names the dtype
+    held, so its checkpoints say what they store.
 
     No `low_cpu_mem_usage` key: transformers 5 always builds a loaded model on the meta device
     and reads the weights into it (4.x's low_cpu_mem_usage=True; 5.x drops the argument unread),
@@ -105,6 +131,8 @@ def build_model(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per load of a 1M-parameter model is noise
+    dtype = weights_dtype(cfg.dtype)
+    held = f"weights {WEIGHT_DTYPES[cfg.dtype]} (model.dtype={cfg.dtype})"
     load_in = getattr(cfg, "load_in", "none")  # fine-tuning configs only
     if load_in != "none" and device is None:
         raise ValueError("build_model: model.load_in needs the device to load onto")
@@ -118,7 +146,9 @@ def build_model(
                     f"model.load_in={load_in}: {where} is a gradient-routing "
                     "checkpoint, which loads in full precision only"
                 )
-            return load_routed_dir(where, "both", attn_implementation)  # a routed run: both on
+            model = load_routed_dir(where, "both", attn_implementation).to(dtype)  # both on
+            _note(notes, f"{held}; stored {stored_dtype(where) or 'as its base'}")
+            return model
         if isinstance(where, Path):  # absolute: PEFT records it as its adapters' base model,
             where = where.resolve()  # which must load from any working directory
         if load_in != "none" and (Path(str(where)) / "adapter_config.json").is_file():
@@ -132,19 +162,29 @@ def build_model(
         quant = quantized_load_kwargs(load_in, device, compute_dtype) if device else {}
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                where, attn_implementation=attn_implementation, **quant
+                where, attn_implementation=attn_implementation, **(quant or {"dtype": dtype})
             )
         except OSError as e:
             raise UserError(f"model.path: cannot load {where}: {str(e).splitlines()[0]}") from None
         if (Path(str(where)) / "adapter_config.json").is_file():
             model = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+        stored = stored_dtype(where)
+        _note(notes, f"base quantized {load_in}" if quant else f"{held}; stored {stored or '?'}")
     else:
         from smollab.models.presets import preset_config
 
         config = preset_config(cfg.preset, vocab_size=vocab_size)
         config._attn_implementation = attn_implementation
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
+        model = AutoModelForCausalLM.from_config(
+            config, attn_implementation=attn_implementation, dtype=dtype
+        )
+        _note(notes, f"{held}; a fresh {cfg.preset}")
     return model
+
+
+def _note(notes: list[str] | None, line: str) -> None:
+    if notes is not None:
+        notes.append(line)
 
 
 def align_special_tokens(model, tokenizer) -> None:

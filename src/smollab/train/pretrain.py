@@ -85,7 +85,10 @@ def train(cfg: PretrainConfig) -> dict:
     # ---- model and optimizer ------------------------------------------------------------
     torch.manual_seed(cfg.run.seed)
     model = build_model(
-        cfg.model, vocab_size=meta["vocab_size"], attn_implementation=cfg.perf.attn_implementation
+        cfg.model,
+        vocab_size=meta["vocab_size"],
+        attn_implementation=cfg.perf.attn_implementation,
+        notes=rt.chosen,
     )
     max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
     if tc.seq_len > max_pos:

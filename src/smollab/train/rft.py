@@ -60,7 +60,11 @@ def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
     else:
         train.pop("max_steps")
     values = dict(
-        model={"path": start, "lora": config_load.to_dict(cfg.model.lora)},
+        model={
+            "path": start,
+            "dtype": cfg.model.dtype,
+            "lora": config_load.to_dict(cfg.model.lora),
+        },
         data={"train_file": str(data), "eval_file": str(data)},
         optim=config_load.to_dict(cfg.optim),
         train={**train, "eval_interval": 0},
@@ -71,14 +75,14 @@ def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
     return config_load.load_config("sft", None, (), config_load.flatten(values))
 
 
-def load_sampler(path: str | Path, device):
-    model = build_model(ModelConfig(preset=None, path=str(path))).to(device).eval()
+def load_sampler(path: str | Path, device, dtype: str):
+    model = build_model(ModelConfig(preset=None, path=str(path), dtype=dtype)).to(device).eval()
     tokenizer = scaffold.load_tokenizer_for(ModelConfig(preset=None, path=str(path)), None, False)
     eos = tokenizer.eos_token_id
     return Sampler(model, eos_token_id=eos, pad_token_id=eos), tokenizer
 
 
-def merge_lora(start: str, sft_run: Path, out: Path) -> None:
+def merge_lora(start: str, sft_run: Path, out: Path, dtype: str) -> None:
     """A LoRA round's adapters (trained on `start`) merged into full weights at `out`, the next
     round's model and the one evaluated, written under a temporary name and renamed. PEFT merges:
     transformers' own adapter loading keeps them apart, and would save the adapters alone."""
@@ -88,7 +92,8 @@ def merge_lora(start: str, sft_run: Path, out: Path) -> None:
 
     where = resolve_model_dir(str(sft_run))
     with peft_wrapping():
-        model = PeftModel.from_pretrained(build_model(ModelConfig(preset=None, path=start)), where)
+        base = build_model(ModelConfig(preset=None, path=start, dtype=dtype))
+        model = PeftModel.from_pretrained(base, where)
     tokenizer = scaffold.load_tokenizer_for(
         ModelConfig(preset=None, path=str(sft_run)), None, False
     )
@@ -156,7 +161,7 @@ def train(cfg: RFTConfig) -> dict:
         return str(d / "model" if cfg.model.lora.enabled else d / "sft")
 
     def evaluate(n: int) -> tuple[float, float]:
-        sampler, tokenizer = load_sampler(model_of(n), device)
+        sampler, tokenizer = load_sampler(model_of(n), device, cfg.model.dtype)
         scored, _ = rft_data.sample_scored(
             sampler,
             tokenizer,
@@ -190,7 +195,7 @@ def train(cfg: RFTConfig) -> dict:
             stats = read_json(stats_path)
             run.log(f"round {n}: data reused ({stats['kept']} kept)", echo=True)
         else:
-            sampler, tokenizer = load_sampler(model_of(n - 1), device)
+            sampler, tokenizer = load_sampler(model_of(n - 1), device, cfg.model.dtype)
             scored, gen_s = rft_data.sample_scored(
                 sampler,
                 tokenizer,
@@ -232,7 +237,7 @@ def train(cfg: RFTConfig) -> dict:
             run.log(f"{status}: {evidence}", echo=True)
             break
         if cfg.model.lora.enabled and not (d / "model").exists():
-            merge_lora(start, d / "sft", d / "model")
+            merge_lora(start, d / "sft", d / "model", cfg.model.dtype)
         acc, mean = evaluate(n)
         run.metrics.append(
             dict(

@@ -119,7 +119,9 @@ def train(cfg: SFTConfig) -> dict:
 
     # ---- model and optimizer ------------------------------------------------------------
     torch.manual_seed(cfg.run.seed)
-    model = build_model(cfg.model, attn_implementation=cfg.perf.attn_implementation)
+    model = build_model(
+        cfg.model, attn_implementation=cfg.perf.attn_implementation, notes=rt.chosen
+    )
     max_pos = getattr(model.config, "max_position_embeddings", None) or model.config.n_positions
     if tc.seq_len > max_pos:
         raise UserError(f"train.seq_len={tc.seq_len} exceeds the model's context of {max_pos}")

@@ -208,3 +208,36 @@ def test_trl_loss_family_trains_off_policy(micro_grpo, tmp_path, loss):
     rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in rows)
     assert all(0 <= r["frac_reward_zero_std"] <= 1 for r in rows)
+
+
+@pytest.fixture(scope="module")
+def bf16_model(micro_model, tmp_path_factory):
+    """micro_model's weights saved in bf16, as Hub checkpoints are published (config: bfloat16)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = micro_model / "checkpoints" / "final"
+    out = tmp_path_factory.mktemp("bf16") / "model"
+    AutoModelForCausalLM.from_pretrained(final, dtype=torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(final).save_pretrained(out)
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    return out
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_bf16_checkpoint_trains_fp32_master_weights(bf16_model, micro_grpo, tmp_path, lora):
+    """A bf16 checkpoint (how Hub models are published) loads as fp32 weights under
+    model.dtype=auto: the run completes with its forward replayed from the lean decode, the log
+    says what was stored and what is trained, and the checkpoint is saved (and says it is) fp32."""
+    extra = ["model.lora.enabled=true", "model.lora.r=2"] if lora else []
+    over = [*micro_grpo, f"model.path={bf16_model}", "train.max_steps=2", *extra]
+    summary = _run(over)
+    assert summary["status"] == "completed" and summary["steps"] == 2
+    run = tmp_path / "grpo"
+    log = (run / "training.log").read_text()
+    assert "weights float32 (model.dtype=auto); stored bfloat16" in log
+    assert "sampler lean" in log and "policy forward replayed from the decode" in log
+    final = run / "checkpoints" / "final"
+    weights = load_file(final / ("adapter_model.safetensors" if lora else "model.safetensors"))
+    assert {t.dtype for t in weights.values()} == {torch.float32}
+    if not lora:
+        assert json.loads((final / "config.json").read_text())["dtype"] == "float32"

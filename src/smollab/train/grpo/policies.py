@@ -55,6 +55,7 @@ def build_base(cfg: GRPOConfig, rt: Runtime, tokenizer) -> nn.Module:
         attn_implementation=cfg.perf.attn_implementation,
         device=rt.device,
         compute_dtype=rt.autocast_dtype,
+        notes=rt.chosen,
     )
     if len(tokenizer) > model.config.vocab_size:
         raise UserError(
