@@ -36,6 +36,11 @@ forward, `compute_loss`, and the rest: backward and AdamW).
     python benchmarks/grpo_vs_trl.py [--model /tmp/runs/ss1] [--data-dir /tmp/stories]
                                      [--steps 50] [--warmup 3] [--modes full,lora]
                                      [--repeats 1] [--precision fp32|bf16] [--quick]
+                                     [--batch 32] [--generations 16] [--lora-r 8]
+
+`--model` takes any HF model directory (a Qwen2.5-0.5B-shaped replica from
+`tests.replicas.build_replica`, say); its weights load in fp32 on both sides. `--batch`,
+`--generations` and `--lora-r` (alpha 2r, every linear) set the step's shape for both.
 
 Needs TRL: pip install -e ".[bench]".
 """
@@ -96,12 +101,12 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
         f"model.path={model_dir}",
         f"data.dir={args.data_dir}",
         f"train.max_steps={args.steps}",
-        "train.batch_size=32",
+        f"train.batch_size={args.batch}",
         "train.log_interval=1",
         f"train.eval_interval={args.steps}",
         f"train.save_interval={10**9}",
         "grpo.prompt_tokens=8",
-        "grpo.num_generations=16",
+        f"grpo.num_generations={args.generations}",
         "grpo.max_completion_length=64",
         "grpo.temperature=1.0",
         "grpo.top_p=1.0",
@@ -120,8 +125,8 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
     if mode == "lora":
         over += [
             "model.lora.enabled=true",
-            "model.lora.r=8",
-            "model.lora.alpha=16",
+            f"model.lora.r={args.lora_r}",
+            f"model.lora.alpha={2 * args.lora_r}",
             "model.lora.dropout=0.0",
             "model.lora.targets=[q,k,v,o,gate,up,down]",
             "grpo.export_merged=true",
@@ -239,12 +244,16 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
         from peft import LoraConfig
 
         peft_config = LoraConfig(
-            r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_MODULES, task_type="CAUSAL_LM"
+            r=cfg.model.lora.r,
+            lora_alpha=cfg.model.lora.alpha,
+            lora_dropout=0.0,
+            target_modules=LORA_MODULES,
+            task_type="CAUSAL_LM",
         )
     targs = GRPOConfig(
         output_dir=str(out_dir),
-        per_device_train_batch_size=32,
-        num_generations=16,
+        per_device_train_batch_size=cfg.train.batch_size,
+        num_generations=cfg.grpo.num_generations,
         max_completion_length=64,
         beta=0.02,
         temperature=1.0,
@@ -374,6 +383,12 @@ def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str,
             args.precision,
             "--threads",
             str(args.threads),
+            "--batch",
+            str(args.batch),
+            "--generations",
+            str(args.generations),
+            "--lora-r",
+            str(args.lora_r),
             "--out",
             str(outs[impl]),
         ]
@@ -435,13 +450,15 @@ def mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def report(mode: str, s: dict, t: dict, runs: dict, wall: float, loads, base_held_out) -> None:
+def report(
+    mode: str, s: dict, t: dict, runs: dict, wall: float, loads, base_held_out, lora_r: int
+) -> None:
     n = len(runs["smollab"][0]["reward_mean"])
     k = 5
     title = (
         "full fine-tuning, lr 1e-5"
         if mode == "full"
-        else "LoRA r8 alpha 16 (q,k,v,o,gate,up,down), lr 1e-4"
+        else f"LoRA r{lora_r} alpha {2 * lora_r} (q,k,v,o,gate,up,down), lr 1e-4"
     )
     print(
         f"== {title}: {n} steps each x {len(runs['smollab'])}, taking turns step by step "
@@ -516,6 +533,9 @@ def main() -> None:
     ap.add_argument("--modes", default="full,lora", help="comma list of full, lora")
     ap.add_argument("--repeats", type=int, default=1, help="turn-taking pairs of runs per mode")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="for both")
+    ap.add_argument("--batch", type=int, default=32, help="completions per step")
+    ap.add_argument("--generations", type=int, default=16, help="completions per prompt")
+    ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank (alpha twice it)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     ap.add_argument("--quick", action="store_true", help="8 steps per implementation")
     ap.add_argument("--child", choices=["smollab", "trl"], help=argparse.SUPPRESS)
@@ -547,7 +567,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base_held_out = held_out_reward(
-        AutoModelForCausalLM.from_pretrained(model_dir),
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         AutoTokenizer.from_pretrained(model_dir),
         args.data_dir,
     )
@@ -555,7 +575,8 @@ def main() -> None:
     print(
         f"model {model_dir}; torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"transformers {transformers.__version__}, trl {trl.__version__}; {os.cpu_count()} CPUs; "
-        f"batch 32 = 2 prompts x 16, <= 64 new tokens, T 1.0, beta 0.02, {args.precision}"
+        f"batch {args.batch} = {args.batch // args.generations} prompts x {args.generations}, "
+        f"<= 64 new tokens, T 1.0, beta 0.02, {args.precision}"
     )
     print(
         "s/step: smollab = metrics.csv step_s; TRL = on_step_begin..on_step_end. "
@@ -569,7 +590,8 @@ def main() -> None:
             for impl in IMPLS:
                 runs[impl].append(pair[impl])
         s, t = merge(runs["smollab"], args.warmup), merge(runs["trl"], args.warmup)
-        report(mode, s, t, runs, time.perf_counter() - t0, (load0, os.getloadavg()), base_held_out)
+        wall = time.perf_counter() - t0
+        report(mode, s, t, runs, wall, (load0, os.getloadavg()), base_held_out, args.lora_r)
         if mode == modes[-1]:
             print(
                 f"TRL prompts: {t['n_prompts']:,} texts, {100 * t['prompt_match']:.1f}% tokenize "

@@ -2,10 +2,11 @@
 
 Default shape: SimpleStories-1.25M (random init), 32 rows, 8-token prompts, 64 new tokens, no EOS
 stop, temperature 1. The two are timed alternately in one process (the machine is shared and
-noisy) and medians are printed, with the ratio. Also: `load_weights` per step, and the no-grad
+noisy) and medians are printed, with the ratio. `--model DIR` takes any HF model directory instead
+(a Qwen2.5-0.5B-shaped replica: `tests.replicas.build_replica`), in fp32 unless `--dtype` says. Also: `load_weights` per step, and the no-grad
 log-prob forward over prompt + completion (reference / old log-probs), lean vs HF.
 
-    python benchmarks/rollout_vs_hf_generate.py [--batch 32] [--new 64] [--repeats 7] [--threads N]
+    python benchmarks/rollout_vs_hf_generate.py [--model DIR] [--dtype fp32|bf16] [--batch 32] [--new 64] [--repeats 7] [--threads N]
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def _med(ts: list[tuple[float, float]], i: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="an HF model directory (default: random 1.25M)")
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="--model's weights")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--prompt", type=int, default=8)
     ap.add_argument("--new", type=int, default=64)
@@ -44,7 +47,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
     from smollab.engine.lean_llama import LeanLlama
     from smollab.engine.sampler import Sampler
@@ -67,8 +70,13 @@ def main() -> None:
         pad_token_id=0,
     )
     hf = LlamaForCausalLM(cfg).eval()
+    if args.model:
+        dtype = torch.float32 if args.dtype == "fp32" else torch.bfloat16
+        hf = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).eval()
+        cfg = hf.config
+    pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
     B, P, T = args.batch, args.prompt, args.new
-    prompts = torch.randint(3, cfg.vocab_size, (B, P))
+    prompts = torch.randint(3, min(cfg.vocab_size, 32_000), (B, P))
     mask = torch.ones_like(prompts)
 
     sampler = Sampler(hf)
@@ -89,7 +97,7 @@ def main() -> None:
                 top_p=1.0,
                 max_new_tokens=T,
                 min_new_tokens=T,
-                pad_token_id=0,
+                pad_token_id=pad,
             )
         assert out.shape == (B, P + T)
 
@@ -127,7 +135,12 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, backend {sampler.backend}"
     )
-    print(f"shape: batch {B}, prompt {P}, new tokens {T}, vocab {cfg.vocab_size}, no EOS stop")
+    params = sum(p.numel() for p in hf.parameters())
+    print(
+        f"model {args.model or 'random SimpleStories-1.25M'} ({cfg.model_type}, {params:,} "
+        f"parameters, {next(hf.parameters()).dtype}); batch {B}, prompt {P}, new tokens {T}, "
+        f"vocab {cfg.vocab_size}, no EOS stop"
+    )
     print(
         f"medians of {args.repeats}, the two alternated; wall = what you wait, cpu = process time"
     )
