@@ -1,22 +1,26 @@
-"""Offline replicas of the Hub families users fine-tune, built in about a second each.
+"""Offline replicas of the Hub families users fine-tune, each built in a tenth of a second.
 
 No hub is reachable here, and a real checkpoint costs hundreds of MB, so tests read replicas:
 each family's published `config.json` with its features kept (model_type, biases, q/k norms, RoPE
 type and parameters, tied head, vocabulary size, GQA, activation, head_dim) and only its sizes
 scaled down; random weights saved in bf16 as safetensors, as published; a byte-level BPE trained
-here on a few hundred words, carrying the family's special tokens, bos/eos/pad and its published
-chat template (`replica_templates/`). The config files are written as the hub serves them
-(transformers 4 keys: `rope_theta`, `rope_scaling`, `torch_dtype`), not as transformers 5 would
-save them, since that is what users download.
+here on a few hundred words with the family's pre-tokenizer, special tokens, bos/eos/pad and its
+published chat template. The config files are written as the hub serves them (transformers 4
+keys: `rope_theta`, `rope_scaling`, `torch_dtype`), not as transformers 5 would save them,
+since that is what users download.
 
-Token ids differ from the real ones (the tokenizer has a few hundred entries); every id in
+The chat templates (`replica_templates/`) are the published bytes, as TRL stores them to
+recognise models by identity, except SmolLM3's, rebuilt from public copies of it (its system
+turn is left unclosed without tools, as published).
+
+Token ids differ from the real ones (the tokenizer has about a thousand entries); every id in
 config.json and generation_config.json names the same token as in the published files. The
 model keeps the family's vocabulary size, larger than its tokenizer (as Qwen's is in reality),
 so big-vocabulary paths run. Weights are drawn so that nothing is an identity a wrong forward
 could get away with: RMSNorm gains (q/k norms included) are not ones and biases are not zeros.
 
-    build_replica("qwen3", tmp / "qwen3")                # tiny, bf16, a few MB
-    build_replica("qwen2.5", tmp / "q", full=True, dtype="float32")  # the real 0.5B shape
+    build_replica("qwen3", tmp / "qwen3")  # tiny, bf16, 10 MB
+    build_replica("qwen2.5", tmp / "q", full=True, dtype="float32")  # the real 0.5B shape, 2 GB
 """
 
 from __future__ import annotations
