@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -116,6 +117,35 @@ def micro_grpo(micro_model, micro_data, tmp_path):
     """Overrides for a micro GRPO run: 8 completions (2 prompts x 4) of 12 tokens per step; no
     plots/ (as micro_pretrain)."""
     return micro_grpo_overrides(micro_model, micro_data, tmp_path / "grpo")
+
+
+# ---- offline replicas of the Hub families (tests/replicas.py) -------------------------------
+
+
+@pytest.fixture(scope="session")
+def replicas(tmp_path_factory):
+    """A builder of the families' offline replicas, each built once per session and shared:
+    `replicas("qwen3")` is its directory, `replicas("qwen2.5", tie=False)` a variant (keyword
+    arguments as `build_replica`'s). Tests read these directories; one that changes files copies
+    the directory first."""
+    from tests.replicas import build_replica
+
+    built = {}
+
+    def get(family: str, **kwargs):
+        key = json.dumps([family, kwargs], sort_keys=True)
+        if key not in built:
+            out = tmp_path_factory.mktemp(f"replica-{family}")
+            built[key] = build_replica(family, out, **kwargs)
+        return built[key]
+
+    return get
+
+
+@pytest.fixture
+def replica_dir(replicas, family):
+    """The replica of the test's `family`: `@pytest.mark.parametrize("family", FAMILIES)`."""
+    return replicas(family)
 
 
 # ---- lab: a fake `smollab` child (stdlib only, starts in milliseconds) ------------------------
