@@ -39,15 +39,28 @@ def lane_policies(ranks=(2, 4, 4), targets=TARGETS):
 def full_policies(n: int = 3, tie: bool = True):
     """Full policies of one architecture, each its own perturbation of one base (norms too)."""
     base = micro_llama(tie=tie)
-    out = []
-    for i in range(n):
-        policy = copy.deepcopy(base)
-        g = torch.Generator().manual_seed(20 + i)
-        with torch.no_grad():
-            for p in policy.parameters():
-                p.add_(torch.randn(p.shape, generator=g) * 0.05)
-        out.append(policy)
-    return out
+    return [perturbed(copy.deepcopy(base), 20 + i) for i in range(n)]
+
+
+def perturbed(policy, seed: int):
+    """`policy` with every parameter moved by its own noise (norms, biases and all)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return policy
+
+
+def assert_lanes_logits(lanes: LaneLlama, policies, ids, mask, tol: float) -> None:
+    """Each lane's logits of the left-padded batch (ids, mask) are its HF policy's."""
+    N, real = len(policies), mask.bool()
+    with torch.inference_mode():
+        ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
+        for lane, policy in enumerate(policies):
+            ref = policy(
+                input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)
+            ).logits
+            torch.testing.assert_close(ours[lane][real], ref[real], atol=tol, rtol=0)
 
 
 def lanes_for(policies) -> LaneLlama:
@@ -158,14 +171,8 @@ def test_full_lanes_compute_each_policys_logits_decode_and_gradients(tie):
     alone = [copy.deepcopy(p) for p in policies]
     lanes = lanes_for(policies)
     ids, mask = batch()
-    N, real = len(policies), mask.bool()
-    with torch.inference_mode():
-        ours = lanes(ids.repeat(N, 1), mask.repeat(N, 1)).view(N, *ids.shape, -1)
-        for lane, policy in enumerate(policies):
-            ref = policy(
-                input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask)
-            ).logits
-            torch.testing.assert_close(ours[lane][real], ref[real], atol=TOL, rtol=0)
+    N = len(policies)
+    assert_lanes_logits(lanes, policies, ids, mask, TOL)
     prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14]]
     together = Sampler(lanes, eos_token_id=2).generate(prompts * N, 6, temperature=0)
     P = 5

@@ -39,9 +39,10 @@ def micro_llama(tie: bool = True, seed: int = 0):
     return model
 
 
-def batch(seed: int = 1):
+def batch(seed: int = 1, vocab: int = 64):
+    """Token ids [3, 10] in [3, vocab), rows 0 and 1 left-padded by 4 and 1."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 64, (3, 10), generator=g)
+    ids = torch.randint(3, vocab, (3, 10), generator=g)
     mask = torch.ones_like(ids)
     mask[0, :4] = 0
     mask[1, :1] = 0
@@ -141,13 +142,18 @@ def test_lora_merge_and_adapters_off_match_peft():
             model.unmerge_adapter()
 
 
-def test_scaled_rope_and_other_models_raise():
+def test_scaled_rope_is_read_and_other_models_raise():
+    """RoPE scaled at init (here linear) is transformers' own: the logits stay HF's (the other
+    types and the refusals: test_families.py)."""
+    torch.manual_seed(0)
     cfg = micro_llama().config
     cfg.rope_parameters = {"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0}
-    with pytest.raises(NotImplementedError, match="default RoPE"):
-        LeanLlama(cfg)
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    ids, _ = batch()
+    with torch.inference_mode():
+        torch.testing.assert_close(LeanLlama.from_hf(hf)(ids), hf(ids).logits, atol=TOL, rtol=0)
     gpt2 = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64)
-    with pytest.raises(NotImplementedError, match="llama"):
+    with pytest.raises(NotImplementedError, match="not 'gpt2'"):
         LeanLlama(gpt2)
 
 

@@ -33,6 +33,7 @@ def test_replay_blocker_names_the_reason():
     assert replay_blocker(model, lean, enabled=False, autocast=False, **kw) == "grpo.replay=false"
     assert replay_blocker(model, lean, enabled=True, autocast=True, **kw) == "autocast"
     hf = Sampler(micro_gpt2(), eos_token_id=2, pad_token_id=0)
-    assert replay_blocker(model, hf, enabled=True, autocast=False, **kw) == "HF sampler"
+    why = replay_blocker(model, hf, enabled=False, autocast=False, **kw)  # said first
+    assert why.startswith("HF sampler: LeanLlama reads model_type 'llama'") and "not 'gpt2'" in why
     huge = dict(batch_size=1 << 16, max_new_tokens=64)
     assert "over the budget" in replay_blocker(model, lean, enabled=True, autocast=False, **huge)

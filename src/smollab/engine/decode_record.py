@@ -25,9 +25,12 @@ __all__ = ["DecodeRecord"]
 class DecodeRecord:
     """Buffers for T decode steps of a `LeanLlama` (see the module docstring).
 
-    qkv: [layers, T, B, (Hq + 2 Hkv) * D] the fused q, k, v projections, RoPE applied to q, k.
+    qkv: [layers, T, B, (Hq + 2 Hkv) * D] the fused q, k, v projections (biases added), RoPE
+    applied in place to q, k where the layer rotates and has no q/k norm (a NoPE layer, or
+    Qwen3's whose norm comes before RoPE, keeps the projection as it is).
     x_attn: [layers, T, B, H] the residual stream after each attention block.
     gu: [layers, T, B, 2 * mlp_width] the fused gate and up projections (zero-padded columns).
+    All but `probs` in the lean copy's dtype, the policy's own.
     x_mlp: [layers, T, B, H] the residual stream after each MLP block.
     probs: [T + 1, B, V] softmax(logits / temperature) of every draw (the first from the prefill).
     steps: decode steps done, set by the sampler.

@@ -39,7 +39,7 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
-from smollab.engine.lane_weights import full_lanes, lora_lanes
+from smollab.engine.lane_weights import FullLanes, full_lanes, lora_lanes
 from smollab.engine.lean_llama import LeanLlama, additive_mask
 from smollab.engine.replay import RecordedResidual, RecordedRope, RecordedSwiGLU
 from smollab.engine.rollout import distinct_prompts
@@ -62,12 +62,9 @@ class LaneLlama(LeanLlama):
         super().__init__(config, device=device, dtype=dtype)
         self.num_lanes = 0
         self._lane_layers: list[tuple] = []  # per layer and fused weight (`lane_weights`)
-        self._lane_embed: torch.Tensor | None = None  # full lanes: [N, V, H] each
-        self._lane_head: torch.Tensor | None = None
+        self._full: FullLanes | None = None  # full lanes: each lane's every tensor
         self.register_buffer(
-            "ln1",
-            torch.ones(self.num_layers, self.hidden_size, device=self.embed.device),
-            persistent=False,
+            "ln1", torch.ones_like(self.embed[0]).expand(self.num_layers, -1).clone(), False
         )
         self.register_buffer("ln2", torch.ones_like(self.ln1), persistent=False)
 
@@ -92,11 +89,12 @@ class LaneLlama(LeanLlama):
         if any(len(unwrap_hf(p).model.layers) != self.num_layers for p in policies):
             raise ValueError(f"every lane's policy must have {self.num_layers} layers")
         self.num_lanes = len(policies)
-        self._lane_layers, self._lane_embed, self._lane_head = [], None, None  # freed first
+        self._lane_layers, self._full = [], None  # freed first
         if all(lora):
             self._lane_layers = lora_lanes(self, policies)
         else:
-            self._lane_layers, self._lane_embed, self._lane_head = full_lanes(self, policies)
+            self._full = full_lanes(self, policies)
+            self._lane_layers = self._full.layers
 
     def _linear(
         self,
@@ -107,24 +105,37 @@ class LaneLlama(LeanLlama):
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Lane-major rows x [N, rows, in] through fused weight k (qkv, o, gu, d) of layer i,
-        plus `residual` [N, rows, out] when given: each lane's rows through its own weights (the
-        base plus its low-rank update, or its own copy).
+        plus its bias and `residual` [N, rows, out] when given: each lane's rows through its own
+        weights (the base plus its low-rank update, or its own copy).
         out: [N * rows, out] to write the result into (the decode's record; no grad)."""
         lane = self._lane_layers[i][k]
-        if self._lane_head is not None:  # full lanes: each lane's own weight
+        if self._full is not None:  # full lanes: each lane's own weight and bias
+            bias = self._full.biases[i][k]
             o = None if out is None else out.view(x.shape[0], x.shape[1], -1)
-            if residual is None:
+            if residual is None and bias is None:
                 return torch.bmm(x, lane[0], out=o)
-            return torch.baddbmm(residual, x, lane[0], out=o)
-        w_t = self._layers[i][k]  # the shared base: one matmul over every lane's rows
+            y = torch.baddbmm(bias[:, None] if residual is None else residual, x, lane[0], out=o)
+            return y if residual is None or bias is None else y.add_(bias[:, None])
+        w_t, bias = self._layers[i][k], self._biases[i][k]  # the shared base: one matmul
         x2 = x.reshape(-1, x.shape[-1])
         if residual is None:
-            y = torch.mm(x2, w_t, out=out)
+            y = torch.mm(x2, w_t, out=out) if bias is None else torch.addmm(bias, x2, w_t, out=out)
         else:
             y = torch.addmm(residual.reshape(-1, w_t.shape[1]), x2, w_t, out=out)
+            y = y if bias is None else y.add_(bias)
         y = y.view(x.shape[0], x.shape[1], -1)
         # mm and addmm keep no output for autograd: the low-rank update is added in place
         return y if lane is None else y.baddbmm_(torch.bmm(x, lane[0]), lane[1])
+
+    def _qk_normed(self, qk: torch.Tensor, i: int) -> torch.Tensor:
+        """Layer i's q/k norm (Qwen3) of qk [B, ..., heads, D], lane-major rows: each lane's
+        own weights (full lanes) or the base's."""
+        normed = self.normalized(qk)
+        if self._full is None:
+            return normed * self._heads[i][0]
+        w = self._full.qk_norms[i]  # [N, heads, D]
+        lanes = normed.view(self.num_lanes, -1, *qk.shape[-2:]) * w[:, None]
+        return lanes.view(qk.shape)
 
     def _rows(self, B: int) -> int:
         if not self.num_lanes:
@@ -192,21 +203,26 @@ class LaneLlama(LeanLlama):
         N = x.shape[0]
         Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width
         nqk, half, S = Hq + Hkv, D // 2, cache_pos + T
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
         attn_mask = None if visible is None else additive_mask(visible, x.dtype)
         if record is not None:  # the recorded RoPE's backward reads rows in the lanes' layout
             cos_l, sin_l = cos.reshape(N, -1, 1, D), sin.reshape(N, -1, 1, D)
         kv = []
         for i in range(self.num_layers):
             got = None if record is None else record[i]
+            normed, rotate = self._heads[i][0] is not None, self._heads[i][1]
             if got is None:
                 qkv = self._linear(self.normalized(x), i, 0).view(B, T, Hq + 2 * Hkv, D)
-                qk = qkv[:, :, :nqk]
-                qk = qk * cos + qk.roll(half, -1) * sin
-            else:
+            else:  # the record rotated q and k in place unless a q/k norm came first
+                n_rot = nqk * D if rotate and not normed else 0
                 qkv = RecordedRope.apply(
-                    self.normalized(x), got[0], cos_l, sin_l, nqk * D, *self._weights(i, 0)
+                    self.normalized(x), got[0], cos_l, sin_l, n_rot, *self._weights(i, 0)
                 ).view(B, T, Hq + 2 * Hkv, D)
-                qk = qkv[:, :, :nqk]
+            qk = qkv[:, :, :nqk]
+            if normed:
+                qk = self._qk_normed(qk, i)
+            if rotate and (got is None or normed):
+                qk = qk * cos + qk.roll(half, -1) * sin
             q = qk[:, :, :Hq].transpose(1, 2)
             k, v = qk[:, :, Hq:].transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
             kv.append((k, v))
@@ -231,35 +247,36 @@ class LaneLlama(LeanLlama):
                 x = RecordedResidual.apply(act, got[3], x, *self._weights(i, 3))
         return self.normalized(x).view(B, T, -1), kv
 
-    def _weights(self, i: int, k: int) -> tuple[torch.Tensor, ...]:
-        """Fused weight k of layer i as the recorded linears take it: (base [out, in],) plus
-        the lanes' (A.T, B.T) when they adapt it; full lanes: (each lane's [N, out, in],)."""
+    def _weights(self, i: int, k: int) -> tuple[torch.Tensor | None, ...]:
+        """Fused weight k of layer i as the recorded linears take it: its bias (None: none),
+        then (base [out, in],) plus the lanes' (A.T, B.T) when they adapt it; full lanes: each
+        lane's bias [N, out] and (weight [N, out, in],)."""
         lane = self._lane_layers[i][k]
-        if self._lane_head is not None:  # full lanes
-            return (lane[0].transpose(1, 2),)
+        if self._full is not None:
+            return self._full.biases[i][k], lane[0].transpose(1, 2)
         base = (self.wqkv, self.wo, self.wgu, self.wd)[k][i]
-        return (base,) if lane is None else (base, *lane)
+        return (self._biases[i][k], base) if lane is None else (self._biases[i][k], base, *lane)
 
     def embedded(self, ids: torch.Tensor) -> torch.Tensor:
         """Token embeddings of lane-major rows `ids` [N * b, ...] as [N, b * ..., H]."""
         N, H = self.num_lanes, self.hidden_size
-        if self._lane_embed is None:
+        if self._full is None:
             return F.embedding(ids, self.embed).view(N, -1, H)
         offsets = torch.arange(N, device=ids.device).view(N, 1) * self.vocab_size
-        return F.embedding(ids.reshape(N, -1) + offsets, self._lane_embed.view(-1, H))
+        return F.embedding(ids.reshape(N, -1) + offsets, self._full.embed.view(-1, H))
 
     def logits_of(self, h: torch.Tensor) -> torch.Tensor:
         """Logits [..., V] of final hidden states h [N * b, ..., H], lane-major, each lane
         through its own head (full lanes) or the shared one."""
-        if self._lane_head is None:
+        if self._full is None:
             return super().logits_of(h)
         hn = h.reshape(self.num_lanes, -1, h.shape[-1])
-        return torch.bmm(hn, self._lane_head.transpose(1, 2)).view(*h.shape[:-1], -1)
+        return torch.bmm(hn, self._full.head.transpose(1, 2)).view(*h.shape[:-1], -1)
 
     @property
     def head_weight(self) -> torch.Tensor:
         """The LM head [V, H], or the lanes' own [N, V, H] (full lanes)."""
-        return self.lm_head if self._lane_head is None else self._lane_head
+        return self.lm_head if self._full is None else self._full.head
 
     @torch.no_grad()
     def decode(
@@ -293,11 +310,14 @@ class LaneLlama(LeanLlama):
         ):
             qkv = self._linear(self.normalized(x), i, 0, out=o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
-            rot = qk.roll(half, -1)
-            qk.mul_(cos).addcmul_(rot, sin)
-            k.select(2, slot).copy_(qkv[:, Hq:nqk])
+            if self._heads[i][0] is not None:  # the record keeps the projection
+                qk = self._qk_normed(qk, i)
+            if self._heads[i][1]:
+                rot = qk.roll(half, -1)
+                qk.mul_(cos).addcmul_(rot, sin)
+            k.select(2, slot).copy_(qk[:, Hq:])
             v.select(2, slot).copy_(qkv[:, nqk:])
-            q = qkv[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
+            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
             kc = k[:, :, :cur].view(B * Hkv, cur, D)
             vc = v[:, :, :cur].view(B * Hkv, cur, D)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)

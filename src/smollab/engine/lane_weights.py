@@ -7,8 +7,10 @@ layout, the norm weights folded into A and the LoRA scaling into B. Returned tra
 forward, (A.T [N, in, R], B.T [N, R, out]); None where no lane adapts the weight.
 
 Full policies (plain HF models, every weight trained): per layer and fused weight each lane's
-own copy, (W.T [N, in, out],) with the norm weights folded in as `LeanLlama` folds them, plus
-each lane's embedding and LM head (the final norm folded in) [N, V, H].
+own copy, (W.T [N, in, out],) with the norm weights folded in as `LeanLlama` folds them, its
+biases and q/k norm weights where the model has them, plus each lane's embedding and LM head
+(the final norm folded in) [N, V, H] (`FullLanes`). LoRA lanes share the base's biases and q/k
+norms (LoRA adapts only the linears' weights).
 
 Both are built differentiably from the policies' parameters: under grad, a loss on the lanes'
 log-probs reaches each policy's own parameters.
@@ -17,6 +19,7 @@ log-probs reaches each policy's own parameters.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +28,7 @@ from torch import nn
 from smollab.engine.lean_llama import fused_layer_weights
 from smollab.models.hf_weights import effective_weight, unwrap_hf
 
-__all__ = ["full_lanes", "lora_lanes"]
+__all__ = ["FullLanes", "full_lanes", "lora_lanes"]
 
 # PEFT module of each LoRA target, per fused weight: (weight, [(target, layer module path)])
 _QKV = (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"))
@@ -112,9 +115,12 @@ def lora_lanes(lean, policies: Sequence[nn.Module]) -> list[LaneLayer]:
         fused(_GU, lean.ln2[None, :, None, :], pad_rows=True),
         fused((("down", "mlp.down_proj"),), None, pad_rows=False, pad_in=pad),
     )
+    dtype = lean.embed.dtype  # fp32 adapters on a bf16 base compute in the base's dtype
     return [
         tuple(
-            None if ab is None else (ab[0][:, i].transpose(1, 2), ab[1][:, i].transpose(1, 2))
+            None
+            if ab is None
+            else (ab[0][:, i].transpose(1, 2).to(dtype), ab[1][:, i].transpose(1, 2).to(dtype))
             for ab in weights
         )
         for i in range(L)
@@ -131,16 +137,34 @@ def _embedding(module: nn.Module) -> torch.Tensor:
     return torch.cat([w[:pad], w[pad : pad + 1].detach(), w[pad + 1 :]])
 
 
-def full_lanes(lean, policies: Sequence[nn.Module]):
-    """(per layer the lanes' (W.T [N, in, out],) per fused weight, embeddings [N, V, H], LM
-    heads [N, V, H]) of full policies, one per lane, in `lean`'s layout."""
+class FullLanes(NamedTuple):
+    """Full lanes' tensors in the lean layout, each stacked lane first and differentiable in the
+    lanes' parameters: per layer the fused weights (W.T [N, in, out],) (norms folded in), their
+    biases [N, out] (None where the model has none) and the q/k norm weights [N, heads, D] (None
+    without); the embeddings and LM heads (the final norm folded in) [N, V, H]."""
+
+    layers: list[LaneLayer]
+    biases: list[tuple[torch.Tensor | None, ...]]
+    qk_norms: list[torch.Tensor | None]
+    embed: torch.Tensor
+    head: torch.Tensor
+
+
+def _stacked(ts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    return None if ts[0] is None else torch.stack(ts)
+
+
+def full_lanes(lean, policies: Sequence[nn.Module]) -> FullLanes:
+    """The `FullLanes` of full policies, one per lane, in `lean`'s layout."""
     hfs = [unwrap_hf(p) for p in policies]
-    layers = []
+    layers, biases, qk_norms = [], [], []
     for i in range(lean.num_layers):  # one layer's fused copies at a time, then stacked
         per_lane = [fused_layer_weights(hf.model.layers[i], lean.mlp_width) for hf in hfs]
         layers.append(tuple((torch.stack([f[k].t() for f in per_lane]),) for k in range(4)))
+        biases.append(tuple(_stacked([f.biases[k] for f in per_lane]) for k in range(4)))
+        qk_norms.append(_stacked([f.qk_norm for f in per_lane]))
     embed = torch.stack([_embedding(hf.model.embed_tokens) for hf in hfs])
     head = torch.stack(
         [effective_weight(hf.lm_head) * effective_weight(hf.model.norm) for hf in hfs]
     )
-    return layers, embed, head
+    return FullLanes(layers, biases, qk_norms, embed, head)

@@ -1,11 +1,18 @@
-"""A lean pure-PyTorch Llama forward that reads HF `LlamaForCausalLM` weights exactly.
+"""A lean pure-PyTorch Llama-family forward that reads HF weights exactly.
 
 Why it exists: at the small shapes smollab trains (SimpleStories 1.25M: hidden 128, 4 layers) an
 HF Llama decode step is ~900 tensor ops, nearly all framework overhead. This module does the same
 arithmetic in ~15 ops per layer: fused qkv and gate-up weights, RMSNorm weights folded into the
 matmul after them, RoPE from precomputed cos/sin tables applied in place, a preallocated KV cache,
 SDPA, and residual adds fused into `addmm`. Tests assert logit parity with HF (1e-5) for full
-forwards, left padding, incremental decode and PEFT LoRA merges.
+forwards, left padding, incremental decode and PEFT LoRA merges, on Llama and on replicas of
+every family `lean_config` reads (Qwen2/2.5, Qwen3, SmolLM2, SmolLM3, Llama 3.2).
+
+What the families add (`lean_config.LeanSpec`), each only where a model has it, so a plain Llama
+runs the same ops as before: biases (a bias-free matmul becomes `addmm` with the bias, the same
+one op; an o or down bias after a residual `addmm` is one add), Qwen3's per-head q/k RMSNorm
+(normalized like the hidden states, times the per-head weights, before RoPE), NoPE layers
+(SmolLM3: RoPE skipped) and RoPE tables from transformers' own rotary embedding (scaled types).
 
 Two exact rewrites make it faster than the same arithmetic done as written:
 - RMSNorm(x) @ W.T = (x * rsqrt(mean(x^2) + eps)) @ (W * norm_weight).T, so the norm weights live
@@ -24,11 +31,14 @@ Conventions
   batch); a row's padding slots are masked.
 - Weights are copied, never shared: `load_from_hf` can run every training step (~1M parameters).
 - Inference only: parameters have `requires_grad=False`; run it under `torch.inference_mode()`.
+- dtype: the policy's own (an fp32 policy gives an fp32 copy, a bf16 one a bf16 copy), so the
+  decode record the replay reads has the dtype of the graph it joins.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -36,11 +46,17 @@ from torch import nn
 
 from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.kv_cache import KVCache
-from smollab.engine.lean_config import check_lean_compatible, rope_params
+from smollab.engine.lean_config import lean_spec
 from smollab.engine.rollout import distinct_prompts
-from smollab.models.hf_weights import effective_weight, unwrap_hf
+from smollab.models.hf_weights import effective_bias, effective_weight, unwrap_hf
 
-__all__ = ["LeanLlama", "additive_mask", "fused_layer_weights", "positions_from_mask"]
+__all__ = [
+    "LayerWeights",
+    "LeanLlama",
+    "additive_mask",
+    "fused_layer_weights",
+    "positions_from_mask",
+]
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -49,18 +65,81 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask.masked_fill_(~visible, float("-inf"))
 
 
-def fused_layer_weights(layer: nn.Module, width: int, adapters: bool = True):
-    """An HF Llama layer's (qkv, o, gate-up, down) weights [out, in] in the lean layout: the norm
-    weights folded into qkv and gate-up, the MLP zero-padded to `width` (differentiable)."""
-    w = partial(effective_weight, adapters=adapters)
+class LayerWeights(NamedTuple):
+    """One decoder layer in the lean layout: weights [out, in] of the fused linears (qkv, o,
+    gate-up, down), their biases [out] (None where the model has none), the q/k norm weights
+    [q heads + kv heads, head_dim] (Qwen3; None without), and the two RMSNorm weights [hidden]."""
+
+    qkv: torch.Tensor
+    o: torch.Tensor
+    gu: torch.Tensor
+    d: torch.Tensor
+    b_qkv: torch.Tensor | None
+    b_o: torch.Tensor | None
+    b_gu: torch.Tensor | None
+    b_d: torch.Tensor | None
+    qk_norm: torch.Tensor | None
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+
+    @property
+    def linears(self) -> tuple[torch.Tensor, ...]:
+        return self.qkv, self.o, self.gu, self.d
+
+    @property
+    def biases(self) -> tuple[torch.Tensor | None, ...]:
+        return self.b_qkv, self.b_o, self.b_gu, self.b_d
+
+
+def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The parts concatenated, None when all are None (a layer's absent biases)."""
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise NotImplementedError("LeanLlama: a fused linear whose parts have a bias only in part")
+    return torch.cat(parts)
+
+
+def fused_layer_weights(
+    layer: nn.Module, width: int, adapters: bool = True, fold_norms: bool = True
+) -> LayerWeights:
+    """An HF layer's weights in the lean layout (differentiable in its parameters): the MLP
+    zero-padded to `width`; with `fold_norms` the RMSNorm weights folded into the qkv and gate-up
+    weights (the lean forward's layout), else left to the norms (the replay's)."""
+    w, b = partial(effective_weight, adapters=adapters), partial(effective_bias, adapters=adapters)
     att, mlp = layer.self_attn, layer.mlp
     ln1, ln2 = w(layer.input_layernorm), w(layer.post_attention_layernorm)
-    qkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)]) * ln1
-    pad = width - mlp.gate_proj.weight.shape[0]
-    gu = torch.cat(
-        [F.pad(w(mlp.gate_proj) * ln2, (0, 0, 0, pad)), F.pad(w(mlp.up_proj) * ln2, (0, 0, 0, pad))]
+    wq = w(att.q_proj)
+    qkv = torch.cat([wq, w(att.k_proj), w(att.v_proj)])
+    gate, up = w(mlp.gate_proj), w(mlp.up_proj)
+    if fold_norms:
+        qkv, gate, up = qkv * ln1, gate * ln2, up * ln2
+    pad = width - gate.shape[0]
+
+    def padded(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else F.pad(t, (0, pad) if t.dim() == 1 else (0, 0, 0, pad))
+
+    gu = torch.cat([padded(gate), padded(up)])
+    qk_norm = None
+    if hasattr(att, "q_norm"):  # per head: the q heads' weights, then the kv heads'
+        qn, kn = w(att.q_norm), w(att.k_norm)
+        D = qn.shape[0]
+        heads = (wq.shape[0] // D, (qkv.shape[0] - wq.shape[0]) // (2 * D))
+        qk_norm = torch.cat([qn.expand(heads[0], D), kn.expand(heads[1], D)])
+    b_gu = (b(mlp.gate_proj), b(mlp.up_proj))
+    return LayerWeights(
+        qkv=qkv,
+        o=w(att.o_proj),
+        gu=gu,
+        d=F.pad(w(mlp.down_proj), (0, pad)),
+        b_qkv=_cat([b(att.q_proj), b(att.k_proj), b(att.v_proj)]),
+        b_o=b(att.o_proj),
+        b_gu=_cat([padded(t) for t in b_gu]),
+        b_d=b(mlp.down_proj),
+        qk_norm=qk_norm,
+        ln1=ln1,
+        ln2=ln2,
     )
-    return qkv, w(att.o_proj), gu, F.pad(w(mlp.down_proj), (0, pad))
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -69,11 +148,11 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 class LeanLlama(nn.Module):
-    """Llama forward with fused weights. Build from an HF `LlamaConfig`, then `load_from_hf`."""
+    """Llama-family forward with fused weights. Build from an HF config, then `load_from_hf`."""
 
     def __init__(self, config, *, device=None, dtype: torch.dtype | None = None):
         super().__init__()
-        check_lean_compatible(config)
+        self.spec = spec = lean_spec(config)  # refuses what the lean forward does not implement
         self.config = config
         H = self.hidden_size = config.hidden_size
         self.num_layers = L = config.num_hidden_layers
@@ -88,21 +167,31 @@ class LeanLlama(nn.Module):
         self.mlp_width = Im = -(-config.intermediate_size // 8) * 8  # padded with zero weights
         self.vocab_size = V = config.vocab_size
         self.eps = float(config.rms_norm_eps)
-        self.rope_theta = rope_params(config)[1]
         device = torch.device("cpu") if device is None else torch.device(device)
         kw = {"device": device, "dtype": dtype or torch.float32}
 
-        def p(*shape):
+        def p(*shape, present: bool = True):
+            if not present:
+                return None
             return nn.Parameter(torch.zeros(*shape, **kw), requires_grad=False)
 
+        nqkv = (Hq + 2 * Hkv) * D
         self.embed = p(V, H)
         # Matmul weights after a norm carry that norm's weight in their columns.
-        self.wqkv = p(L, (Hq + 2 * Hkv) * D, H)  # rows: q heads, k heads, v heads
+        self.wqkv = p(L, nqkv, H)  # rows: q heads, k heads, v heads
         self.wo = p(L, H, Hq * D)
         self.wgu = p(L, 2 * Im, H)  # rows: gate, zero padding, up, zero padding
         self.wd = p(L, H, Im)
         self.lm_head = p(V, H)
-        self.register_buffer("eps_t", torch.tensor(self.eps, **kw), persistent=False)
+        # Only what the model has (`LeanSpec`): None adds no op to the forward.
+        self.bqkv = p(L, nqkv, present=spec.qkv_bias)
+        self.bo = p(L, H, present=spec.o_bias)
+        self.bgu = p(L, 2 * Im, present=spec.mlp_bias)
+        self.bd = p(L, H, present=spec.mlp_bias)
+        self.qk_norm = p(L, Hq + Hkv, D, present=spec.qk_norm)  # per head: q heads, k heads
+        # float32 (or wider) whatever the weights: a half-precision x is normalized in float32
+        eps_kw = {"device": device, "dtype": torch.promote_types(kw["dtype"], torch.float32)}
+        self.register_buffer("eps_t", torch.tensor(self.eps, **eps_kw), persistent=False)
         self.register_buffer("rope_cos", torch.empty(0, device=device), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0, device=device), persistent=False)
         self.ensure_rope(getattr(config, "max_position_embeddings", 2048) or 2048)
@@ -113,16 +202,18 @@ class LeanLlama(nn.Module):
     def from_hf(cls, model: nn.Module, *, adapters: bool = True, device=None, dtype=None):
         """A LeanLlama with `model`'s weights (LoRA merged unless `adapters=False`).
 
-        device: default the model's; dtype: default float32 whatever the model's dtype (the
-        copy is small, and bf16 decoding measured no faster on CPU at these sizes).
+        device: default the model's; dtype: default the dtype the model holds its weights in
+        (its embedding's: a bf16 base with fp32 LoRA adapters gives a bf16 copy), so the
+        sampler, its decode record and the reference compute in the policy's own dtype.
         """
         hf = unwrap_hf(model)
-        lean = cls(hf.config, device=device or next(hf.parameters()).device, dtype=dtype)
+        embed = effective_weight(hf.model.embed_tokens, adapters)
+        lean = cls(hf.config, device=device or embed.device, dtype=dtype or embed.dtype)
         return lean.load_from_hf(model, adapters=adapters)
 
     @torch.no_grad()
     def load_from_hf(self, model: nn.Module, *, adapters: bool = True) -> LeanLlama:
-        """Copy weights from an HF `LlamaForCausalLM` or a PEFT model of one.
+        """Copy weights from an HF causal LM of a family `lean_config` reads, or a PEFT model of one.
 
         With LoRA the copied weights are W + scaling * B @ A for each adapted module (active
         adapters only); `adapters=False` (or a model inside `disable_adapter()`) reads the base.
@@ -132,19 +223,36 @@ class LeanLlama(nn.Module):
             raise ValueError(f"model has {len(core.layers)} layers, LeanLlama {self.num_layers}")
         w = partial(effective_weight, adapters=adapters)
         self.embed.copy_(w(core.embed_tokens))
+        lean = (self.wqkv, self.wo, self.wgu, self.wd, self.bqkv, self.bo, self.bgu, self.bd)
+        names = ("q/k/v", "o", "gate/up", "down")
         for i, layer in enumerate(core.layers):
             fused = fused_layer_weights(layer, self.mlp_width, adapters)
-            for lean, weight in zip((self.wqkv, self.wo, self.wgu, self.wd), fused, strict=True):
-                lean[i].copy_(weight)
+            for k, (dst, src) in enumerate(zip(lean, fused.linears + fused.biases, strict=True)):
+                if (dst is None) != (src is None):
+                    has = "has no" if src is None else "has a"
+                    raise ValueError(f"layer {i}'s {names[k % 4]} {has} bias, unlike its config")
+                if dst is not None:
+                    dst[i].copy_(src)
+            if self.qk_norm is not None:
+                self.qk_norm[i].copy_(fused.qk_norm)
         self.lm_head.copy_(w(hf.lm_head) * w(core.norm))
         return self
 
     def _build_views(self) -> None:
-        """Per-layer views, so the hot loop does no indexing (rebuilt after .to())."""
+        """Per-layer views, so the hot loop does no indexing (rebuilt after .to()): `_layers` the
+        transposed fused weights (qkv, o, gate-up, down), `_biases` their biases (None: none),
+        `_heads` the q/k norm weights (None: none) and whether the layer applies RoPE."""
+
+        def rows(t):
+            return [None] * self.num_layers if t is None else list(t.unbind(0))
+
         self._layers = [
             (self.wqkv[i].t(), self.wo[i].t(), self.wgu[i].t(), self.wd[i].t())
             for i in range(self.num_layers)
         ]
+        biases = (self.bqkv, self.bo, self.bgu, self.bd)
+        self._biases = list(zip(*(rows(b) for b in biases), strict=True))
+        self._heads = list(zip(rows(self.qk_norm), self.spec.rope_layers, strict=True))
 
     def _apply(self, fn, recurse=True):
         out = super()._apply(fn, recurse)
@@ -152,30 +260,35 @@ class LeanLlama(nn.Module):
         return out
 
     def normalized(self, x: torch.Tensor) -> torch.Tensor:
-        """x * rsqrt(mean(x^2) + eps): RMSNorm without its weight (folded into the next matmul)."""
+        """x * rsqrt(mean(x^2) + eps) over the last dim: RMSNorm without its weight (folded into
+        the next matmul, or multiplied after it for the per-head q/k norms). A bf16 or fp16 x is
+        normalized in float32 and cast back, as HF's RMSNorm does."""
+        if x.dtype in (torch.bfloat16, torch.float16):
+            return self.normalized(x.float()).to(x.dtype)
         n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        return x * torch.addcmul(self.eps_t, n, n, value=1.0 / self.hidden_size).rsqrt_()
+        return x * torch.addcmul(self.eps_t, n, n, value=1.0 / x.shape[-1]).rsqrt_()
 
     @torch.no_grad()
     def ensure_rope(self, max_positions: int) -> None:
         """cos/sin tables for positions [0, max_positions), computed exactly as HF does.
 
         `rope_sin` carries the sign of rotate_half: x * cos + roll(x, D/2) * rope_sin equals
-        HF's x * cos + rotate_half(x) * sin. Computed in float32 on the CPU whatever the device
-        (as HF computes its inv_freq), then copied: the same tables on every device.
+        HF's x * cos + rotate_half(x) * sin. The frequencies and the factor on cos and sin are
+        transformers' own (`LeanSpec`); the tables are computed in float32 on the CPU whatever the
+        device (as HF computes its inv_freq), then copied: the same tables on every device.
         """
         if self.rope_cos.shape[0] >= max_positions:
             return
         D, device, cpu = self.head_dim, self.embed.device, torch.device("cpu")
-        inv_freq = 1.0 / (
-            self.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float, device=cpu) / D)
-        )
+        inv_freq, scaling = self.spec.inv_freq.to(cpu), self.spec.attention_scaling
         pos = torch.arange(max_positions, dtype=torch.float, device=cpu)
         freqs = pos[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
-        sin = emb.sin()
+        cos, sin = emb.cos(), emb.sin()
+        if scaling != 1.0:  # yarn's attention factor, as HF applies it
+            cos, sin = cos * scaling, sin * scaling
         sin[:, : D // 2].neg_()
-        self.rope_cos = emb.cos().to(device)
+        self.rope_cos = cos.to(device)
         self.rope_sin = sin.to(device)
 
     def rope(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,20 +397,25 @@ class LeanLlama(nn.Module):
         fused = not torch.is_autocast_enabled(dev.type)
         x = F.embedding(input_ids, self.embed)  # [B, T, H]
         attn_mask = None
-        for i, (wqkv_t, wo_t, wgu_t, wd_t) in enumerate(self._layers):
-            qkv = (self.normalized(x) @ wqkv_t).view(B, T, Hq + 2 * Hkv, D)
-            qk = qkv[:, :, :nqk]
-            rot = qk.roll(half, -1)
-            qk.mul_(cos.to(qk.dtype)).addcmul_(rot, sin.to(qk.dtype))
-            q = qkv[:, :, :Hq].transpose(1, 2)  # [B, Hq, T, D]
+        for i, ((wqkv_t, wo_t, wgu_t, wd_t), (b_qkv, b_o, b_gu, b_d), (qk_w, rotate)) in enumerate(
+            zip(self._layers, self._biases, self._heads, strict=True)
+        ):
+            n = self.normalized(x)
+            qkv = n @ wqkv_t if b_qkv is None else F.linear(n, wqkv_t.t(), b_qkv)
+            qkv = qkv.view(B, T, Hq + 2 * Hkv, D)
+            qk = qkv[:, :, :nqk] if qk_w is None else self.normalized(qkv[:, :, :nqk]) * qk_w
+            if rotate:
+                rot = qk.roll(half, -1)
+                qk.mul_(cos.to(qk.dtype)).addcmul_(rot, sin.to(qk.dtype))
+            q = qk[:, :, :Hq].transpose(1, 2)  # [B, Hq, T, D]
             if cache is not None:
                 k, v = cache.layers[i]
-                k[:, :, cache_pos:S].copy_(qkv[:, :, Hq:nqk].transpose(1, 2))
+                k[:, :, cache_pos:S].copy_(qk[:, :, Hq:].transpose(1, 2))
                 v[:, :, cache_pos:S].copy_(qkv[:, :, nqk:].transpose(1, 2))
                 k, v = k[:, :, :S], v[:, :, :S]
                 q = q.to(k.dtype)
             else:
-                k = qkv[:, :, Hq:nqk].transpose(1, 2)
+                k = qk[:, :, Hq:].transpose(1, 2)
                 v = qkv[:, :, nqk:].transpose(1, 2)
             if bool_mask is not None and attn_mask is None:
                 attn_mask = additive_mask(bool_mask, q.dtype)
@@ -307,9 +425,14 @@ class LeanLlama(nn.Module):
             a = a.transpose(1, 2).reshape(B * T, Hq * D)
             x2 = x.view(B * T, H)
             x = torch.addmm(x2, a, wo_t) if fused else x2 + a @ wo_t
-            gu = self.normalized(x) @ wgu_t
+            if b_o is not None:
+                x = x + b_o
+            n = self.normalized(x)
+            gu = n @ wgu_t if b_gu is None else torch.addmm(b_gu, n, wgu_t)
             a = F.silu(gu[:, :Im]) * gu[:, Im:]
             x = torch.addmm(x, a, wd_t) if fused else x + a @ wd_t
+            if b_d is not None:
+                x = x + b_d
             x = x.view(B, T, H)
         return self.normalized(x)
 
@@ -390,22 +513,39 @@ class LeanLlama(nn.Module):
             raise ValueError("decode: a DecodeRecord cannot be written under autocast")
         outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = F.embedding(tokens, self.embed)  # [B, H]
-        for (wqkv_t, wo_t, wgu_t, wd_t), (k, v), (o_qkv, o_gu, o_attn, o_mlp) in zip(
-            self._layers, cache.layers, outs, strict=True
-        ):
-            qkv = torch.mm(self.normalized(x), wqkv_t, out=o_qkv).view(B, Hq + 2 * Hkv, D)
-            qk = qkv[:, :nqk]
-            rot = qk.roll(half, -1)
-            qk.mul_(cos).addcmul_(rot, sin)
-            k.select(2, slot).copy_(qkv[:, Hq:nqk])
+        for (wqkv_t, wo_t, wgu_t, wd_t), (b_qkv, b_o, b_gu, b_d), (qk_w, rotate), (k, v), (
+            o_qkv,
+            o_gu,
+            o_attn,
+            o_mlp,
+        ) in zip(self._layers, self._biases, self._heads, cache.layers, outs, strict=True):
+            n = self.normalized(x)
+            if b_qkv is None:
+                qkv = torch.mm(n, wqkv_t, out=o_qkv).view(B, Hq + 2 * Hkv, D)
+            else:
+                qkv = torch.addmm(b_qkv, n, wqkv_t, out=o_qkv).view(B, Hq + 2 * Hkv, D)
+            # q/k norm (Qwen3): the record keeps the projection; RoPE then works on the copy
+            qk = qkv[:, :nqk] if qk_w is None else self.normalized(qkv[:, :nqk]).mul_(qk_w)
+            if rotate:
+                rot = qk.roll(half, -1)
+                qk.mul_(cos).addcmul_(rot, sin)
+            k.select(2, slot).copy_(qk[:, Hq:])
             v.select(2, slot).copy_(qkv[:, nqk:])
-            q = qkv[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
+            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
             kc = k[:, :, :cur].view(B * Hkv, cur, D)
             vc = v[:, :, :cur].view(B * Hkv, cur, D)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(B, Hq * D)
             x = torch.addmm(x, a, wo_t, out=o_attn) if fused else x + a @ wo_t
-            gu = torch.mm(self.normalized(x), wgu_t, out=o_gu)
+            if b_o is not None:
+                x.add_(b_o)  # into the record too: the residual stream after the block
+            n = self.normalized(x)
+            if b_gu is None:
+                gu = torch.mm(n, wgu_t, out=o_gu)
+            else:
+                gu = torch.addmm(b_gu, n, wgu_t, out=o_gu)
             a = F.silu(gu[:, :Im]).mul_(gu[:, Im:])
             x = torch.addmm(x, a, wd_t, out=o_mlp) if fused else x + a @ wd_t
+            if b_d is not None:
+                x.add_(b_d)
         return self.logits_of(self.normalized(x))

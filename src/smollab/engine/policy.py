@@ -30,10 +30,10 @@ def replay_blocker(
 ) -> str | None:
     """Why each batch's first policy forward must be computed rather than replayed (None: replay).
     layer_copies: see `DecodeRecord.elements`."""
+    if sampler.lean is None:  # first, so the run log says why the lean engine is not used
+        return f"HF sampler: {sampler.hf_reason}"
     if not enabled:
         return "grpo.replay=false"
-    if sampler.lean is None:
-        return "HF sampler"
     if autocast:
         return "autocast"
     n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens, layer_copies)

@@ -1,8 +1,8 @@
 """The frozen reference for the KL penalty, built once from the starting policy.
 
 LoRA: the base with adapters off, read into a lean copy (no second HF model in memory). Full
-fine-tuning: a frozen lean copy of the starting policy, optionally on the CPU. Models the lean
-forward does not cover use a frozen HF copy (full FT) or the PEFT model with adapters off.
+fine-tuning: a frozen lean copy of the starting policy, optionally on the CPU. The copy holds
+the policy's own dtype (`LeanLlama.from_hf`). Models the lean forward does not cover use a frozen HF copy (full FT) or the PEFT model with adapters off.
 """
 
 from __future__ import annotations

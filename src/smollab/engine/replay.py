@@ -8,6 +8,8 @@ each recorded linear is a node whose forward returns the recorded value and whos
 the linear's (dx = g @ W, dW = g.T @ x), so the backward is exact while the forward skips all
 its matmuls, the LM head included (the draws' probabilities are the softmax its backward needs).
 The elementwise parts (norms, RoPE, SwiGLU, attention) are recomputed: they carry the graph.
+Biases enter the recorded linears as inputs (their gradient is the upstream one summed over
+rows); a Qwen3 layer's q/k norm, and with it RoPE, is recomputed on the recorded projection.
 
 The prompt tokens are not in the record: each distinct prompt runs once for real (a few tokens
 per group) and its keys and values join the completions' attention, as in `token_logprobs`.
@@ -23,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from smollab.engine.lean_llama import positions_from_mask
+from smollab.engine.lean_config import lean_spec
+from smollab.engine.lean_llama import fused_layer_weights, positions_from_mask
 from smollab.engine.rollout import Rollout, distinct_prompts
 from smollab.engine.token_logprobs import checkpointing, selected_logprobs
 from smollab.models.hf_weights import effective_weight, unwrap_hf
@@ -36,8 +39,9 @@ RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32 a run (a lane): beyond it the fo
 def replay_unsupported(model: nn.Module) -> str | None:
     """Why `replay_logprobs` cannot train `model` (None when it can).
 
-    The architecture needs no check: only the lean sampler records, and it takes only plain
-    Llamas. What the replay cannot reproduce is randomness in the training forward.
+    The architecture needs no check: only the lean sampler records, and it takes only the
+    families `lean_config` reads. What the replay cannot reproduce is randomness in the training
+    forward.
     """
     if getattr(unwrap_hf(model).config, "attention_dropout", 0.0):
         return "attention dropout"
@@ -51,79 +55,95 @@ def replay_unsupported(model: nn.Module) -> str | None:
 
 
 def _linear_grads(ctx, g, x, ws, first: int):
-    """The gradients, as far as they are needed, of the linear `ws` applied to x, for the
-    upstream gradient g: dx, then one per weight.
+    """The gradients, as far as they are needed, of the linear `ws` (plus a bias) applied to x,
+    for the upstream gradient g: dx, the bias's, then one per weight.
 
     ws: (weight [out, in],), a dense x @ weight.T; or (weight, a_t [N, in, R], b_t [N, R, out]),
     lanes (`LaneLlama`): N lanes' rows x [N, rows, in] through a shared weight plus each lane's
     low-rank update (x @ a_t @ b_t), whose factors get their gradients without a [out, in] one;
     or (weight [N, out, in],), full lanes: each lane's rows through its own weight.
-    first: the position of ws[0] among the Function's inputs (for `needs_input_grad`).
+    first: the position of ws[0] among the Function's inputs (for `needs_input_grad`); the bias
+    ([out], or [N, out] for full lanes; None without one) is the input just before it.
     """
     need = ctx.needs_input_grad
     weight = ws[0]
+    db = None
+    if need[first - 1]:  # the bias: [N, out] per lane, or one [out] for all rows
+        db = g.sum(1) if ctx.bias_dim == 2 else g.reshape(-1, g.shape[-1]).sum(0)
     if weight.dim() == 3:
         dx = torch.bmm(g, weight) if need[0] else None
-        return dx, torch.bmm(g.transpose(1, 2), x) if need[first] else None
+        return dx, db, torch.bmm(g.transpose(1, 2), x) if need[first] else None
     g2 = g.reshape(-1, g.shape[-1])
     dx = (g2 @ weight).view(x.shape) if need[0] else None
     dw = g2.t() @ x.reshape(-1, x.shape[-1]) if need[first] else None
     if len(ws) == 1:
-        return dx, dw
+        return dx, db, dw
     a_t, b_t = ws[1], ws[2]
     gb = torch.bmm(g, b_t.transpose(1, 2))  # [N, rows, R]
     if dx is not None:
         dx.baddbmm_(gb, a_t.transpose(1, 2))
     da = torch.bmm(x.transpose(1, 2), gb) if need[first + 1] else None
-    db = torch.bmm(torch.bmm(x, a_t).transpose(1, 2), g) if need[first + 2] else None
-    return dx, dw, da, db
+    db_lora = torch.bmm(torch.bmm(x, a_t).transpose(1, 2), g) if need[first + 2] else None
+    return dx, db, dw, da, db_lora
+
+
+def _keep(ctx, bias, *tensors) -> None:
+    """Save what a recorded linear's backward reads: its input and weights (`tensors`), and
+    only the bias's shape (its gradient is the upstream gradient summed)."""
+    ctx.save_for_backward(*tensors)
+    ctx.bias_dim = None if bias is None else bias.dim()
 
 
 class RecordedResidual(torch.autograd.Function):
     """residual + linear(x), whose value the decode recorded (the residual stream after a
     block): the forward returns the record, the backward is the linear's and the sum's.
-    ws: the linear's weights (see `_linear_grads`)."""
+    bias: the linear's (None: none); ws: its weights (see `_linear_grads`)."""
 
     @staticmethod
-    def forward(ctx, x, value, residual, *ws):
-        ctx.save_for_backward(x, *ws)
+    def forward(ctx, x, value, residual, bias, *ws):
+        _keep(ctx, bias, x, *ws)
         return value  # autograd hands out a view: the record's memory, no copy
 
     @staticmethod
     def backward(ctx, g):
         x, *ws = ctx.saved_tensors
-        dx, *dws = _linear_grads(ctx, g, x, ws, 3)
-        return dx, None, g, *dws
+        dx, db, *dws = _linear_grads(ctx, g, x, ws, 4)
+        return dx, None, g, db, *dws
 
 
 class RecordedRope(torch.autograd.Function):
-    """RoPE(linear(x)) on the first `n_rot` columns (q, k), whose value the decode recorded."""
+    """RoPE(linear(x)) on the first `n_rot` columns (q, k), whose value the decode recorded;
+    n_rot 0: the projection itself (a NoPE layer, or one whose q/k norm comes before RoPE)."""
 
     @staticmethod
-    def forward(ctx, x, value, cos, sin, n_rot: int, *ws):
-        ctx.save_for_backward(x, cos, sin, *ws)
+    def forward(ctx, x, value, cos, sin, n_rot: int, bias, *ws):
+        _keep(ctx, bias, x, cos, sin, *ws)
         ctx.n_rot = n_rot
         return value
 
     @staticmethod
     def backward(ctx, g):
         x, cos, sin, *ws = ctx.saved_tensors
-        g = g.clone()
-        B, T, D = g.shape[0], g.shape[1], cos.shape[-1]
-        gr = g[..., : ctx.n_rot].view(B, T, -1, D)  # y = x cos + roll(x, D/2) sin, so
-        gr.copy_(gr * cos + (gr * sin).roll(D // 2, -1))  # dx = g cos + roll(g sin, D/2)
-        dx, *dws = _linear_grads(ctx, g, x, ws, 5)
-        return dx, None, None, None, None, *dws
+        if ctx.n_rot:
+            g = g.clone()
+            B, T, D = g.shape[0], g.shape[1], cos.shape[-1]
+            gr = g[..., : ctx.n_rot].view(B, T, -1, D)  # y = x cos + roll(x, D/2) sin, so
+            gr.copy_(gr * cos + (gr * sin).roll(D // 2, -1))  # dx = g cos + roll(g sin, D/2)
+        dx, db, *dws = _linear_grads(ctx, g, x, ws, 6)
+        return dx, None, None, None, None, db, *dws
 
 
 class _RMSNorm(torch.autograd.Function):
-    """HF's LlamaRMSNorm in float32, weight * (x * rsqrt(mean(x^2) + eps)), same ops in the
-    same order; its backward is 8 tensor ops where autograd's chain of the forward's makes ~14."""
+    """HF's RMSNorm, weight * (x * rsqrt(mean(x^2) + eps)) computed in float32 and cast back to
+    x's dtype before the weight, the same ops in the same order; its backward is 8 tensor ops
+    where autograd's chain of the forward's makes ~14. weight: [D] over the last dim, or
+    [heads, D] per head (Qwen3's q/k norms, the q heads' weights then the k heads')."""
 
     @staticmethod
     def forward(ctx, x, weight, eps: float):
-        r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        n = x * r
+        xf = x.float()
+        r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        n = (xf * r).to(x.dtype)
         ctx.save_for_backward(n, r, weight)
         return weight * n
 
@@ -131,8 +151,10 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx, dy):
         n, r, weight = ctx.saved_tensors
         dn = dy * weight
-        dx = (dn - n * (dn * n).mean(-1, keepdim=True)).mul_(r)
-        dw = (dy * n).reshape(-1, n.shape[-1]).sum(0) if ctx.needs_input_grad[1] else None
+        dx = (dn - n * (dn * n).mean(-1, keepdim=True)).mul_(r.to(n.dtype))
+        dw = None
+        if ctx.needs_input_grad[1]:
+            dw = (dy * n).reshape(-1, *weight.shape).sum(0)
         return dx, dw, None
 
 
@@ -142,10 +164,10 @@ class RecordedSwiGLU(torch.autograd.Function):
     autograd's split of the product would concatenate them into a new [tokens, 2 width]."""
 
     @staticmethod
-    def forward(ctx, x, value, width: int, *ws):
+    def forward(ctx, x, value, width: int, bias, *ws):
         g, u = value[..., :width], value[..., width:]
         sg = F.silu(g)
-        ctx.save_for_backward(x, g, u, sg, *ws)
+        _keep(ctx, bias, x, g, u, sg, *ws)
         return sg * u
 
     @staticmethod
@@ -154,19 +176,20 @@ class RecordedSwiGLU(torch.autograd.Function):
         dg = torch.ops.aten.silu_backward(da * u, g)
         du = da * sg
         if len(ws) > 1 or ws[0].dim() == 3:  # lanes take the fused gradient
-            dx, *dws = _linear_grads(ctx, torch.cat([dg, du], -1), x, ws, 3)
-            return dx, None, None, *dws
+            dx, db, *dws = _linear_grads(ctx, torch.cat([dg, du], -1), x, ws, 4)
+            return dx, None, None, db, *dws
         width, weight = g.shape[-1], ws[0]
         dg, du = dg.reshape(-1, width), du.reshape(-1, width)
         wg, wu = weight[:width], weight[width:]
         dx = torch.addmm(dg @ wg, du, wu).view(x.shape) if ctx.needs_input_grad[0] else None
+        db = torch.cat([dg.sum(0), du.sum(0)]) if ctx.needs_input_grad[3] else None
         dw = None
-        if ctx.needs_input_grad[3]:
+        if ctx.needs_input_grad[4]:
             x2 = x.reshape(-1, x.shape[-1])
             dw = torch.empty_like(weight)
             torch.mm(dg.t(), x2, out=dw[:width])
             torch.mm(du.t(), x2, out=dw[width:])
-        return dx, None, None, dw
+        return dx, None, None, db, dw
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -181,74 +204,64 @@ def _visible(q_slots, k_slots, key_mask) -> torch.Tensor:
     return m[:, None]
 
 
-def _weights(layer, width: int):
-    """A layer's weights as the replay uses them, differentiable in the HF parameters (LoRA
-    folded in): q, k, v fused; gate and up fused and, like down, zero-padded to `width` (the
-    lean MLP width the decode recorded, so its records are read as they are)."""
-    w = effective_weight
-    att, mlp = layer.self_attn, layer.mlp
-    wg, wu, wd = w(mlp.gate_proj), w(mlp.up_proj), w(mlp.down_proj)
-    if width != wg.shape[0]:
-        pad = wg.new_zeros(width - wg.shape[0], wg.shape[1])
-        wg, wu = torch.cat([wg, pad]), torch.cat([wu, pad])
-        wd = torch.cat([wd, wd.new_zeros(wd.shape[0], pad.shape[0])], 1)
-    wqkv = torch.cat([w(att.q_proj), w(att.k_proj), w(att.v_proj)])
-    return (
-        w(layer.input_layernorm),
-        wqkv,
-        w(att.o_proj),
-        w(layer.post_attention_layernorm),
-        torch.cat([wg, wu]),
-        wd,
-    )
-
-
-def _layers(hf, weights, x, pos, mask_slots, rec=None, prefix=None):
+def _layers(hf, weights, spec, x, pos, mask_slots, rec=None, prefix=None):
     """Run the decoder layers over x [B, T, H] (embedded), computed or replayed from `rec`.
 
-    weights: `_weights` of each layer; pos [B, T] positions; mask_slots: bool attention mask
-    [B, 1, T, S]; prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier slots.
-    Returns (normed hidden, per-layer (k, v)).
+    weights: per layer its `LayerWeights` (norms not folded, MLP padded to the record's width);
+    spec: the model's `LeanSpec` (which layers rotate); pos [B, T] positions; mask_slots: bool
+    attention mask [B, 1, T, S]; prefix: per layer the (k, v) [B, kv_heads, S - T, D] of earlier
+    slots. Returns (normed hidden, per-layer (k, v)).
     """
     cfg = hf.config
     B, T, _ = x.shape
     Hq = cfg.num_attention_heads
     Hkv = getattr(cfg, "num_key_value_heads", None) or Hq
     D = getattr(cfg, "head_dim", None) or cfg.hidden_size // Hq
+    nqk = Hq + Hkv
     eps = float(cfg.rms_norm_eps)
     cos, sin = hf.model.rotary_emb(x, pos)  # [B, T, D], exactly HF's tables
     sin = torch.cat([-sin[..., : D // 2], sin[..., D // 2 :]], -1)
     cos, sin = cos[:, :, None], sin[:, :, None]
     kv_out = []
-    for i, (ln1, wqkv, wo, ln2, wgu, wd) in enumerate(weights):
-        width = wd.shape[1]
+    for i, (lw, rotate) in enumerate(zip(weights, spec.rope_layers, strict=True)):
+        width = lw.d.shape[1]
         # recorded values are read step-major: [T, B, n] -> a [B, T, n] view
         got = (
             None
             if rec is None
             else [b[i, :T].transpose(0, 1) for b in (rec.qkv, rec.x_attn, rec.gu, rec.x_mlp)]
         )
-        n1 = _RMSNorm.apply(x, ln1, eps)
+        n1 = _RMSNorm.apply(x, lw.ln1, eps)
         if rec is None:
-            qkv = F.linear(n1, wqkv).view(B, T, Hq + 2 * Hkv, D)
-            qkv = torch.cat([_rope(qkv[:, :, : Hq + Hkv], cos, sin), qkv[:, :, Hq + Hkv :]], 2)
-        else:
-            qkv = RecordedRope.apply(n1, got[0], cos, sin, (Hq + Hkv) * D, wqkv)
+            qkv = F.linear(n1, lw.qkv, lw.b_qkv).view(B, T, Hq + 2 * Hkv, D)
+        else:  # the record rotated q and k in place unless a q/k norm came first
+            n_rot = nqk * D if rotate and lw.qk_norm is None else 0
+            qkv = RecordedRope.apply(n1, got[0], cos, sin, n_rot, lw.b_qkv, lw.qkv)
             qkv = qkv.view(B, T, Hq + 2 * Hkv, D)
-        q, k, v = (t.transpose(1, 2) for t in qkv.split([Hq, Hkv, Hkv], 2))
+        qk = qkv[:, :, :nqk]
+        if lw.qk_norm is not None:
+            qk = _RMSNorm.apply(qk, lw.qk_norm, eps)
+        if rotate and (rec is None or lw.qk_norm is not None):
+            qk = _rope(qk, cos, sin)
+        q, k = qk.split([Hq, Hkv], 2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), qkv[:, :, nqk:].transpose(1, 2)
         kv_out.append((k, v))
         if prefix is not None:
             k, v = torch.cat([prefix[i][0], k], 2), torch.cat([prefix[i][1], v], 2)
         a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask_slots, enable_gqa=Hkv != Hq)
         a = a.transpose(1, 2).reshape(B, T, Hq * D)
-        x = x + F.linear(a, wo) if rec is None else RecordedResidual.apply(a, got[1], x, wo)
-        n2 = _RMSNorm.apply(x, ln2, eps)
         if rec is None:
-            g, u = F.linear(n2, wgu).split(width, -1)
-            act = F.silu(g) * u  # zero in the padded columns
+            x = x + F.linear(a, lw.o, lw.b_o)
         else:
-            act = RecordedSwiGLU.apply(n2, got[2], width, wgu)
-        x = x + F.linear(act, wd) if rec is None else RecordedResidual.apply(act, got[3], x, wd)
+            x = RecordedResidual.apply(a, got[1], x, lw.b_o, lw.o)
+        n2 = _RMSNorm.apply(x, lw.ln2, eps)
+        if rec is None:
+            g, u = F.linear(n2, lw.gu, lw.b_gu).split(width, -1)
+            act = F.silu(g) * u  # zero in the padded columns
+            x = x + F.linear(act, lw.d, lw.b_d)
+        else:
+            act = RecordedSwiGLU.apply(n2, got[2], width, lw.b_gu, lw.gu)
+            x = RecordedResidual.apply(act, got[3], x, lw.b_d, lw.d)
     return _RMSNorm.apply(x, effective_weight(hf.model.norm), eps), kv_out
 
 
@@ -275,8 +288,10 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
     u_ids, u_mask, rows = distinct_prompts(rollout.prompt_ids, rollout.prompt_mask)
     slots = torch.arange(P, device=dev)
     vis = _visible(slots, slots, u_mask)
-    weights = [_weights(layer, rec.gu.shape[-1] // 2) for layer in hf.model.layers]
-    h_prompt, kv = _layers(hf, weights, embed(u_ids), positions_from_mask(u_mask), vis)
+    width = rec.gu.shape[-1] // 2  # the lean MLP width the decode recorded
+    weights = [fused_layer_weights(layer, width, fold_norms=False) for layer in hf.model.layers]
+    spec = lean_spec(hf.config)
+    h_prompt, kv = _layers(hf, weights, spec, embed(u_ids), positions_from_mask(u_mask), vis)
 
     # 2. the completions, replayed, attending to their prompt's keys and values
     h = h_prompt[rows, -1:]
@@ -285,7 +300,7 @@ def replay_logprobs(model: nn.Module, rollout: Rollout, temperature: float) -> t
         q_slots = torch.arange(P, P + Tc, device=dev)
         vis = _visible(q_slots, torch.arange(P + Tc, device=dev), mask[:, : P + Tc])
         ids = rollout.completion_ids[:, :Tc]
-        h_comp, _ = _layers(hf, weights, embed(ids), pos[:, P : P + Tc], vis, rec, prefix)
+        h_comp, _ = _layers(hf, weights, spec, embed(ids), pos[:, P : P + Tc], vis, rec, prefix)
         h = torch.cat([h, h_comp], 1)
 
     head = hf.get_output_embeddings().weight

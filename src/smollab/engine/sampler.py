@@ -2,9 +2,11 @@
 
 `Sampler` is built once and reused: each step `load_weights(policy)` copies the policy's weights
 (LoRA merged) into a `LeanLlama` (~1M parameters: about a millisecond), then `generate(prompts)`
-samples completions under `torch.inference_mode()`. Models that are not Llama-shaped (GPT-2, ...)
-or that LeanLlama does not support (scaled RoPE) fall back to HF `generate`; the same `Rollout`
-comes back either way.
+samples completions under `torch.inference_mode()`. Models the lean engine does not read (GPT-2,
+sliding-window attention, dynamic RoPE: `lean_config` decides) fall back to HF `generate`, the
+reason in `hf_reason`; the same `Rollout` comes back either way. The lean copy holds the
+policy's own dtype (`LeanLlama.from_hf`), and so do its KV cache and decode record; under
+autocast the cache takes the autocast dtype and nothing is recorded.
 
 Sampling semantics (TRL's, so GRPO ratios and KL are consistent with it)
 - `logprobs` are log-softmax(logits / temperature) of the sampled tokens over the full vocabulary,
@@ -71,6 +73,7 @@ class Sampler:
         self.num_threads = num_threads
         self.lean: LeanLlama | None = None
         self.hf_model = None
+        self.hf_reason: str | None = None  # why HF `generate` samples (None: the lean engine)
         self._cache = None
         cfg = model.config
         if isinstance(model, LeanLlama):
@@ -78,16 +81,17 @@ class Sampler:
         else:
             if backend != "hf":
                 try:
-                    hf = unwrap_hf(model)
-                    check_lean_compatible(hf.config)
-                    cfg = hf.config
-                except (TypeError, NotImplementedError):
+                    check_lean_compatible(model.config)  # a PEFT model's is its base's
+                    cfg = unwrap_hf(model).config
+                except (TypeError, NotImplementedError) as e:
                     if backend == "lean":
                         raise
+                    self.hf_reason = str(e)
                 else:
                     self.lean = LeanLlama.from_hf(model, adapters=adapters)
             if self.lean is None:
                 self.hf_model = model
+                self.hf_reason = self.hf_reason or "backend='hf'"
         self.backend = "lean" if self.lean is not None else "hf"
         gen_cfg = getattr(model, "generation_config", None)
         if eos_token_id is None:

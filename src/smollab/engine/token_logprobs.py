@@ -174,8 +174,8 @@ def _decoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Linear] | None:
         return None
     if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
         return None
-    if getattr(cfg, "model_type", None) not in ("llama", "mistral", "qwen2", "qwen3"):
-        return None  # families whose decoder output is the head's input, checked in tests for llama
+    if getattr(cfg, "model_type", None) not in ("llama", "mistral", "qwen2", "qwen3", "smollm3"):
+        return None  # families whose decoder output is the head's input (tests: the replicas)
     return base.get_decoder(), head
 
 
@@ -218,13 +218,13 @@ def _hf_hidden(decoder: nn.Module, ids, mask, P: int, share) -> torch.Tensor:
         position_ids=positions_from_mask(u_mask),
         use_cache=True,
     )
-    cache = out.past_key_values
+    cache = out.cache  # transformers 5's name (past_key_values before)
     cache.batch_select_indices(inverse)
     h = decoder(
         input_ids=ids[:, P:],
         attention_mask=mask,
         position_ids=pos[:, P:],
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
     ).last_hidden_state
     return torch.cat([out.last_hidden_state[inverse, -1:], h], 1)

@@ -1,7 +1,8 @@
-"""The weights an HF Llama (or a PEFT model of one) computes with, read for the lean forward.
+"""The weights an HF Llama-family model (or a PEFT model of one) computes with, for the lean forward.
 
 `effective_weight` folds active LoRA adapters into a layer's weight (or reads the bare base with
-adapters off); `unwrap_hf` finds the `LlamaForCausalLM` inside a PEFT wrapper. Kept apart from
+adapters off), `effective_bias` reads the bias LoRA leaves alone; `unwrap_hf` finds the
+`...ForCausalLM` inside a PEFT wrapper. Kept apart from
 `lean_llama.py` so the forward reads alone and the LoRA bookkeeping has one home.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["effective_weight", "unwrap_hf"]
+__all__ = ["effective_bias", "effective_weight", "unwrap_hf"]
 
 
 def _is_lora_layer(module) -> bool:
@@ -22,6 +23,19 @@ def _lora_names(module) -> set[str]:
     return names | set(getattr(module, "lora_embedding_A", {}).keys())
 
 
+def _followed(module: nn.Module, adapters: bool) -> nn.Module:
+    """A `modules_to_save` wrapper -> the copy it computes with (the active adapter's, or the
+    original with adapters off); any other module as it is."""
+    while hasattr(module, "original_module") and hasattr(module, "modules_to_save"):
+        active = list(module.active_adapters)
+        use = adapters and not module.disable_adapters and active
+        if use and active[0] in module.modules_to_save:
+            module = module.modules_to_save[active[0]]
+        else:
+            module = module.original_module
+    return module
+
+
 def effective_weight(module: nn.Module, adapters: bool = True) -> torch.Tensor:
     """The weight a (possibly PEFT-wrapped) Linear, Embedding or norm computes with.
 
@@ -30,12 +44,7 @@ def effective_weight(module: nn.Module, adapters: bool = True) -> torch.Tensor:
     Adapters already merged into the base weight are accounted for. `modules_to_save` copies are
     followed to the active one (or to the original with adapters off).
     """
-    if hasattr(module, "original_module") and hasattr(module, "modules_to_save"):
-        active = list(module.active_adapters)
-        use = adapters and not module.disable_adapters and active
-        if use and active[0] in module.modules_to_save:
-            return effective_weight(module.modules_to_save[active[0]], adapters)
-        return effective_weight(module.original_module, adapters)
+    module = _followed(module, adapters)
     if not _is_lora_layer(module):
         if hasattr(module, "base_layer"):
             raise NotImplementedError(
@@ -65,12 +74,22 @@ def effective_weight(module: nn.Module, adapters: bool = True) -> torch.Tensor:
     return weight
 
 
+def effective_bias(module: nn.Module, adapters: bool = True) -> torch.Tensor | None:
+    """The bias a (possibly PEFT-wrapped) Linear adds, None without one: the base layer's, since
+    LoRA adapts weights only (`effective_weight` refuses adapters with a `lora_bias`).
+    `modules_to_save` copies are followed as `effective_weight` follows them."""
+    module = _followed(module, adapters)
+    if _is_lora_layer(module):
+        module = module.get_base_layer()
+    return getattr(module, "bias", None)
+
+
 def unwrap_hf(model: nn.Module) -> nn.Module:
-    """A PEFT model -> its (LoRA-injected) `LlamaForCausalLM`; an HF model passes through."""
+    """A PEFT model -> its (LoRA-injected) HF causal LM; an HF model passes through."""
     if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):
         model = model.get_base_model()
     if not (hasattr(model, "model") and hasattr(model.model, "layers")):
         raise TypeError(
-            f"expected an HF LlamaForCausalLM (or a PEFT model of one), got {type(model)}"
+            f"expected an HF Llama-family causal LM (or a PEFT model of one), got {type(model)}"
         )
     return model
