@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import csv
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -142,7 +141,7 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     policies = full_policies() if full else lane_policies(ranks=(2, 4, 4))
     alone = [copy.deepcopy(p) for p in policies]
     opts = [
-        LossOptions.from_config(SimpleNamespace(**g))
+        LossOptions(**g)
         for g in (
             dict(_grpo(), beta=0.0),
             dict(_grpo(), beta=0.1),

@@ -52,6 +52,11 @@ def check(cfg) -> None:
             f"{groups // world} prompt groups (train.batch_size={tc.batch_size} / "
             f"grpo.num_generations={g.num_generations} / {world} ranks)"
         )
+    if g.top_entropy_quantile < 1:
+        raise UserError(
+            "grpo.top_entropy_quantile does not run under torchrun: its threshold would be "
+            "each rank's quantile, not the step's; run it as one process"
+        )
     if g.routing.enabled:
         raise UserError(
             "grpo.routing.enabled does not run under torchrun: its detector and "

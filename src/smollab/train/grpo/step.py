@@ -24,7 +24,11 @@ from smollab.engine.rollout import Rollout
 from smollab.train import scaffold
 from smollab.train.diversity import mean_pairwise_jaccard, repetition, unique_fraction
 from smollab.train.grpo import ranks
-from smollab.train.grpo.loss import frac_reward_zero_std, group_advantages
+from smollab.train.grpo.loss import (
+    frac_reward_zero_std,
+    group_advantages,
+    multi_objective_advantages,
+)
 from smollab.train.grpo.policies import Policies
 from smollab.train.grpo.routing import eval_line
 from smollab.train.grpo.run_state import RunState, Update
@@ -94,7 +98,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     whole = [slice(i * tc.batch_size, (i + 1) * tc.batch_size) for i in range(len(runs))]
     advantages = torch.cat(
         [
-            group_advantages(batch.total[w], G, run.cfg.grpo.scale_rewards)
+            _advantages(run, batch, w, shared.pool.weights)
             for run, w in zip(runs, whole, strict=True)
         ]
     )
@@ -112,18 +116,21 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     train_pass = router and functools.partial(
         router.train_pass, runs[0].policy, runs[0].step, advantages
     )
-    loss_rows = [
-        RunRows(s, run.options, ranks.step_totals(mask[s], d))
-        for run, s in zip(runs, rows, strict=True)
-    ]
+    totals = [ranks.step_totals(mask[s], d) for s in rows]
     for it in range(g.num_iterations):
         old_logp = r.logprobs if g.num_iterations > 1 else None
+        loss_rows = [  # the entropy bonus's coefficient as it stands before this pass
+            RunRows(s, run.options, t, run.entropy.applied())
+            for run, s, t in zip(runs, rows, totals, strict=True)
+        ]
         parts = loss_backward(
             forward,
             Batch(r, advantages, mask, old_logp, ref_logp),
             loss_rows,
             num_generations=G,
-            grad_accum=tc.grad_accum,
+            # TRL's steps_per_generation: micro-batches per generated batch (the rules hold it
+            # to train.grad_accum: one optimizer step per generation)
+            grad_accum=g.steps_per_generation or tc.grad_accum,
             scaler=rt.scaler,
             train_pass=train_pass,
         )
@@ -133,6 +140,8 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
             norm = scaffold.optimizer_step(
                 run.trainable, run.optimizer, rt.scaler, run.cfg.optim.grad_clip
             )
+            if "entropy_sum" in stats:  # the controller sees the step's tokens, all ranks'
+                run.entropy.update(stats["entropy_sum"] / max(stats["entropy_tokens"], 1.0))
             if it == 0:  # the fresh batch's pass is the one reported
                 run.update = Update(loss, stats, float(norm))
     synchronize(rt.device)
@@ -173,12 +182,17 @@ def metrics_row(
         loss=up.loss,
         reward_mean=float(total.mean()),
         reward_std=float(total.std()),
-        frac_reward_zero_std=frac_reward_zero_std(total, run.cfg.grpo.num_generations),
+        frac_reward_zero_std=run.frac_zero_std,
         kl=up.stats.get("kl", 0.0),
-        entropy=batch.entropy(rows),
+        entropy=up.stats["entropy"] if "entropy" in up.stats else batch.entropy(rows),
         completion_len=float(batch.lengths[rows].float().mean()),
         truncated_frac=float(batch.truncated[rows].float().mean()),
         clip_frac=up.stats["clip_region"],
+        clip_low=up.stats["clip_low"],
+        clip_high=up.stats["clip_high"],
+        clip_low_min=up.stats["clip_low_min"],
+        clip_high_max=up.stats["clip_high_max"],
+        entropy_coef=run.entropy.coef,
         grad_norm=up.grad_norm,
         unique_fraction=unique_fraction(completions),
         jaccard=mean_pairwise_jaccard(completions),
@@ -211,6 +225,23 @@ def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[d
         }
         for i in range(len(runs))
     ]
+
+
+def _advantages(
+    run: RunState, batch: ranks.Whole, rows: slice, weights: dict[str, float]
+) -> torch.Tensor:
+    """A run's advantages over its whole batch (and its `frac_reward_zero_std`, kept for its row):
+    from the weighted total, or with `normalize_then_sum` from each reward's own values."""
+    g = run.cfg.grpo
+    G, total = g.num_generations, batch.total[rows]
+    if g.multi_objective_aggregation == "normalize_then_sum":
+        per_fn = torch.stack([batch.per_fn[k][rows] for k in weights], 1)
+        advantages, run.frac_zero_std = multi_objective_advantages(
+            per_fn, torch.tensor(list(weights.values())), G, g.scale_rewards, "normalize_then_sum"
+        )
+        return advantages
+    run.frac_zero_std = frac_reward_zero_std(total, G, g.scale_rewards)
+    return group_advantages(total, G, g.scale_rewards)
 
 
 def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
