@@ -16,6 +16,8 @@ the same gradient (tests/train/grpo/test_update.py):
   the micro-batch's share of the sequences;
 - bnpo (over this batch's tokens): times its share of the tokens;
 - dapo, cispo, vespo (over `num_items`): `num_items` = the whole batch's tokens, weight 1.
+The entropy bonus (TRL's `entropy_coef`) is each micro-batch's mean entropy times its share of the
+step's rows, as TRL divides it by the accumulation steps and processes (`bonus_coef`).
 Under torchrun a rank's rows are the micro-batches of the whole step across ranks (`whole`: its
 token and row counts), so the ranks' weighted losses sum to the step's loss and their summed
 gradients to its gradient (`ranks.sum_over_ranks`). The logged stats are the whole batch's too
