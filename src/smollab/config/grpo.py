@@ -225,8 +225,8 @@ class GRPOSection(Section):
     steps_per_generation: int | None = Field(
         None,
         ge=1,
-        description="micro-batches trained per generated batch, as TRL counts them: only "
-        "train.grad_accum (its default: one optimizer step per generation)",
+        description="micro-batches trained per generated batch, as TRL counts them (default "
+        "train.grad_accum: one optimizer step); k x train.grad_accum: k optimizer steps",
     )
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
@@ -404,11 +404,22 @@ def _trl_knob_rules(c: GRPOConfig) -> None:
             "values, and grpo.routing.hack_reward changes the total only"
         )
     spg, accum = g.steps_per_generation, c.train.grad_accum
-    if spg is not None and spg != accum:
+    if spg is not None and spg % accum:
         raise ValueError(
-            f"grpo.steps_per_generation={spg}: smollab generates one batch per optimizer step "
-            f"(TRL's default, train.grad_accum={accum} micro-batches); reusing a batch for "
-            "several steps is grpo.num_iterations"
+            f"grpo.steps_per_generation={spg} is not a multiple of train.grad_accum={accum}: "
+            "each generated batch must hold whole optimizer steps"
+        )
+    steps = (spg or accum) // accum
+    if steps > 1 and g.routing.enabled:
+        raise ValueError(
+            f"grpo.steps_per_generation={spg} trains {steps} optimizer steps on one generated "
+            "batch, and grpo.routing routes each step's own batch"
+        )
+    if steps > 1 and c.train.save_interval % steps:
+        raise ValueError(
+            f"train.save_interval={c.train.save_interval} must be a multiple of the {steps} "
+            f"optimizer steps per generated batch (grpo.steps_per_generation={spg}): a "
+            "checkpoint falls between generations, so a resume replays the same batches"
         )
 
 
@@ -442,10 +453,12 @@ def grpo_rules(c: GRPOConfig) -> None:
         )
     off_policy = ("epsilon", "delta", "off_policy_mask_threshold", *_SAPO, *_VESPO)
     off_policy += ("epsilon_high",) if g.loss_type != "cispo" else ()
-    if g.num_iterations == 1 and (keys := g.changed(*off_policy)):
+    once = g.steps_per_generation in (None, c.train.grad_accum)
+    if g.num_iterations == 1 and once and (keys := g.changed(*off_policy)):
         raise ValueError(
             f"grpo.{keys[0]} acts on the ratio to the sampling policy, which is 1 "
-            "when each batch is used once (grpo.num_iterations=1)"
+            "when each batch is used once (grpo.num_iterations=1, one optimizer step per "
+            "generated batch)"
         )
     _trl_knob_rules(c)
     if g.prompts_file and g.changed("prompt_tokens"):

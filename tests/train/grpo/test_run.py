@@ -281,3 +281,39 @@ def test_trl_entropy_and_multi_reward_knobs_train_log_and_resume(micro_grpo, tmp
     for a, b in zip(ref, rows, strict=True):
         for key in ("entropy_coef", "entropy", "loss", "reward_mean"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_steps_per_generation_trains_several_steps_on_one_generated_batch(
+    micro_grpo, tmp_path, monkeypatch
+):
+    """TRL's steps_per_generation = 3 x grad_accum: a batch of 3 x 8 completions generated at
+    steps 1 and 4, each step training on its own 8 (clipped against the sampler's log-probs);
+    the rows between generations spend no time generating. A crash resumes exactly, from the
+    checkpoint between generations."""
+    knobs = [
+        "grpo.steps_per_generation=3",
+        "grpo.epsilon_high=0.28",
+        "train.save_interval=3",
+    ]
+    summary = _run([*micro_grpo, *knobs, f"run.dir={tmp_path / 'ref'}"])
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    rows = read_metrics(tmp_path / "ref" / "metrics.csv")
+    assert [r["gen_s"] > 0 for r in rows] == [True, False, False, True, False, False]
+    samples = [
+        json.loads(x) for x in (tmp_path / "ref" / "samples.jsonl").read_text().split("\n")[:-1]
+    ]
+    first = {s["step"]: (s["prompt"], s["completion"]) for s in samples}
+    assert len(set(first.values())) == 6  # each step trains on its own slice
+    assert (
+        "policy forward computed (grpo.steps_per_generation=3"
+        in (tmp_path / "ref" / "training.log").read_text()
+    )
+    real = crash_grpo_at_step(monkeypatch, 2)  # in the 2nd generation
+    with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
+        _run([*micro_grpo, *knobs])
+    monkeypatch.setattr(grpo_step, "group_advantages", real)
+    assert _run([*micro_grpo, *knobs])["status"] == "completed"
+    again = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    for a, b in zip(rows, again, strict=True):
+        for key in ("loss", "reward_mean", "clip_frac", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key

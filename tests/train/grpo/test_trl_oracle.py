@@ -258,3 +258,25 @@ def test_advantages_and_frac_reward_zero_std_equal_trls(trl_trainer, scale_rewar
     if aggregation == "sum_then_normalize":
         total = (per_fn * weights).sum(1)
         assert frac_reward_zero_std(total, G, scale_rewards) == pytest.approx(zero)
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "cispo", "vespo"])
+def test_several_steps_per_generation_normalize_as_trls(trl_trainer, loss_type):
+    """steps_per_generation = 3: TRL's num_items spans the generated batch and is divided by the
+    optimizer steps it serves; `grpo_loss` takes that quotient as its `num_items`."""
+    o = _options(loss_type, "token", 0.04, True, {"epsilon_high": 0.28})
+    logp, old, ref, entropies, adv, mask = _tensors(11, False)
+    generated = 3 * float(mask.sum()) + 7.0  # the other steps' rows hold other lengths
+    ours, _ = grpo_loss(logp, old, ref, adv, mask, o, generated / 3)
+    inputs = _inputs(logp, entropies, adv, mask)
+    inputs.update(
+        old_per_token_logps=old,
+        ref_per_token_logps=ref,
+        num_items_in_batch=torch.tensor(generated, dtype=torch.float64),
+    )
+    trl_trainer.args.steps_per_generation = 3
+    try:
+        theirs, _ = _trl(trl_trainer, o, inputs)
+    finally:
+        trl_trainer.args.steps_per_generation = 1
+    assert ours.item() == pytest.approx(theirs.item(), rel=1e-12)

@@ -134,6 +134,9 @@ class OnePolicy:
             max_new_tokens=g.max_completion_length,
         )
         self.no_replay = self.no_replay or (router.replay_blocker() if router else None)
+        steps = (g.steps_per_generation or tc.grad_accum) // tc.grad_accum
+        if steps > 1 and self.no_replay is None:  # the record would be of the whole generation
+            self.no_replay = f"grpo.steps_per_generation={g.steps_per_generation} (several steps)"
         self.entropies = g.top_entropy_quantile < 1 or g.entropy_coef != 0 or g.use_adaptive_entropy
         if self.entropies and self.no_replay is None:  # the logits give each position's entropy
             self.no_replay = "per-token entropies (grpo.entropy_coef, use_adaptive_entropy, top_entropy_quantile)"

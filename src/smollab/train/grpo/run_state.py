@@ -84,6 +84,8 @@ class RunState:
     ended: tuple[str, str | None] | None = None  # (status, evidence) once it stops early
     update: Update | None = None  # this step's
     frac_zero_std: float = 0.0  # this step's frac_reward_zero_std (TRL's)
+    # the batch generated for several optimizer steps (grpo.steps_per_generation; step.Generation)
+    generation: Any = None
     row: dict[str, Any] = field(default_factory=dict)  # this step's metrics row
 
     @classmethod

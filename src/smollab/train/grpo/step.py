@@ -6,6 +6,8 @@ score them (one reward call) -> group-relative advantages per run over its whole
 reference log-probs (no grad) of the runs with a KL term -> the policy update(s): each run's loss
 and backward (`update.loss_backward`, `num_iterations` passes, PPO-clipped, in `train.grad_accum`
 micro-batches), each run's optimizer step -> per run: metrics, evaluation, the after-step block.
+With `grpo.steps_per_generation` = k x `train.grad_accum` (one run, one process) the first
+three happen every k steps for k steps' completions, and each step trains on its own slice.
 Prompts and samples are seeded by each run's (seed, step), so a resumed run replays the same
 batches and a lane draws exactly what its run alone would: prompts are picked on the CPU,
 completions drawn on the policy's device by generators the sampler makes there from the seeds.
@@ -48,66 +50,62 @@ class StepTimes:
     trained: float
 
 
+@dataclass
+class Generation:
+    """What a generated batch holds for its optimizer step(s): each run's rows of it here
+    (`rows`) and of the whole batch across ranks (`whole`), and when it was made (`times`)."""
+
+    r: Rollout
+    mask: torch.Tensor  # [N, T] the loss mask
+    batch: ranks.Whole
+    advantages: torch.Tensor  # [N] this process's rows, on the device
+    ref_logp: torch.Tensor | None
+    rows: list[slice]
+    whole: list[slice]
+    times: tuple[float, float, float, float]  # start, generated, rewarded, referenced
+
+    def part(self, j: int, size: int) -> Generation:
+        """The rows of its j-th optimizer step of `size` completions (one run, one process:
+        `steps_per_generation` > `train.grad_accum`), timed as generated at no cost."""
+        s = slice(j * size, (j + 1) * size)
+        idx = torch.arange(s.start, s.stop, device=self.mask.device)
+        now = time.perf_counter()
+        return Generation(
+            r=self.r.select(idx),
+            mask=self.mask[s],
+            batch=self.batch.select(s),
+            advantages=self.advantages[s],
+            ref_logp=None if self.ref_logp is None else self.ref_logp[s],
+            rows=[slice(0, size)],
+            whole=[slice(0, size)],
+            times=(now, now, now, now),
+        )
+
+
 def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     """One step of every run in `runs` (see the module docstring)."""
     cfg, rt, d, tok = shared.cfg, shared.rt, shared.d, shared.tokenizer
     g, tc = cfg.grpo, cfg.train
     G = g.num_generations
     _before_first_step(shared, policies, runs)
-    t0 = time.perf_counter()
-
-    # 1. rollouts: each run's prompt groups (torchrun: this rank's share), one sampler call
-    prompts, picked = [], []
     for run in runs:
         run.set_lr()
-        gen = torch.Generator(device="cpu").manual_seed(stream_seed(run.cfg.run.seed, run.step, 0))
-        pick = torch.randint(
-            len(shared.train_prompts), (tc.batch_size // G,), generator=gen, device="cpu"
-        )
-        mine = ranks.my_prompts(pick.tolist(), d)
-        picked += [i for i in mine for _ in range(G)]
-        prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
-    seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
-    r = policies.generate(runs, prompts, seeds, record=policies.no_replay is None)
-    t_gen = time.perf_counter()
-
-    # 2. rewards in one call (routing: eligibility, flags, routes), advantages per run over its
-    # whole batch (every rank's groups)
-    completions, prompt_texts = r.completion_texts(tok), r.prompt_texts(tok)
-    token_rows = r.completion_rows()
-    total, per_fn = shared.pool(prompt_texts, completions, token_rows)
-    n = len(prompts) // len(runs)
-    rows = [slice(i * n, (i + 1) * n) for i in range(len(runs))]  # each run's rows here
-    for run, s in zip(runs, rows, strict=True):
-        if run.router:
-            total[s] = run.router.score(
-                run.step,
-                picked=picked[s],
-                total=total[s],
-                per_fn={k: v[s] for k, v in per_fn.items()},
-                prompts=prompt_texts[s],
-                completions=completions[s],
-                rows=token_rows[s],
-            )
-    mask = r.completion_mask.clone()
-    if g.mask_truncated_completions:
-        mask[r.truncated] = 0
-    batch = ranks.gather(
-        r, mask, d, total=total, per_fn=per_fn, prompts=prompt_texts, completions=completions
-    )
-    whole = [slice(i * tc.batch_size, (i + 1) * tc.batch_size) for i in range(len(runs))]
-    advantages = torch.cat(
-        [
-            _advantages(run, batch, w, shared.pool.weights)
-            for run, w in zip(runs, whole, strict=True)
-        ]
-    )
-    advantages = advantages[batch.rows].to(rt.device)
-    t_rew = time.perf_counter()
-
-    # 3. reference log-probs (no grad) of the rows of the runs with a KL term
-    ref_logp = _reference_logprobs(policies, r, runs, rows, g.temperature)
-    t_ref = time.perf_counter()
+    # TRL's steps_per_generation: micro-batches per generated batch; k optimizer steps each
+    # (one run in one process: the rules refuse k > 1 elsewhere)
+    k = (g.steps_per_generation or tc.grad_accum) // tc.grad_accum
+    if k == 1:
+        gen = _generate(shared, policies, runs, tc.batch_size)
+    else:
+        (run,) = runs
+        if run.generation is None or run.step % k == 0:  # a resume starts a new one
+            run.generation = _generate(shared, policies, runs, k * tc.batch_size)
+            gen = run.generation.part(run.step % k, tc.batch_size)
+            gen.times = run.generation.times
+        else:
+            gen = run.generation.part(run.step % k, tc.batch_size)
+    r, mask, batch, advantages, ref_logp = gen.r, gen.mask, gen.batch, gen.advantages, gen.ref_logp
+    rows, whole = gen.rows, gen.whole
+    t0, t_gen, t_rew, t_ref = gen.times  # a step that generated nothing: all when it began
 
     # 4. policy update(s): the first pass replays the decode when it can; every pass is one
     # optimizer step of each run
@@ -117,10 +115,12 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
         router.train_pass, runs[0].policy, runs[0].step, advantages
     )
     totals = [ranks.step_totals(mask[s], d) for s in rows]
+    # TRL's num_items under steps_per_generation: the generated batch's tokens per optimizer step
+    items = None if k == 1 else float(run.generation.mask.sum()) / k
     for it in range(g.num_iterations):
-        old_logp = r.logprobs if g.num_iterations > 1 else None
+        old_logp = r.logprobs if g.num_iterations > 1 or k > 1 else None
         loss_rows = [  # the entropy bonus's coefficient as it stands before this pass
-            RunRows(s, run.options, t, run.entropy.applied())
+            RunRows(s, run.options, t, run.entropy.applied(), items)
             for run, s, t in zip(runs, rows, totals, strict=True)
         ]
         parts = loss_backward(
@@ -128,9 +128,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
             Batch(r, advantages, mask, old_logp, ref_logp),
             loss_rows,
             num_generations=G,
-            # TRL's steps_per_generation: micro-batches per generated batch (the rules hold it
-            # to train.grad_accum: one optimizer step per generation)
-            grad_accum=g.steps_per_generation or tc.grad_accum,
+            grad_accum=tc.grad_accum,
             scaler=rt.scaler,
             train_pass=train_pass,
         )
@@ -167,6 +165,66 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
             _route_eval(shared, policies, run)
     for run, w in zip(runs, whole, strict=True):
         run.after_step(batch, w, tok, d)
+
+
+def _generate(shared: Shared, policies: Policies, runs: list[RunState], size: int) -> Generation:
+    """Steps 1-3: `size` completions per run (whole prompt groups, torchrun: this rank's share),
+    their rewards, advantages over each run's whole batch, reference log-probs."""
+    cfg, rt, d, tok = shared.cfg, shared.rt, shared.d, shared.tokenizer
+    g = cfg.grpo
+    G = g.num_generations
+    t0 = time.perf_counter()
+
+    # 1. rollouts: each run's prompt groups (torchrun: this rank's share), one sampler call
+    prompts, picked = [], []
+    for run in runs:
+        gen = torch.Generator(device="cpu").manual_seed(stream_seed(run.cfg.run.seed, run.step, 0))
+        pick = torch.randint(len(shared.train_prompts), (size // G,), generator=gen, device="cpu")
+        mine = ranks.my_prompts(pick.tolist(), d)
+        picked += [i for i in mine for _ in range(G)]
+        prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
+    seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
+    r = policies.generate(runs, prompts, seeds, record=policies.no_replay is None)
+    t_gen = time.perf_counter()
+
+    # 2. rewards in one call (routing: eligibility, flags, routes), advantages per run over its
+    # whole batch (every rank's groups)
+    completions, prompt_texts = r.completion_texts(tok), r.prompt_texts(tok)
+    token_rows = r.completion_rows()
+    total, per_fn = shared.pool(prompt_texts, completions, token_rows)
+    n = len(prompts) // len(runs)
+    rows = [slice(i * n, (i + 1) * n) for i in range(len(runs))]  # each run's rows here
+    for run, s in zip(runs, rows, strict=True):
+        if run.router:
+            total[s] = run.router.score(
+                run.step,
+                picked=picked[s],
+                total=total[s],
+                per_fn={k: v[s] for k, v in per_fn.items()},
+                prompts=prompt_texts[s],
+                completions=completions[s],
+                rows=token_rows[s],
+            )
+    mask = r.completion_mask.clone()
+    if g.mask_truncated_completions:
+        mask[r.truncated] = 0
+    batch = ranks.gather(
+        r, mask, d, total=total, per_fn=per_fn, prompts=prompt_texts, completions=completions
+    )
+    whole = [slice(i * size, (i + 1) * size) for i in range(len(runs))]
+    advantages = torch.cat(
+        [
+            _advantages(run, batch, w, shared.pool.weights)
+            for run, w in zip(runs, whole, strict=True)
+        ]
+    )
+    advantages = advantages[batch.rows].to(rt.device)
+    t_rew = time.perf_counter()
+
+    # 3. reference log-probs (no grad) of the rows of the runs with a KL term
+    ref_logp = _reference_logprobs(policies, r, runs, rows, g.temperature)
+    t_ref = time.perf_counter()
+    return Generation(r, mask, batch, advantages, ref_logp, rows, whole, (t0, t_gen, t_rew, t_ref))
 
 
 def metrics_row(

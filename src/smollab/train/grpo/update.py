@@ -60,6 +60,9 @@ class RunRows:
     # process's share of it (torchrun); None: its rows here are the whole step
     whole: tuple[float, int] | None = None
     entropy_coef: float = 0.0  # the entropy bonus's coefficient this step (TRL's entropy_coef)
+    # dapo, cispo, vespo: TRL's num_items when one generated batch serves several optimizer steps
+    # (its tokens / the steps); None: the step's own tokens
+    items: float | None = None
 
 
 @dataclass
@@ -209,6 +212,8 @@ def loss_backward(
                 n = run.rows.stop - (run.rows.start or 0)
                 whole = run.whole or (float(batch.mask[run.rows].sum()), n)
                 weight, num_items = micro_weight(run.options.loss_type, m, whole)
+                if run.items is not None and run.options.loss_type in _PER_ITEM:
+                    num_items = run.items
                 ref = None if not run.options.beta else batch.ref_logp
                 loss, stats = grpo_loss(
                     logp[here],
