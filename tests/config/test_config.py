@@ -227,6 +227,52 @@ RULES = [
         ["failure.stuck_grace_steps=100", "failure.baseline_steps=60"],
     ),
     ("grpo", ["train.batch_size=10"], ["train.batch_size=10", "grpo.num_generations=16"]),
+    # TRL 1.16's KL correction, entropy, multi-reward and generation-reuse keys
+    (
+        "grpo",
+        ["grpo.beta=0", "grpo.use_bias_correction_kl=false"],
+        ["grpo.use_bias_correction_kl", "grpo.beta=0"],
+    ),
+    (
+        "grpo",
+        ["grpo.off_policy_mask_threshold=0.5"],
+        ["grpo.off_policy_mask_threshold", "grpo.num_iterations=1"],
+    ),
+    (
+        "grpo",
+        ["grpo.entropy_target=0.5"],
+        ["grpo.entropy_target", "grpo.use_adaptive_entropy"],
+    ),
+    (
+        "grpo",
+        [
+            "grpo.use_adaptive_entropy=true",
+            "grpo.entropy_coef_min=0.5",
+            "grpo.entropy_coef_max=0.1",
+        ],
+        ["grpo.entropy_coef_min=0.5", "grpo.entropy_coef_max=0.1"],
+    ),
+    (
+        "grpo",
+        ["grpo.multi_objective_aggregation=normalize_then_sum", "grpo.scale_rewards=batch"],
+        ["grpo.scale_rewards", "normalize_then_sum"],
+    ),
+    (
+        "grpo",
+        ["train.grad_accum=2", "grpo.steps_per_generation=3"],
+        ["grpo.steps_per_generation=3", "train.grad_accum=2"],
+    ),
+    (
+        "grpo",
+        ["grpo.steps_per_generation=4", "train.save_interval=50"],
+        ["train.save_interval=50", "grpo.steps_per_generation=4"],
+    ),
+    (
+        "grpo",
+        ["grpo.steps_per_generation=2", "grpo.routing.enabled=true"],
+        ["grpo.steps_per_generation=2", "grpo.routing"],
+    ),
+    ("grpo", ["grpo.top_entropy_quantile=1.5"], ["grpo.top_entropy_quantile"]),
 ]
 
 
@@ -271,6 +317,14 @@ ACCEPTED = [
     ("grpo", ["train.eval_interval=0", "train.save_interval=0"]),
     ("grpo", ["grpo.beta=0", "grpo.ref_on_cpu=false"]),
     ("grpo", ["failure.baseline_steps=50"]),
+    ("grpo", ["grpo.use_bias_correction_kl=false", "grpo.beta=0.04"]),
+    ("grpo", ["grpo.off_policy_mask_threshold=0.5", "grpo.num_iterations=2"]),
+    ("grpo", ["grpo.off_policy_mask_threshold=0.5", "grpo.steps_per_generation=2"]),
+    ("grpo", ["grpo.epsilon_high=0.28", "grpo.steps_per_generation=5", "train.save_interval=10"]),
+    ("grpo", ["grpo.use_adaptive_entropy=true", "grpo.entropy_target=0.5"]),
+    ("grpo", ["grpo.entropy_coef=0.01", "grpo.top_entropy_quantile=0.2"]),
+    ("grpo", ["grpo.multi_objective_aggregation=normalize_then_sum"]),
+    ("grpo", ["train.grad_accum=2", "grpo.steps_per_generation=2"]),
 ]
 
 

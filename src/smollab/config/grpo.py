@@ -182,6 +182,52 @@ class GRPOSection(Section):
     vespo_lambda_pos: float = Field(3.0, ge=0, description="vespo: decay in W, A >= 0")
     vespo_k_neg: float = Field(3.0, ge=0, description="vespo: power of W, A < 0")
     vespo_lambda_neg: float = Field(2.0, ge=0, description="vespo: decay in W, A < 0")
+    use_bias_correction_kl: bool = Field(
+        True,
+        description="KL term times the importance weight (DeepSeek-V3.2; TRL's default): the "
+        "unbiased reverse-KL gradient, also on a fresh batch",
+    )
+    off_policy_mask_threshold: float | None = Field(
+        None,
+        description="drop sequences with A < 0 whose mean KL(sampler || policy) per token exceeds "
+        "this (DeepSeek-V3.2's off-policy mask; e.g. 0.5)",
+    )
+    top_entropy_quantile: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="train on the top quantile of tokens by policy entropy only (1: all; 0: the "
+        "highest alone)",
+    )
+    entropy_coef: float = Field(
+        0.0,
+        description="entropy bonus: minus this times the mean per-token entropy; with "
+        "use_adaptive_entropy its starting value",
+    )
+    use_adaptive_entropy: bool = Field(
+        False,
+        description="Skywork-OR1's control: entropy_coef moves by entropy_coef_delta each step, "
+        "applied only while the entropy is at most entropy_target",
+    )
+    entropy_coef_min: float = Field(0.0, description="adaptive entropy: least entropy_coef")
+    entropy_coef_max: float = Field(1.0, description="adaptive entropy: largest entropy_coef")
+    entropy_coef_delta: float = Field(
+        0.005, ge=0, description="adaptive entropy: entropy_coef's change per optimizer step"
+    )
+    entropy_target: float = Field(
+        0.2, description="adaptive entropy: the mean per-token entropy (nats) it defends"
+    )
+    multi_objective_aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = Field(
+        "sum_then_normalize",
+        description="several rewards: weighted sum, then scale_rewards; or each normalized in "
+        "its group, summed, then normalized over the batch (GDPO)",
+    )
+    steps_per_generation: int | None = Field(
+        None,
+        ge=1,
+        description="micro-batches trained per generated batch, as TRL counts them (default "
+        "train.grad_accum: one optimizer step); k x train.grad_accum: k optimizer steps",
+    )
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
         description="advantages divided by the reward std of the group, of the batch, or not "
@@ -325,6 +371,58 @@ def _loss_type_rules(g: GRPOSection) -> None:
         )
 
 
+_ADAPTIVE = ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")
+
+
+def _trl_knob_rules(c: GRPOConfig) -> None:
+    """TRL 1.16's KL correction, entropy, multi-reward and generation-reuse keys."""
+    g = c.grpo
+    if g.beta == 0 and g.changed("use_bias_correction_kl"):
+        raise ValueError("grpo.use_bias_correction_kl weighs the KL term, and grpo.beta=0 has none")
+    if not g.use_adaptive_entropy and (keys := g.changed(*_ADAPTIVE)):
+        raise ValueError(
+            f"grpo.{keys[0]} tunes adaptive entropy control, and grpo.use_adaptive_entropy is false"
+        )
+    if g.entropy_coef_min > g.entropy_coef_max:
+        raise ValueError(
+            f"grpo.entropy_coef_min={g.entropy_coef_min:g} is above "
+            f"grpo.entropy_coef_max={g.entropy_coef_max:g}"
+        )
+    if g.multi_objective_aggregation == "normalize_then_sum" and g.changed("scale_rewards"):
+        raise ValueError(
+            "grpo.scale_rewards: grpo.multi_objective_aggregation=normalize_then_sum "
+            "normalizes each reward in its group and their sum over the batch, and reads "
+            "no scale_rewards"
+        )
+    if (
+        g.multi_objective_aggregation == "normalize_then_sum"
+        and g.routing.enabled
+        and g.routing.hack_reward
+    ):
+        raise ValueError(
+            "grpo.multi_objective_aggregation=normalize_then_sum normalizes each reward's own "
+            "values, and grpo.routing.hack_reward changes the total only"
+        )
+    spg, accum = g.steps_per_generation, c.train.grad_accum
+    if spg is not None and spg % accum:
+        raise ValueError(
+            f"grpo.steps_per_generation={spg} is not a multiple of train.grad_accum={accum}: "
+            "each generated batch must hold whole optimizer steps"
+        )
+    steps = (spg or accum) // accum
+    if steps > 1 and g.routing.enabled:
+        raise ValueError(
+            f"grpo.steps_per_generation={spg} trains {steps} optimizer steps on one generated "
+            "batch, and grpo.routing routes each step's own batch"
+        )
+    if steps > 1 and c.train.save_interval % steps:
+        raise ValueError(
+            f"train.save_interval={c.train.save_interval} must be a multiple of the {steps} "
+            f"optimizer steps per generated batch (grpo.steps_per_generation={spg}): a "
+            "checkpoint falls between generations, so a resume replays the same batches"
+        )
+
+
 def grpo_rules(c: GRPOConfig) -> None:
     """The shared rules (the quantized base among them), then GRPO's own."""
     model_rules(c.model)
@@ -353,13 +451,16 @@ def grpo_rules(c: GRPOConfig) -> None:
             f"{g.epsilon:g}: the upper clip is the wider one (DAPO's "
             "clip-higher)"
         )
-    off_policy = ("epsilon", "delta", *_SAPO, *_VESPO)
+    off_policy = ("epsilon", "delta", "off_policy_mask_threshold", *_SAPO, *_VESPO)
     off_policy += ("epsilon_high",) if g.loss_type != "cispo" else ()
-    if g.num_iterations == 1 and (keys := g.changed(*off_policy)):
+    once = g.steps_per_generation in (None, c.train.grad_accum)
+    if g.num_iterations == 1 and once and (keys := g.changed(*off_policy)):
         raise ValueError(
             f"grpo.{keys[0]} acts on the ratio to the sampling policy, which is 1 "
-            "when each batch is used once (grpo.num_iterations=1)"
+            "when each batch is used once (grpo.num_iterations=1, one optimizer step per "
+            "generated batch)"
         )
+    _trl_knob_rules(c)
     if g.prompts_file and g.changed("prompt_tokens"):
         raise ValueError(
             "grpo.prompt_tokens cuts story openings into prompts, and "

@@ -20,6 +20,9 @@ LANE_KEYS = frozenset(
         "grpo.loss_type",
         "grpo.scale_rewards",
         "grpo.delta",
+        "grpo.use_bias_correction_kl",
+        "grpo.off_policy_mask_threshold",
+        "grpo.multi_objective_aggregation",
         "model.lora.r",
         "model.lora.alpha",
         "train.max_steps",
@@ -39,12 +42,20 @@ def may_differ(key: str) -> bool:
 
 # What the batched lanes model (`LaneLlama`) cannot do, each with the reason (a key set to any
 # other value is refused); everything else a GRPO run does, a lane does through the same step.
+_NO_ENTROPIES = "the batched model gives each token's log-prob, not each position's entropy"
 UNSUPPORTED = {
     "model.lora.dropout": (0.0, "the batched model applies no LoRA dropout"),
     "model.load_in": ("none", "the batched model reads its base in full precision"),
     "grpo.routing.enabled": (False, "the batched model holds one adapter per lane, routing two"),
     "perf.precision": ("fp32", "the batched model runs in float32"),
     "perf.grad_checkpointing": (False, "the batched model keeps its activations"),
+    "grpo.entropy_coef": (0.0, _NO_ENTROPIES),
+    "grpo.use_adaptive_entropy": (False, _NO_ENTROPIES),
+    "grpo.top_entropy_quantile": (1.0, _NO_ENTROPIES),
+    "grpo.steps_per_generation": (
+        None,
+        "lanes generate every step, and a lane refilled mid-sweep would start its own schedule",
+    ),
 }
 
 

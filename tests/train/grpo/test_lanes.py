@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import csv
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -142,7 +141,7 @@ def test_each_lanes_loss_kl_and_gradients_equal_its_standalone_run(full):
     policies = full_policies() if full else lane_policies(ranks=(2, 4, 4))
     alone = [copy.deepcopy(p) for p in policies]
     opts = [
-        LossOptions.from_config(SimpleNamespace(**g))
+        LossOptions(**g)
         for g in (
             dict(_grpo(), beta=0.0),
             dict(_grpo(), beta=0.1),
@@ -240,6 +239,9 @@ def test_lanes_refuse_what_they_cannot_share_in_one_line(micro_grpo, tmp_path):
         api.lanes(None, args, inbox=tmp_path / "inbox", max_lanes=2)
     with pytest.raises(UserError, match=r"model.lora.dropout=0.1 is not supported in lanes"):
         api.lanes(None, [*args, "model.lora.dropout=0.1"], [[f"run.dir={tmp_path / 'c'}"]])
+    for knob in ("entropy_coef=0.01", "top_entropy_quantile=0.5", "steps_per_generation=2"):
+        with pytest.raises(UserError, match=rf"grpo.{knob} is not supported in lanes"):
+            api.lanes(None, [*args, f"grpo.{knob}"], [[f"run.dir={tmp_path / 'c'}"]])
     with pytest.raises(UserError, match=r"two lanes would write .*same: give each its own run.dir"):
         api.lanes(None, args, [[f"run.dir={tmp_path / 'same'}"], [f"run.dir={tmp_path / 'same'}"]])
     assert not (tmp_path / "a").exists() and not (tmp_path / "c").exists()

@@ -140,15 +140,23 @@ def test_kl_penalty_value_gradient_and_stat():
     logp = torch.zeros(1, 2, requires_grad=True)
     ref = torch.tensor([[LN2, -LN2]])
     adv = torch.zeros(1)
-    loss, stats = grpo_loss(
-        logp, None, ref, adv, torch.ones(1, 2), LossOptions(beta=0.1, loss_type="bnpo")
-    )
+    plain = LossOptions(beta=0.1, loss_type="bnpo", use_bias_correction_kl=False)
+    loss, stats = grpo_loss(logp, None, ref, adv, torch.ones(1, 2), plain)
     # 0.1 * mean(0.30685282, 0.19314718) = 0.1 * 0.25
     assert loss.item() == pytest.approx(0.025, abs=1e-7)
     assert stats["kl"] == pytest.approx(0.25, abs=1e-6) and stats["policy_loss"] == 0.0
     loss.backward()
     # d/dlogp beta * (e^(ref-logp) - (ref-logp) - 1) = beta * (1 - e^(ref-logp)), / 2 tokens
     assert logp.grad.tolist() == [pytest.approx([-0.05, 0.025], abs=1e-6)]
+    # TRL's default multiplies the term by w = exp(logp - sg(logp)): the value is the same on a
+    # fresh batch, the gradient gains kl itself: beta * (1 - e^(ref-logp) + kl) / 2
+    logp.grad = None
+    loss, stats = grpo_loss(
+        logp, None, ref, adv, torch.ones(1, 2), LossOptions(beta=0.1, loss_type="bnpo")
+    )
+    assert loss.item() == pytest.approx(0.025, abs=1e-7) and stats["kl"] == pytest.approx(0.25)
+    loss.backward()
+    assert logp.grad.tolist() == [pytest.approx([-0.05 * LN2, 0.05 * LN2], abs=1e-6)]
     # beta 0 with a reference: the KL is reported but not in the loss
     loss, stats = grpo_loss(logp, None, ref, adv, torch.ones(1, 2), LossOptions(beta=0.0))
     assert loss.item() == 0.0 and stats["kl"] == pytest.approx(0.25, abs=1e-6)

@@ -286,6 +286,13 @@ def test_a_batch_the_ranks_cannot_split_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert err.startswith("smollab: error: train.grad_accum=4 must divide each rank's 2 prompt")
     assert "\n" not in err and not run.exists()
+    for knob, why in (
+        ("grpo.top_entropy_quantile=0.5", "its threshold would be each rank's quantile"),
+        ("grpo.steps_per_generation=2", "a slice of every rank's generated batch"),
+    ):
+        assert main([*args[:-2], "train.batch_size=16", knob, "train.save_interval=2"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert why in err and "does not run under torchrun" in err and "\n" not in err
     assert grpo_ranks.my_prompts([5, 6, 7, 8], Dist(rank=1, world=2)) == [7, 8]
 
 

@@ -241,3 +241,79 @@ def test_a_bf16_checkpoint_trains_fp32_master_weights(bf16_model, micro_grpo, tm
     assert {t.dtype for t in weights.values()} == {torch.float32}
     if not lora:
         assert json.loads((final / "config.json").read_text())["dtype"] == "float32"
+
+
+def test_trl_entropy_and_multi_reward_knobs_train_log_and_resume(micro_grpo, tmp_path, monkeypatch):
+    """TRL's entropy bonus (adaptive), high-entropy token mask and GDPO aggregation through the
+    whole loop: the row logs the exact entropy and the coefficient as it moves, the forward is
+    computed from the logits (no replay), and a resume restores the controller exactly."""
+    knobs = [
+        "grpo.use_adaptive_entropy=true",
+        "grpo.entropy_coef=0.01",
+        "grpo.entropy_target=100.0",  # always at most the target: the coefficient climbs
+        "grpo.entropy_coef_delta=0.002",
+        "grpo.top_entropy_quantile=0.5",
+        "grpo.multi_objective_aggregation=normalize_then_sum",
+        "reward=[{name: happy_binary}, {name: sentence_length, weight: 0.5}]",
+    ]
+    _run([*micro_grpo, *knobs, f"run.dir={tmp_path / 'ref'}"])
+    ref = read_metrics(tmp_path / "ref" / "metrics.csv")
+    assert [r["entropy_coef"] for r in ref] == pytest.approx(
+        [0.012, 0.014, 0.016, 0.018, 0.02, 0.022]
+    )
+    assert all(r["entropy"] > 0 for r in ref)
+    log = (tmp_path / "ref" / "training.log").read_text()
+    assert "policy forward computed (per-token entropies" in log
+    real, calls = grpo_step.multi_objective_advantages, []
+
+    def crash(*a, **k):
+        calls.append(1)
+        if len(calls) == 5:
+            raise RuntimeError("simulated crash")
+        return real(*a, **k)
+
+    monkeypatch.setattr(grpo_step, "multi_objective_advantages", crash)
+    with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
+        _run([*micro_grpo, *knobs])
+    monkeypatch.setattr(grpo_step, "multi_objective_advantages", real)
+    assert _run([*micro_grpo, *knobs])["status"] == "completed"
+    rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    for a, b in zip(ref, rows, strict=True):
+        for key in ("entropy_coef", "entropy", "loss", "reward_mean"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_steps_per_generation_trains_several_steps_on_one_generated_batch(
+    micro_grpo, tmp_path, monkeypatch
+):
+    """TRL's steps_per_generation = 3 x grad_accum: a batch of 3 x 8 completions generated at
+    steps 1 and 4, each step training on its own 8 (clipped against the sampler's log-probs);
+    the rows between generations spend no time generating. A crash resumes exactly, from the
+    checkpoint between generations."""
+    knobs = [
+        "grpo.steps_per_generation=3",
+        "grpo.epsilon_high=0.28",
+        "train.save_interval=3",
+    ]
+    summary = _run([*micro_grpo, *knobs, f"run.dir={tmp_path / 'ref'}"])
+    assert summary["status"] == "completed" and summary["steps"] == 6
+    rows = read_metrics(tmp_path / "ref" / "metrics.csv")
+    assert [r["gen_s"] > 0 for r in rows] == [True, False, False, True, False, False]
+    samples = [
+        json.loads(x) for x in (tmp_path / "ref" / "samples.jsonl").read_text().split("\n")[:-1]
+    ]
+    first = {s["step"]: (s["prompt"], s["completion"]) for s in samples}
+    assert len(set(first.values())) == 6  # each step trains on its own slice
+    assert (
+        "policy forward computed (grpo.steps_per_generation=3"
+        in (tmp_path / "ref" / "training.log").read_text()
+    )
+    real = crash_grpo_at_step(monkeypatch, 2)  # in the 2nd generation
+    with pytest.raises(RunFailed, match="RuntimeError: simulated crash"):
+        _run([*micro_grpo, *knobs])
+    monkeypatch.setattr(grpo_step, "group_advantages", real)
+    assert _run([*micro_grpo, *knobs])["status"] == "completed"
+    again = read_metrics(tmp_path / "grpo" / "metrics.csv")
+    for a, b in zip(rows, again, strict=True):
+        for key in ("loss", "reward_mean", "clip_frac", "grad_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key

@@ -38,6 +38,7 @@ from smollab.models.loading import align_special_tokens, apply_lora, build_model
 from smollab.models.routing import apply_routing
 from smollab.train.distributed import Dist
 from smollab.train.grpo import ranks
+from smollab.train.grpo.entropy import logprobs_and_entropies
 from smollab.train.grpo.routing import Router
 from smollab.train.grpo.update import Forward
 
@@ -68,13 +69,19 @@ def build_base(cfg: GRPOConfig, rt: Runtime, tokenizer) -> nn.Module:
 
 
 def policy_forward(
-    policy: nn.Module, temperature: float, autocast: Callable = contextlib.nullcontext
+    policy: nn.Module,
+    temperature: float,
+    autocast: Callable = contextlib.nullcontext,
+    entropies: bool = False,
 ) -> Forward:
-    """One policy's training forward: its log-probs with grad, under the run's autocast."""
+    """One policy's training forward: its log-probs with grad, under the run's autocast; with
+    `entropies`, through the model's logits with each position's entropy too (`entropy`)."""
 
-    def logp(part: Rollout, share_prompts: bool) -> torch.Tensor:
+    def logp(part: Rollout, share_prompts: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         with autocast():
-            return policy_logprobs(policy, part, temperature, share_prompts=share_prompts)
+            if entropies:
+                return logprobs_and_entropies(policy, part, temperature)
+            return policy_logprobs(policy, part, temperature, share_prompts=share_prompts), None
 
     return logp
 
@@ -83,11 +90,11 @@ def lanes_forward(model: LaneLlama, policies: list[nn.Module], temperature: floa
     """Every lane's training forward at once: each lane's log-probs through its own weights
     (read under grad), replayed while the rollout holds the decode of these very weights."""
 
-    def logp(part: Rollout, share_prompts: bool) -> torch.Tensor:
+    def logp(part: Rollout, share_prompts: bool) -> tuple[torch.Tensor, None]:
         model.load_lanes(policies)
         out = lanes_logprobs(model, part, temperature)
         part.record = None  # used once: the graph keeps what the backward needs
-        return out
+        return out, None
 
     return logp
 
@@ -127,6 +134,12 @@ class OnePolicy:
             max_new_tokens=g.max_completion_length,
         )
         self.no_replay = self.no_replay or (router.replay_blocker() if router else None)
+        steps = (g.steps_per_generation or tc.grad_accum) // tc.grad_accum
+        if steps > 1 and self.no_replay is None:  # the record would be of the whole generation
+            self.no_replay = f"grpo.steps_per_generation={g.steps_per_generation} (several steps)"
+        self.entropies = g.top_entropy_quantile < 1 or g.entropy_coef != 0 or g.use_adaptive_entropy
+        if self.entropies and self.no_replay is None:  # the logits give each position's entropy
+            self.no_replay = "per-token entropies (grpo.entropy_coef, use_adaptive_entropy, top_entropy_quantile)"
         if tc.grad_accum > 1 and self.no_replay is None:  # the record holds the whole batch's
             self.no_replay = f"train.grad_accum={tc.grad_accum} (micro-batches)"
         self._reference = (
@@ -157,7 +170,9 @@ class OnePolicy:
 
     def forward(self, runs: Sequence[RunState]) -> Forward:
         self.policy.train()
-        return policy_forward(self.policy, self.cfg.grpo.temperature, self.rt.autocast)
+        return policy_forward(
+            self.policy, self.cfg.grpo.temperature, self.rt.autocast, entropies=self.entropies
+        )
 
     def reference(self) -> Reference | None:
         return self._reference

@@ -52,6 +52,17 @@ def check(cfg) -> None:
             f"{groups // world} prompt groups (train.batch_size={tc.batch_size} / "
             f"grpo.num_generations={g.num_generations} / {world} ranks)"
         )
+    if (g.steps_per_generation or tc.grad_accum) > tc.grad_accum:
+        raise UserError(
+            f"grpo.steps_per_generation={g.steps_per_generation} does not run under torchrun: "
+            "each optimizer step would take a slice of every rank's generated batch; run it "
+            "as one process"
+        )
+    if g.top_entropy_quantile < 1:
+        raise UserError(
+            "grpo.top_entropy_quantile does not run under torchrun: its threshold would be "
+            "each rank's quantile, not the step's; run it as one process"
+        )
     if g.routing.enabled:
         raise UserError(
             "grpo.routing.enabled does not run under torchrun: its detector and "
@@ -83,6 +94,19 @@ class Whole:
     logp_sums: torch.Tensor  # [N] float64 sampled log p over each row's loss-mask tokens
     tokens: torch.Tensor  # [N] float64 those tokens
     rows: slice = field(default_factory=lambda: slice(None))  # this rank's rows of the batch
+
+    def select(self, rows: slice) -> Whole:
+        """These rows of one process's batch (several optimizer steps per generated batch)."""
+        return Whole(
+            total=self.total[rows],
+            per_fn={k: v[rows] for k, v in self.per_fn.items()},
+            prompts=self.prompts[rows],
+            completions=self.completions[rows],
+            lengths=self.lengths[rows],
+            truncated=self.truncated[rows],
+            logp_sums=self.logp_sums[rows],
+            tokens=self.tokens[rows],
+        )
 
     def entropy(self, rows: slice) -> float:
         """The entropy estimate of these rows: mean -log p of the sampled tokens (unbiased)."""

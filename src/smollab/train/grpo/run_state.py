@@ -30,7 +30,7 @@ from smollab.rundir.writer import RunDir
 from smollab.train import checkpoints, distributed, scaffold
 from smollab.train.distributed import SINGLE, Dist
 from smollab.train.failure_rules import RLWatch
-from smollab.train.grpo.loss import LossOptions
+from smollab.train.grpo.loss import EntropyControl, LossOptions
 from smollab.train.grpo.ranks import Whole
 from smollab.train.grpo.routing import Router
 from smollab.train.schedule import lr_at
@@ -71,6 +71,7 @@ class RunState:
     scaler: torch.amp.GradScaler | None  # fp16's, the process's
     options: LossOptions
     watch: RLWatch
+    entropy: EntropyControl  # the entropy bonus's coefficient (adaptive: it moves, and is saved)
     started: float  # time.time() when it started: the rows' wall_s
     router: Router | None = None
     lane: str | None = None  # its name as a lane of a lanes worker
@@ -82,6 +83,9 @@ class RunState:
     eval_reward: float | None = None
     ended: tuple[str, str | None] | None = None  # (status, evidence) once it stops early
     update: Update | None = None  # this step's
+    frac_zero_std: float = 0.0  # this step's frac_reward_zero_std (TRL's)
+    # the batch generated for several optimizer steps (grpo.steps_per_generation; step.Generation)
+    generation: Any = None
     row: dict[str, Any] = field(default_factory=dict)  # this step's metrics row
 
     @classmethod
@@ -122,6 +126,9 @@ class RunState:
         )
         watch = RLWatch(cfg.failure, saved.get("flags"))
         watch.streak = int(saved.get("rl_streak", 0))
+        entropy = EntropyControl.from_config(cfg.grpo)
+        if "entropy_coef" in saved:  # the adaptive controller's, where it left off
+            entropy.coef, entropy.last = saved["entropy_coef"], saved["entropy_last"]
         state = cls(
             cfg=cfg,
             run=run,
@@ -131,6 +138,7 @@ class RunState:
             scaler=rt.scaler,
             options=LossOptions.from_config(cfg.grpo),
             watch=watch,
+            entropy=entropy,
             started=started or time.time(),
             router=router,
             lane=lane,
@@ -242,6 +250,11 @@ class RunState:
             flags=self.watch.flags,
             rl_streak=self.watch.streak,
             train_seconds=self.train_seconds,
+            **(
+                {"entropy_coef": self.entropy.coef, "entropy_last": self.entropy.last}
+                if self.entropy.adaptive
+                else {}
+            ),
         )
 
     def finish(self, tokenizer) -> dict[str, Any]:

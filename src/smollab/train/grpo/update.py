@@ -16,6 +16,8 @@ the same gradient (tests/train/grpo/test_update.py):
   the micro-batch's share of the sequences;
 - bnpo (over this batch's tokens): times its share of the tokens;
 - dapo, cispo, vespo (over `num_items`): `num_items` = the whole batch's tokens, weight 1.
+The entropy bonus (TRL's `entropy_coef`) is each micro-batch's mean entropy times its share of the
+step's rows, as TRL divides it by the accumulation steps and processes (`bonus_coef`).
 Under torchrun a rank's rows are the micro-batches of the whole step across ranks (`whole`: its
 token and row counts), so the ranks' weighted losses sum to the step's loss and their summed
 gradients to its gradient (`ranks.sum_over_ranks`). The logged stats are the whole batch's too
@@ -26,6 +28,7 @@ under accumulation (the record of the whole batch is the memory accumulation is 
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,8 +42,9 @@ from smollab.train.grpo.loss import LossOptions, grpo_loss
 _PER_ITEM = ("dapo", "cispo", "vespo")
 _PER_SEQUENCE = ("grpo", "sapo", "luspo", "dr_grpo")
 
-# forward(rows of the batch as a Rollout, may share prompts) -> log-probs [n, T] with grad
-Forward = Callable[[Rollout, bool], torch.Tensor]
+# forward(rows of the batch as a Rollout, may share prompts) -> (log-probs [n, T] with grad,
+# per-token entropies [n, T] or None when the forward does not compute them)
+Forward = Callable[[Rollout, bool], tuple[torch.Tensor, torch.Tensor | None]]
 # train_pass(the micro-batch's rows of the batch): the context around its forward and backward
 # (gradient routing's masks); it yields whether the forward may share prompts
 TrainPass = Callable[[slice | torch.Tensor], contextlib.AbstractContextManager]
@@ -55,6 +59,10 @@ class RunRows:
     # (unmasked tokens, rows) of the run's whole optimizer step when the batch holds only this
     # process's share of it (torchrun); None: its rows here are the whole step
     whole: tuple[float, int] | None = None
+    entropy_coef: float = 0.0  # the entropy bonus's coefficient this step (TRL's entropy_coef)
+    # dapo, cispo, vespo: TRL's num_items when one generated batch serves several optimizer steps
+    # (its tokens / the steps); None: the step's own tokens
+    items: float | None = None
 
 
 @dataclass
@@ -97,6 +105,14 @@ def micro_weight(
     raise ValueError(f"micro_weight: no rule for loss_type {loss_type!r}")
 
 
+def bonus_coef(coef: float, share: float, weight: float) -> float:
+    """The entropy coefficient to hand `grpo_loss` for a micro-batch whose loss is then multiplied
+    by `weight`: TRL's bonus is each micro-batch's mean entropy / (accumulation steps x
+    processes), whatever the loss type, i.e. weighted by the micro-batch's share of the step's
+    rows, not by the loss type's `weight`."""
+    return coef * share / weight if coef and weight else 0.0
+
+
 def _mean(values: list[float], weights: list[float]) -> float:
     total = sum(weights)
     return sum(v * w for v, w in zip(values, weights, strict=True)) / total if total else 0.0
@@ -106,26 +122,28 @@ def merge_stats(
     parts: list[dict], masks: list[torch.Tensor], weights: list[float], level: str = "token"
 ) -> dict[str, float]:
     """The whole batch's `grpo_loss` stats from its micro-batches' (the means weighted by what
-    each counts: tokens, sequences with tokens, rows; policy_loss by the micro weights)."""
+    each counts: tokens, or rows at the sequence level, as TRL counts; policy_loss by the micro
+    weights; the least and most clipped sequence over all)."""
     tokens = [float(m.sum()) for m in masks]
-    seqs = [float((m.sum(-1) > 0).sum()) for m in masks]
-    counted = tokens if level == "token" else seqs
+    rows = [float(m.shape[0]) for m in masks]
+    counted = tokens if level == "token" else rows
     out: dict[str, float] = {}
     for key in parts[0]:
         vals = [p[key] for p in parts]
         if key == "policy_loss":
             out[key] = sum(v * w for v, w in zip(vals, weights, strict=True))
-        elif key == "num_tokens":
+        elif key in ("num_tokens", "entropy_sum", "entropy_tokens"):
             out[key] = sum(vals)
         elif key in ("ratio_min", "ratio_max"):
             live = [v for v, c in zip(vals, counted, strict=True) if c > 0]
             out[key] = (min if key == "ratio_min" else max)(live) if live else 1.0
-        elif key == "kl":
+        elif key in ("clip_low_min", "clip_high_max"):
+            live = [v for v in vals if not math.isnan(v)]
+            out[key] = (min if key == "clip_low_min" else max)(live) if live else math.nan
+        elif key in ("kl", "entropy"):
             out[key] = _mean(vals, tokens)
-        elif key == "advantage_mean":
-            out[key] = _mean(vals, [float(m.shape[0]) for m in masks])
-        elif key == "vespo_phi_mean":
-            out[key] = _mean(vals, seqs)
+        elif key in ("advantage_mean", "vespo_phi_mean"):
+            out[key] = _mean(vals, rows)
         else:  # clip_low, clip_high, clip_region, ratio_mean: over what a weight belongs to
             out[key] = _mean(vals, counted)
     return out
@@ -187,13 +205,15 @@ def loss_backward(
                 at += c.stop - c.start
         ctx = train_pass(rows) if train_pass else contextlib.nullcontext(True)
         with ctx as share:
-            logp = forward(part, share)
+            logp, entropies = forward(part, share)
             losses = []
             for run, c, here, parts in zip(runs, chunks, local, done, strict=True):
                 m = batch.mask[c]
                 n = run.rows.stop - (run.rows.start or 0)
                 whole = run.whole or (float(batch.mask[run.rows].sum()), n)
                 weight, num_items = micro_weight(run.options.loss_type, m, whole)
+                if run.items is not None and run.options.loss_type in _PER_ITEM:
+                    num_items = run.items
                 ref = None if not run.options.beta else batch.ref_logp
                 loss, stats = grpo_loss(
                     logp[here],
@@ -203,6 +223,8 @@ def loss_backward(
                     m,
                     run.options,
                     num_items=num_items,
+                    entropies=None if entropies is None else entropies[here],
+                    entropy_coef=bonus_coef(run.entropy_coef, m.shape[0] / whole[1], weight),
                 )
                 losses.append(loss * weight)
                 parts.stats.append(stats)
