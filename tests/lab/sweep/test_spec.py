@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from smollab.errors import UserError
+from smollab.lab.probe.spec import ProbeSpec
 from smollab.lab.spec_common import override_value
-from smollab.lab.sweep.spec import Distribution
+from smollab.lab.sweep.spec import Distribution, SweepSpec
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.trials import trial_name
 from smollab.rundir.columns import BY_COMMAND as METRIC_COLUMNS
@@ -238,3 +239,38 @@ def test_cli_sweep_errors_and_dry_run(spec_file, capsys):
     assert "grid: 3 points x 2 seed(s) = 6 trials" in out and "optim.lr=0.001" in out
     assert main(["probe", str(spec_file.parent / "nope.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def _spec_float_keys(schema) -> list[str]:
+    from smollab.config.describe import schema_keys
+
+    return [k.key for k in schema_keys(schema) if k.type.startswith("float")]
+
+
+SPEC_FLOATS = _spec_float_keys(SweepSpec)
+
+
+@pytest.mark.parametrize("key", SPEC_FLOATS)
+def test_every_float_key_of_the_spec_refuses_nan_and_infinity(spec_file, key):
+    for value in (".nan", ".inf", "-.inf"):
+        with pytest.raises(UserError) as e:
+            load_spec(spec_file, [f"{key}={value}"])
+        assert f"sweep key {key}: Input should be a finite number" in str(e.value)
+
+
+def test_a_range_or_a_swept_value_refuses_nan_and_infinity(spec_file):
+    with pytest.raises(UserError, match=r"space\.optim\.lr\.high: Input should be a finite"):
+        load_spec(
+            spec_file, ["sampler=random", "n_trials=2", "space.optim.lr={low: 0, high: .inf}"]
+        )
+    with pytest.raises(UserError, match=r"optim\.lr: Input should be a finite number"):
+        load_spec(spec_file, ["space.optim.lr=[0.1, .nan]"])
+
+
+@pytest.mark.parametrize("key", _spec_float_keys(ProbeSpec))
+def test_every_float_key_of_a_probe_refuses_nan_and_infinity(key):
+    from smollab.lab.probe.spec import load_probe
+
+    for value in (".nan", ".inf"):
+        with pytest.raises(UserError, match=rf"probe key {key}: Input should be a finite"):
+            load_probe("pretrain-micro", [f"{key}={value}"])
