@@ -158,6 +158,17 @@ def test_rft_recipes_validate():
 RULES = [
     ("pretrain", ["optim.min_lr=0.01"], ["optim.min_lr=0.01", "optim.lr=0.001"]),
     ("pretrain", ["optim.schedule=constant", "optim.min_lr=0"], ["optim.min_lr", "constant"]),
+    (
+        "pretrain",
+        ["optim.min_lr=1e-5", "optim.min_lr_ratio=0.1"],
+        ["optim.min_lr=1e-05", "optim.min_lr_ratio=0.1", "keep one"],
+    ),
+    (
+        "pretrain",
+        ["optim.schedule=constant", "optim.min_lr_ratio=0.1"],
+        ["min_lr_ratio", "constant"],
+    ),
+    ("pretrain", ["optim.lr=3e-4", "optim.min_lr=4e-4"], ["optim.min_lr_ratio", "optim.lr=0.0003"]),
     ("pretrain", ["optim.decay_fraction=0.5"], ["optim.decay_fraction", "optim.schedule=cosine"]),
     ("pretrain", ["perf.compile_mode=max-autotune"], ["perf.compile_mode", "perf.compile"]),
     (
@@ -273,6 +284,8 @@ def test_rules_across_keys_one_line_naming_them(command, overrides, keys):
 # The same keys where their condition holds, or set to their defaults (which change nothing).
 ACCEPTED = [
     ("pretrain", ["optim.schedule=constant", "optim.lr=1e-5"]),  # min_lr unused: no rise
+    ("pretrain", ["optim.min_lr_ratio=0.1", "optim.lr=1e-6"]),  # the end follows the lr
+    ("pretrain", ["optim.schedule=wsd", "optim.min_lr_ratio=0", "optim.lr=30"]),
     ("pretrain", ["optim.schedule=wsd", "optim.decay_fraction=0.5", "optim.min_lr=0.001"]),
     ("pretrain", ["optim.warmup_steps=0", "train.max_steps=1"]),
     ("pretrain", ["train.eval_interval=0", "train.save_interval=0", "train.keep_last=2"]),

@@ -210,6 +210,14 @@ class OptimConfig(Section):
     min_lr: float = Field(
         1e-4, ge=0, description="learning rate the cosine and wsd schedules end at"
     )
+    min_lr_ratio: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="the end of the cosine and wsd schedules as a fraction of lr, instead of "
+        "min_lr (nanoGPT's lr/10 is 0.1, HF's min_lr_rate): the schedule keeps its shape "
+        "whatever lr a sweep tries",
+    )
     weight_decay: float = Field(
         0.1, ge=0, description="AdamW's decoupled weight decay (pretrain, sft: matrices only)"
     )
@@ -229,17 +237,32 @@ class OptimConfig(Section):
     )
     decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction spent decaying")
 
+    @property
+    def final_lr(self) -> float:
+        """Where the cosine and wsd schedules end: lr x min_lr_ratio when set, else min_lr."""
+        if self.min_lr_ratio is not None:
+            return self.lr * self.min_lr_ratio
+        return self.min_lr
+
 
 def optim_rules(o: OptimConfig) -> None:
-    """The schedule's keys: min_lr only where it decays, decay_fraction only for wsd."""
-    if o.schedule == "constant" and o.changed("min_lr"):
+    """The schedule's keys: one of min_lr and min_lr_ratio, and only where the schedule decays;
+    decay_fraction only for wsd."""
+    if o.min_lr_ratio is not None and o.changed("min_lr"):
         raise ValueError(
-            f"optim.min_lr={o.min_lr:g} is set but optim.schedule=constant never decays"
+            f"optim.min_lr={o.min_lr:g} and optim.min_lr_ratio={o.min_lr_ratio:g} are both "
+            "set; keep one (min_lr_ratio ends the schedule at that fraction of optim.lr)"
         )
-    if o.schedule != "constant" and o.min_lr > o.lr:
+    if o.schedule == "constant" and (keys := o.changed("min_lr", "min_lr_ratio")):
+        raise ValueError(
+            f"optim.{keys[0]}={getattr(o, keys[0]):g} is set but optim.schedule=constant "
+            "never decays"
+        )
+    if o.schedule != "constant" and o.min_lr > o.lr and o.min_lr_ratio is None:
         raise ValueError(
             f"optim.min_lr={o.min_lr:g} is above optim.lr={o.lr:g}: the "
-            f"{o.schedule} schedule would rise to it"
+            f"{o.schedule} schedule would rise to it (optim.min_lr_ratio ends it at a "
+            "fraction of optim.lr instead)"
         )
     if o.schedule != "wsd" and o.changed("decay_fraction"):
         raise ValueError(

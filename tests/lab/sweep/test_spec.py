@@ -274,3 +274,34 @@ def test_every_float_key_of_a_probe_refuses_nan_and_infinity(key):
     for value in (".nan", ".inf"):
         with pytest.raises(UserError, match=rf"probe key {key}: Input should be a finite"):
             load_probe("pretrain-micro", [f"{key}={value}"])
+
+
+def _training_recipes() -> list[tuple[str, str]]:
+    from smollab.config.recipes import list_recipes
+
+    return [(r.command, r.name) for r in list_recipes() if r.command in SCHEMA_COMMANDS]
+
+
+SCHEMA_COMMANDS = ("pretrain", "grpo", "sft", "rft")
+
+
+@pytest.mark.parametrize("command,recipe", _training_recipes())
+def test_a_learning_rate_grid_over_any_shipped_recipe_runs_as_written(command, recipe, tmp_path):
+    """From far below to far above the recipe's LR: every point validates, because the recipes
+    end their schedules at a fraction of the LR (`optim.min_lr_ratio`), not at a fixed LR."""
+    spec = tmp_path / "lr.yaml"
+    spec.write_text(
+        f"command: {command}\nbase: {recipe}\nmetric: {{name: step, goal: min}}\n"
+        "space: {optim.lr: [1.0e-7, 3.0e-4, 3.0e-2, 30.0]}\n"
+    )
+    assert len(load_spec(spec, [f"dir={tmp_path / 's'}"]).grid_points()) == 4
+
+
+def test_a_grid_that_still_conflicts_is_refused_before_any_trial_naming_both_keys(
+    spec_file, tmp_path
+):
+    with pytest.raises(UserError) as e:
+        load_spec(spec_file, ["overrides.optim.min_lr=5e-4", f"dir={tmp_path / 's'}"])
+    assert "optim.min_lr=0.0005 is above optim.lr=0.0001" in str(e.value)
+    assert "optim.min_lr_ratio" in str(e.value)
+    assert not (tmp_path / "s").exists()
