@@ -266,7 +266,9 @@ def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
     assert tail.read() == [{"step": 2.0, "step_s": 0.7}]
 
 
-def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_path, monkeypatch):
+def test_real_processes_with_controlled_step_times(
+    fake_child, workload, micro_model, tmp_path, monkeypatch
+):
     """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1))."""
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_SLOWDOWN", "0.5")
@@ -278,7 +280,7 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
         for o in workload
         if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))
     ]
-    overrides += ["train.batch_size=8", "grpo.num_generations=4", "model.path=unused"]
+    overrides += ["train.batch_size=8", "grpo.num_generations=4", f"model.path={micro_model}"]
     result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
     steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}
     assert set(steps) == {1, 2, 4}

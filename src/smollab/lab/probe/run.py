@@ -89,6 +89,9 @@ class Probe:
         mps_setting = mps_daemon_setting(kind, spec.mps)
         mps_on = bool(mps_setting)
         signature = workload_signature(spec.command, cfg, mps_setting)
+        from smollab.models.loading import check_model_source
+
+        check_model_source(cfg.model)  # every run loads it: a missing one stops here, once
         probe_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_data(cfg)
         self.out(
