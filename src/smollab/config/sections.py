@@ -325,7 +325,7 @@ class PerfConfig(Section):
     optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = Field(
         "auto",
         description="AdamW kernel: fused, foreach (multi-tensor) or plain (per parameter); "
-        "auto: fused on CUDA and CPU, foreach on MPS",
+        "auto: fused (CUDA, CPU and MPS have fused kernels)",
     )
     grad_checkpointing: bool = Field(
         False, description="recompute activations in the backward: less memory, more time"
