@@ -64,6 +64,14 @@ FILES: dict[str, bytes] = {
     "spec_key.yaml": SPEC.replace(b"optim.lr:", b"optim.lrr:"),
     "spec_metric.yaml": SPEC.replace(b"goal: min", b"goal: up"),
     "nomodel/readme.txt": b"no config.json here\n",
+    "prompts.txt": b"Once upon a time\n",
+    "ok_spec.yaml": SPEC,
+    "spec_pg.yaml": SPEC + b"storage: postgresql://smol@127.0.0.1:1/nodb\n",
+    "spec_min_lr.yaml": SPEC + b"overrides: {optim.min_lr: 0.15}\n",
+    "spec_grpo.yaml": (
+        b"command: grpo\nbase: happy\nmetric: {name: reward_mean, goal: max}\n"
+        b"space: {optim.lr: [0.1, 0.2]}\n"
+    ),
 }
 
 # (name, argv, the text the error line must contain); {model} {data} are the micro fixtures'.
@@ -77,6 +85,14 @@ CASES: list[tuple[str, list[str], str]] = [
     ("out of range", ["pretrain", "optim.lr=-1"], "optim.lr"),
     ("unknown choice", ["pretrain", "perf.precision=fp8"], "perf.precision"),
     ("min_lr above lr", ["pretrain", "optim.lr=1e-3", "optim.min_lr=1e-2"], "optim.min_lr"),
+    ("lr infinite", ["pretrain", "optim.lr=inf"], "optim.lr"),
+    ("float key NaN", ["grpo", "grpo.beta=.nan"], "grpo.beta"),
+    ("time limit infinite", ["grpo", "train.max_time=.inf"], "train.max_time"),
+    (
+        "min_lr beside min_lr_ratio",
+        ["pretrain", "optim.min_lr=1e-5", "optim.min_lr_ratio=0.1"],
+        "optim.min_lr_ratio",
+    ),
     ("key grpo does not read", ["grpo", "train.seq_len=64"], "train.seq_len"),
     ("grad_accum splits a group", ["grpo", "train.grad_accum=3"], "train.grad_accum=3"),
     ("key pretrain does not read", ["pretrain", "model.lora.enabled=true"], "model.lora"),
@@ -129,6 +145,39 @@ CASES: list[tuple[str, list[str], str]] = [
     ("model path that does not exist", ["grpo", "model.path=./gone", "data.dir={data}"], "gone"),
     ("model dir without a model", ["grpo", "model.path=nomodel", "data.dir={data}"], "nomodel"),
     ("unknown preset", ["pretrain", "model.preset=gpt5"], "gpt5"),
+    # a model not made yet, or not on a Hub that does not answer: one line naming model.path
+    # and what makes it, before anything is written (for every command that loads one)
+    ("grpo before its base is pretrained", ["grpo", "happy"], "smollab pretrain configs/"),
+    ("grpo on a Hub id no one serves", ["grpo", "model.path=nobody/nothing"], "nobody/nothing"),
+    (
+        "sft before its base is pretrained",
+        ["sft", "story-continuation"],
+        "smollab pretrain configs/pretrain/simplestories-1.25m.yaml",
+    ),
+    (
+        "rft on a missing model",
+        [
+            "rft",
+            "model.path=runs/simplestories-1.25m",
+            "rft.prompts_file=prompts.txt",
+            "rft.eval_prompts_file=prompts.txt",
+            "reward=[{name: happy_binary}]",
+        ],
+        "model.path runs/simplestories-1.25m",
+    ),
+    (
+        "lanes before their base is pretrained",
+        ["lanes", "grpo", "happy", "--lane", "optim.lr=1e-4"],
+        "model.path runs/simplestories-1.25m",
+    ),
+    (
+        "sample of a run not made",
+        ["sample", "runs/simplestories-1.25m", "--prompt", "x"],
+        "make it with: smollab pretrain configs/pretrain/simplestories-1.25m.yaml",
+    ),
+    ("sweep whose trials lack their base", ["sweep", "spec_grpo.yaml", "dir=s"], "model.path"),
+    ("probe whose runs lack their base", ["probe", "grpo-1.25m-full", "dir=p"], "model.path"),
+    ("bench whose variants lack their base", ["bench", "happy", "--out", "b"], "model.path"),
     (
         "context too short",
         [
@@ -146,6 +195,11 @@ CASES: list[tuple[str, list[str], str]] = [
         "prompts file missing",
         ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=gone.txt"],
         "gone.txt",
+    ),
+    (
+        "prompts file missing, and the model too",
+        ["grpo", "sentence-length-10", "grpo.prompts_file=gone.txt"],
+        "grpo.prompts_file: no such file gone.txt",
     ),
     (
         "prompts file not UTF-8",
@@ -231,6 +285,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sweep base missing", ["sweep", "spec_base.yaml", "dir=s"], "nope.yaml"),
     ("sweep key unknown", ["sweep", "spec_key.yaml", "dir=s"], "optim.lrr"),
     ("sweep metric goal", ["sweep", "spec_metric.yaml", "dir=s"], "goal"),
+    ("sweep storage nobody answers", ["sweep", "spec_pg.yaml", "dir=s"], "storage"),
+    ("sweep timeout infinite", ["sweep", "ok_spec.yaml", "stop_timeout_s=.inf"], "stop_timeout_s"),
+    ("sweep grid below its min_lr", ["sweep", "spec_min_lr.yaml", "dir=s"], "optim.min_lr_ratio"),
     # ---- probe, bench, sample, report
     ("probe workload missing", ["probe", "nope.yaml"], "nope.yaml"),
     ("probe setting out of range", ["probe", "ok.yaml", "max_k=0", "dir=p"], "max_k"),
@@ -261,6 +318,14 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no __pycache__ of bad_rewards.py
+    from huggingface_hub import constants
+
+    # no case asks huggingface.co: a Hub id goes to a port nothing listens on, an empty cache
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path.parent / "empty-hub-cache"))
+    from smollab.models.hub import find_hub_model
+
+    find_hub_model.cache_clear()
     sys.modules.pop("bad_rewards", None)
     return tmp_path
 

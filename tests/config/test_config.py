@@ -60,6 +60,38 @@ def test_bad_overrides_one_clear_line(overrides, needle):
     assert "\n" not in msg
 
 
+def _float_keys(command: str) -> list[str]:
+    from smollab.config.describe import schema_keys
+    from smollab.config.registry import SCHEMAS
+
+    return [k.key for k in schema_keys(SCHEMAS[command]) if k.type.startswith("float")]
+
+
+NON_FINITE = [
+    (command, key)
+    for command in ("pretrain", "grpo", "sft", "rft", "data")
+    for key in _float_keys(command)
+    if "[]" not in key  # a list item's key: the reward weight, below
+]
+
+
+@pytest.mark.parametrize("command,key", NON_FINITE, ids=[f"{c}:{k}" for c, k in NON_FINITE])
+def test_every_float_key_refuses_nan_and_infinity(command, key):
+    """Once in the schema (`Section`), for every float key of every command: NaN and +-infinity,
+    as YAML writes them and as words, are refused in one line naming the key."""
+    for value in (".nan", ".inf", "-.inf", "inf", "nan"):
+        with pytest.raises(UserError) as e:
+            load_config(command, None, [f"{key}={value}"])
+        assert f"config key {key}: Input should be a finite number" in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def test_the_reward_weight_refuses_nan_and_infinity():
+    for value in (".nan", ".inf"):
+        with pytest.raises(UserError, match=r"reward\.0\.weight: Input should be a finite"):
+            load_config("grpo", None, [f"reward=[{{name: happy_binary, weight: {value}}}]"])
+
+
 def test_bad_files(tmp_path):
     with pytest.raises(UserError, match="config file not found"):
         load_config("pretrain", tmp_path / "missing.yaml")
@@ -126,6 +158,17 @@ def test_rft_recipes_validate():
 RULES = [
     ("pretrain", ["optim.min_lr=0.01"], ["optim.min_lr=0.01", "optim.lr=0.001"]),
     ("pretrain", ["optim.schedule=constant", "optim.min_lr=0"], ["optim.min_lr", "constant"]),
+    (
+        "pretrain",
+        ["optim.min_lr=1e-5", "optim.min_lr_ratio=0.1"],
+        ["optim.min_lr=1e-05", "optim.min_lr_ratio=0.1", "keep one"],
+    ),
+    (
+        "pretrain",
+        ["optim.schedule=constant", "optim.min_lr_ratio=0.1"],
+        ["min_lr_ratio", "constant"],
+    ),
+    ("pretrain", ["optim.lr=3e-4", "optim.min_lr=4e-4"], ["optim.min_lr_ratio", "optim.lr=0.0003"]),
     ("pretrain", ["optim.decay_fraction=0.5"], ["optim.decay_fraction", "optim.schedule=cosine"]),
     ("pretrain", ["perf.compile_mode=max-autotune"], ["perf.compile_mode", "perf.compile"]),
     (
@@ -287,6 +330,8 @@ def test_rules_across_keys_one_line_naming_them(command, overrides, keys):
 # The same keys where their condition holds, or set to their defaults (which change nothing).
 ACCEPTED = [
     ("pretrain", ["optim.schedule=constant", "optim.lr=1e-5"]),  # min_lr unused: no rise
+    ("pretrain", ["optim.min_lr_ratio=0.1", "optim.lr=1e-6"]),  # the end follows the lr
+    ("pretrain", ["optim.schedule=wsd", "optim.min_lr_ratio=0", "optim.lr=30"]),
     ("pretrain", ["optim.schedule=wsd", "optim.decay_fraction=0.5", "optim.min_lr=0.001"]),
     ("pretrain", ["optim.warmup_steps=0", "train.max_steps=1"]),
     ("pretrain", ["train.eval_interval=0", "train.save_interval=0", "train.keep_last=2"]),

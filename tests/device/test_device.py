@@ -54,40 +54,94 @@ def test_cpu_without_native_half_matmuls_runs_fp32_and_says_so(monkeypatch, prec
 # ---- the device rules, decided for CUDA and MPS on this CPU machine --------------------------
 
 
-@pytest.fixture
-def on(monkeypatch):
-    """on("mps") / on("cuda"): setup_runtime picks that device; global flags it sets are restored."""
+PRECISIONS = ("cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn.matmul", "")
+
+
+def _setting(path: str):
     import torch
 
-    matmul = torch.get_float32_matmul_precision()
-    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    owner = torch.backends
+    for part in [p for p in path.split(".") if p]:
+        owner = getattr(owner, part)
+    return owner
+
+
+@pytest.fixture
+def fp32_precisions():
+    """torch's fp32_precision settings as they were before the test (they are global)."""
+    saved = {p: _setting(p).fp32_precision for p in PRECISIONS}
+    yield saved
+    for p, value in saved.items():
+        _setting(p).fp32_precision = value
+
+
+@pytest.fixture
+def on(monkeypatch, fp32_precisions):
+    """on("mps") / on("cuda"): setup_runtime picks that device; global flags it sets are restored."""
+    import torch
 
     def pick(kind: str):
         monkeypatch.setattr(device, "pick_device", lambda name: torch.device(kind))
 
     yield pick
-    torch.set_float32_matmul_precision(matmul)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 
 
-def test_mps_has_no_tf32_and_compiles_with_aot_eager(on, monkeypatch):
+def test_mps_has_no_tf32_fused_adamw_and_compiles_with_aot_eager(on, monkeypatch, fp32_precisions):
     import torch
 
     from smollab.config import CompiledPerfConfig
 
     on("mps")
-    torch.set_float32_matmul_precision("high")
     rt = setup_runtime(CompiledPerfConfig(tf32=True, compile=True, compile_mode="max-autotune"))
-    assert torch.get_float32_matmul_precision() == "highest"
+    assert {p: _setting(p).fp32_precision for p in PRECISIONS} == fp32_precisions  # untouched
     assert "tf32 (CUDA only; mps has no TF32: fp32 stays fp32)" in rt.skipped
     assert rt.compile and rt.compile_backend == "aot_eager"
-    assert "compile aot_eager (inductor does not target MPS well)" in rt.chosen
+    assert "compile aot_eager (torch 2.13 calls inductor's Metal backend a prototype)" in rt.chosen
     assert any(s.startswith("compile_mode max-autotune") for s in rt.skipped)
-    assert rt.optimizer_impl == "foreach"
+    assert rt.optimizer_impl == "fused"  # torch 2.13 has a fused AdamW kernel for MPS
+    assert not any("AdamW" in s for s in rt.skipped)
     calls = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: calls.append(kw) or m)
     device.maybe_compile(torch.nn.Linear(2, 2), rt)
     assert calls == [{"backend": "aot_eager"}]
+
+
+def test_mps_cache_is_handed_back_only_under_memory_pressure(monkeypatch):
+    """Metal allocations below MPS_PRESSURE of the recommended working set keep the cache (the
+    next rollout reuses it); above, it goes."""
+    import torch
+
+    gib = 2**30
+    held = {"driver": 2 * gib}
+    emptied: list[int] = []
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 16 * gib)
+    monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: held["driver"])
+    monkeypatch.setattr(torch.mps, "empty_cache", lambda: emptied.append(held["driver"]))
+    mps = torch.device("mps")
+    assert device.release_cache(mps) is False and emptied == []
+    held["driver"] = int(device.MPS_PRESSURE * 16 * gib) + 1
+    assert device.release_cache(mps) is True and emptied == [held["driver"]]
+    assert device.release_cache(torch.device("cpu")) is False and len(emptied) == 1
+
+
+def test_mfu_reads_tf32_set_through_the_fp32_precision_api(fp32_precisions):
+    """torch 2.13 raises when a TF32 state set through `fp32_precision` is read through the legacy
+    `allow_tf32`; smollab reads and writes the new settings only."""
+    import torch
+
+    from smollab.device.mfu import tf32_enabled
+
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    assert tf32_enabled() is True
+    device.set_tf32(False)
+    assert tf32_enabled() is False
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
+    torch.backends.cuda.matmul.fp32_precision = "none"  # unset: the generic setting decides
+    torch.backends.fp32_precision = "tf32"
+    assert tf32_enabled() is True
+    with device.tf32_matmuls(False):
+        assert tf32_enabled() is False
+    assert tf32_enabled() is True  # restored
 
 
 @pytest.mark.parametrize(
@@ -132,12 +186,14 @@ def test_cuda_bf16_only_when_native_fp16_with_a_scaler_and_tf32_as_asked(on, mon
     )
     rt = setup_runtime(PerfConfig(precision="bf16", tf32=False))
     assert rt.precision == "fp32" and "this GPU has no native bf16" in rt.describe()
-    assert torch.backends.cuda.matmul.allow_tf32 is False and "tf32 off" in rt.chosen
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee" and "tf32 off" in rt.chosen
+    assert torch.backends.cudnn.conv.fp32_precision == "ieee"
     native["bf16"] = True
     rt = setup_runtime(PerfConfig(precision="bf16", tf32=True))
     assert rt.autocast_dtype is torch.bfloat16 and rt.scaler is None
     assert "bf16 autocast (native on this GPU" in rt.describe()
-    assert torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
     with warnings.catch_warnings():  # without a GPU the scaler warns that it is disabled
         warnings.simplefilter("ignore")
         rt = setup_runtime(PerfConfig(precision="fp16"))
@@ -160,8 +216,9 @@ def test_synchronize_peak_memory_and_cache_per_device_kind(monkeypatch):
     monkeypatch.setattr(
         torch.cuda, "max_memory_allocated", lambda d=None: calls.append(("cuda peak", d)) or 2**21
     )
-    driver = iter([3 * 2**20, 2**20])
+    driver = iter([3 * 2**20, 3 * 2**20, 2**20])  # release_cache's look, then two peaks
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: next(driver))
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 2**20)  # under pressure
     monkeypatch.setattr(torch.mps, "empty_cache", lambda: calls.append(("mps empty", None)))
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append(("cuda empty", None)))
     monkeypatch.setattr(device, "_mps_peak_bytes", 0)

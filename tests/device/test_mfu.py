@@ -78,24 +78,24 @@ def test_unknown_gpus_and_precisions_give_none(name, dtype):
 
 @pytest.fixture
 def tf32_restored():
-    flag, precision = torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision()
+    b = torch.backends
+    saved = (b.cuda.matmul.fp32_precision, b.cudnn.fp32_precision, b.fp32_precision)
     yield
-    torch.backends.cuda.matmul.allow_tf32 = flag
-    torch.set_float32_matmul_precision(precision)
+    b.cuda.matmul.fp32_precision, b.cudnn.fp32_precision, b.fp32_precision = saved
 
 
 def test_peak_flops_takes_the_column_from_autocast_and_the_tf32_setting(monkeypatch, tf32_restored):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: H100)
     cuda = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
     assert mfu.peak_flops(cuda, None) == pytest.approx(67e12)
     assert mfu.peak_flops(cuda, torch.bfloat16) == pytest.approx(989.5e12)
-    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
     assert mfu.peak_flops(cuda, None) == pytest.approx(494.5e12)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.set_float32_matmul_precision("high")  # TF32 by the other switch
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    torch.set_float32_matmul_precision("high")  # the legacy switch, as a user's script sets it
     assert mfu.peak_flops(cuda, None) == pytest.approx(494.5e12)
+    torch.set_float32_matmul_precision("highest")
     assert mfu.peak_flops(torch.device("mps"), None) is None
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from smollab.lab.bench.run import run_bench
-from tests.gpu.marks import GPU, bf16_ok
+from tests.gpu.marks import GPU, bf16_ok, compile_toolchain_missing
 
 pytestmark = GPU
 
@@ -37,9 +39,15 @@ def test_bench_pretrain_on_cuda(micro_pretrain, tmp_path):
     bench(
         "configs/pretrain/simplestories-1.25m.yaml",
         micro_pretrain,
-        ["tf32", "fused", "compile", "fp16"],
+        ["tf32", "fused", "fp16"],
         tmp_path,
     )
+
+
+def test_bench_compile_on_cuda(micro_pretrain, tmp_path):
+    if why := compile_toolchain_missing():
+        pytest.skip(why)
+    bench("configs/pretrain/simplestories-1.25m.yaml", micro_pretrain, ["compile"], tmp_path)
 
 
 def test_bench_grpo_on_cuda(micro_grpo, tmp_path):

@@ -10,7 +10,7 @@ import torch
 
 from smollab.config.load import load_config
 from smollab.rundir.runs import RunView
-from tests.gpu.marks import GPU, bf16_ok, chosen
+from tests.gpu.marks import GPU, bf16_ok, chosen, compile_toolchain_missing
 
 pytestmark = GPU
 
@@ -29,6 +29,8 @@ def test_pretrain_on_cuda(variant, micro_pretrain):
 
     if variant == "bf16" and not bf16_ok():
         pytest.skip("this GPU has no native bf16")
+    if variant == "compile" and (why := compile_toolchain_missing()):
+        pytest.skip(why)
     cfg = load_config("pretrain", None, [*micro_pretrain, "perf.device=cuda", *VARIANTS[variant]])
     summary = train(cfg)
     assert summary["status"] == "completed", summary
@@ -39,8 +41,10 @@ def test_pretrain_on_cuda(variant, micro_pretrain):
     assert losses[-1] < losses[0], losses
     assert math.isfinite(run.summary()["final_val_loss"])
     said = chosen(run.log_lines())
-    if variant in ("fp32", "tf32"):  # setup_runtime set the flag in this process
-        assert torch.backends.cuda.matmul.allow_tf32 is (variant == "tf32")
+    if variant in ("fp32", "tf32"):  # setup_runtime set it in this process
+        want = "tf32" if variant == "tf32" else "ieee"
+        assert torch.backends.cuda.matmul.fp32_precision == want
+        assert torch.backends.cudnn.conv.fp32_precision == want
     if variant in ("bf16", "fp16"):
         assert variant in said, said
     if variant == "compile":

@@ -48,6 +48,12 @@ def test_probe_on_cuda(mps, micro_data, tmp_path, monkeypatch):
     assert set(levels) == {1, 2}
     for lv in levels.values():
         assert lv["error"] is None and lv["steps_per_s"] > 0 and lv["peak_mem_mb"] > 0, said
+    used = result["mps_daemon"]["used"]
+    assert result["workload"]["mps_daemon"] is used  # cached under the regime measured
+    if mps and not used:  # the levels ran time-sliced: nothing of MPS to check
+        pytest.skip("the MPS control daemon could not start here: " + " | ".join(said[:3]))
+    if not mps and used:
+        pytest.skip("an MPS daemon runs on this machine: no time-sliced probe is possible")
     if mps:
         assert levels[2]["mps"] == {"attached": 2, "missing": []}, said
     else:

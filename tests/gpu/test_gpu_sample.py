@@ -1,19 +1,20 @@
-"""`smollab sample` on CUDA: the generator lives on the GPU, and a seed gives the same texts."""
+"""`smollab sample` on each accelerator (CUDA, Apple's MPS): the generator lives on the device,
+and a seed gives the same texts."""
 
 from __future__ import annotations
 
 from smollab.cli import main
 from smollab.engine.sample_texts import sample_texts
-from tests.gpu.marks import GPU
+from tests.gpu.marks import ON_ACCELERATORS
 
-pytestmark = GPU
+pytestmark = ON_ACCELERATORS
 
 
-def test_sample_on_cuda_is_seeded(micro_model):
+def test_sample_on_the_device_is_seeded(device, micro_model):
     def texts(seed):
         return list(
             sample_texts(
-                str(micro_model), ["Once upon a time", "The dog"], 3, 12, 1.0, 0.9, 0, seed, "cuda"
+                str(micro_model), ["Once upon a time", "The dog"], 3, 12, 1.0, 0.9, 0, seed, device
             )
         )
 
@@ -23,7 +24,7 @@ def test_sample_on_cuda_is_seeded(micro_model):
     assert a != texts(8)
 
 
-def test_sample_command_on_cuda(micro_model, capsys):
+def test_sample_command_on_the_device(device, micro_model, capsys):
     argv = [
         "sample",
         str(micro_model),
@@ -34,7 +35,7 @@ def test_sample_command_on_cuda(micro_model, capsys):
         "--temperature",
         "0",
         "--device",
-        "cuda",
+        device,
     ]
     assert main(argv) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("[")]

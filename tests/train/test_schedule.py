@@ -32,3 +32,16 @@ def test_warmup_longer_than_run_is_clamped_and_noted():
     assert "optim.warmup_steps=1000" in note and "train.max_steps=5" in note
     assert schedule_note(o, 1001) is None
     assert schedule_note(OptimConfig(warmup_steps=0), 1) is None
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+def test_min_lr_ratio_ends_the_schedule_at_that_fraction_of_any_lr(schedule):
+    for lr in (3e-4, 4e-3, 30.0):
+        o = OptimConfig(lr=lr, min_lr_ratio=0.1, warmup_steps=10, schedule=schedule)
+        assert o.final_lr == pytest.approx(lr * 0.1)
+        assert lr_at(9, o, 100) == pytest.approx(lr)
+        assert lr_at(99, o, 100) == pytest.approx(lr * 0.1)
+        same = OptimConfig(lr=lr, min_lr=lr * 0.1, warmup_steps=10, schedule=schedule)
+        assert [lr_at(s, o, 100) for s in range(100)] == pytest.approx(
+            [lr_at(s, same, 100) for s in range(100)]
+        )

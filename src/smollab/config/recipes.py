@@ -73,6 +73,21 @@ def list_recipes() -> list[Recipe]:
     return out
 
 
+def recipe_making(run_dir: str | Path) -> Recipe | None:
+    """The shipped training recipe whose `run.dir` is `run_dir` (the same path as written,
+    relative to the working directory): the command that makes a model a recipe names."""
+    import yaml
+
+    want = Path(run_dir).expanduser()
+    for r in list_recipes():
+        if r.command not in ("pretrain", "grpo", "sft", "rft"):
+            continue
+        run = (yaml.safe_load(r.path.read_text()) or {}).get("run") or {}
+        if isinstance(run.get("dir"), str) and Path(run["dir"]) == want:
+            return r
+    return None
+
+
 def _is_name(ref: str) -> bool:
     """A bare name or `<dir>/<name>`: no deeper path, not absolute, not relative to `.`."""
     parts = Path(ref).parts

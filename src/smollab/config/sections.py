@@ -13,7 +13,6 @@ Imports nothing of smollab and no torch: the bench parent reads the schemas.
 from __future__ import annotations
 
 import importlib.util
-import math
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
@@ -21,9 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Section(BaseModel):
-    """Base of every section: unknown keys are errors, assignments are validated."""
+    """Base of every section: unknown keys are errors, assignments are validated, and no float key
+    takes NaN or infinity (`allow_inf_nan`, once here for every section): no key of any schema
+    means anything by them, and a key that can be off says so with 0 or null."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     def changed(self, *names: str) -> list[str]:
         """Those of `names` set (YAML or command line) to a value other than their default.
@@ -209,6 +210,14 @@ class OptimConfig(Section):
     min_lr: float = Field(
         1e-4, ge=0, description="learning rate the cosine and wsd schedules end at"
     )
+    min_lr_ratio: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="the end of the cosine and wsd schedules as a fraction of lr, instead of "
+        "min_lr (nanoGPT's lr/10 is 0.1, HF's min_lr_rate): the schedule keeps its shape "
+        "whatever lr a sweep tries",
+    )
     weight_decay: float = Field(
         0.1, ge=0, description="AdamW's decoupled weight decay (pretrain, sft: matrices only)"
     )
@@ -228,17 +237,32 @@ class OptimConfig(Section):
     )
     decay_fraction: float = Field(0.2, gt=0, le=1, description="wsd: final fraction spent decaying")
 
+    @property
+    def final_lr(self) -> float:
+        """Where the cosine and wsd schedules end: lr x min_lr_ratio when set, else min_lr."""
+        if self.min_lr_ratio is not None:
+            return self.lr * self.min_lr_ratio
+        return self.min_lr
+
 
 def optim_rules(o: OptimConfig) -> None:
-    """The schedule's keys: min_lr only where it decays, decay_fraction only for wsd."""
-    if o.schedule == "constant" and o.changed("min_lr"):
+    """The schedule's keys: one of min_lr and min_lr_ratio, and only where the schedule decays;
+    decay_fraction only for wsd."""
+    if o.min_lr_ratio is not None and o.changed("min_lr"):
         raise ValueError(
-            f"optim.min_lr={o.min_lr:g} is set but optim.schedule=constant never decays"
+            f"optim.min_lr={o.min_lr:g} and optim.min_lr_ratio={o.min_lr_ratio:g} are both "
+            "set; keep one (min_lr_ratio ends the schedule at that fraction of optim.lr)"
         )
-    if o.schedule != "constant" and o.min_lr > o.lr:
+    if o.schedule == "constant" and (keys := o.changed("min_lr", "min_lr_ratio")):
+        raise ValueError(
+            f"optim.{keys[0]}={getattr(o, keys[0]):g} is set but optim.schedule=constant "
+            "never decays"
+        )
+    if o.schedule != "constant" and o.min_lr > o.lr and o.min_lr_ratio is None:
         raise ValueError(
             f"optim.min_lr={o.min_lr:g} is above optim.lr={o.lr:g}: the "
-            f"{o.schedule} schedule would rise to it"
+            f"{o.schedule} schedule would rise to it (optim.min_lr_ratio ends it at a "
+            "fraction of optim.lr instead)"
         )
     if o.schedule != "wsd" and o.changed("decay_fraction"):
         raise ValueError(
@@ -301,7 +325,7 @@ class PerfConfig(Section):
     optimizer_impl: Literal["auto", "fused", "foreach", "plain"] = Field(
         "auto",
         description="AdamW kernel: fused, foreach (multi-tensor) or plain (per parameter); "
-        "auto: fused on CUDA and CPU, foreach on MPS",
+        "auto: fused (CUDA, CPU and MPS have fused kernels)",
     )
     grad_checkpointing: bool = Field(
         False, description="recompute activations in the backward: less memory, more time"
@@ -418,13 +442,6 @@ class RewardSpec(Section):
     params: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the reward function"
     )
-
-    @field_validator("weight")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError("weight must be a finite number")
-        return v
 
 
 def reward_keys(names: Iterable[str]) -> list[str]:

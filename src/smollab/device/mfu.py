@@ -132,12 +132,17 @@ def gpu_peak_flops(name: str, dtype: str, tf32: bool) -> float | None:
 
 
 def tf32_enabled() -> bool:
-    """Whether CUDA fp32 matmuls may run in TF32 (the flag, or a matmul precision below highest)."""
+    """Whether CUDA fp32 matmuls may run in TF32, read through torch's `fp32_precision` settings
+    (the ones `runtime.set_tf32` writes; the legacy getters raise once those are set): the CUDA
+    matmul setting, else where it is "none" its parents', CUDA's then the generic one. A legacy
+    `set_float32_matmul_precision("high")` shows here too (torch maps it onto these)."""
     import torch
 
-    return bool(torch.backends.cuda.matmul.allow_tf32) or (
-        torch.get_float32_matmul_precision() != "highest"
-    )
+    b = torch.backends
+    for precision in (b.cuda.matmul.fp32_precision, b.cudnn.fp32_precision, b.fp32_precision):
+        if precision != "none":
+            return precision == "tf32"
+    return False
 
 
 # ---- CPUs ------------------------------------------------------------------------------------

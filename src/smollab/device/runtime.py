@@ -5,11 +5,14 @@ per-device primitives the loops share (host-to-device copies, synchronize, peak 
 what it chose and why, and what it skipped and why: a knob that cannot apply on this device
 degrades (to fp32, to foreach AdamW), never crashes. The device rules:
 - CUDA: bf16 only on GPUs with native bf16 (Ampere and newer); fp16 with a GradScaler; TF32 as
-  `perf.tf32` says; pinned, asynchronous host-to-device copies.
-- MPS: no TF32 (fp32 matmuls stay full precision); bf16 autocast from torch 2.6 on macOS 14+;
-  fp16 only with a GradScaler, which MPS has from torch 2.8; `torch.compile` with the `aot_eager`
-  backend (inductor does not target MPS well); foreach AdamW (no fused kernel); the allocator's
-  cache emptied after rollouts and evaluations (`release_cache`: unified memory is the machine's).
+  `perf.tf32` says, through torch's `fp32_precision` settings alone (`set_tf32`); pinned,
+  asynchronous host-to-device copies.
+- MPS: no TF32 (torch 2.13's fp32 precision settings have no MPS backend: nothing to set); bf16
+  autocast from torch 2.6 on macOS 14+; fp16 only with a GradScaler, which MPS has from torch
+  2.8; `torch.compile` with the `aot_eager` backend (torch 2.13's inductor calls its Metal
+  backend an early prototype); fused AdamW as on CUDA and the CPU (torch 2.13 lists MPS among
+  the fused kernels' devices); the allocator's cache handed back after rollouts and evaluations
+  only under memory pressure (`release_cache`).
 - CPU: bf16 / fp16 only with native matmuls (AMX, AVX512-BF16/FP16), else fp32.
 """
 
@@ -137,21 +140,19 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
     chosen.append(f"precision {_precision_note(device, precision)}")
 
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = perf.tf32
-        torch.backends.cudnn.allow_tf32 = perf.tf32
+        set_tf32(perf.tf32)
         chosen.append(f"tf32 {'on' if perf.tf32 else 'off'}")
-    else:
-        if device.type == "mps" and torch.get_float32_matmul_precision() != "highest":
-            torch.set_float32_matmul_precision("highest")  # no reduced-precision fp32 on MPS
-        if perf.tf32:
-            skipped.append(f"tf32 (CUDA only; {device.type} has no TF32: fp32 stays fp32)")
+    elif perf.tf32:
+        skipped.append(f"tf32 (CUDA only; {device.type} has no TF32: fp32 stays fp32)")
 
     use_compile = getattr(perf, "compile", False)  # only a loop that compiles has the key
     compile_mode = getattr(perf, "compile_mode", "default")
     backend = "aot_eager" if device.type == "mps" else "inductor"
     if use_compile:
         if backend == "aot_eager":
-            chosen.append("compile aot_eager (inductor does not target MPS well)")
+            chosen.append(
+                "compile aot_eager (torch 2.13 calls inductor's Metal backend a prototype)"
+            )
             if compile_mode != "default":
                 skipped.append(
                     f"compile_mode {compile_mode} (an inductor mode; MPS compiles with aot_eager)"
@@ -160,17 +161,17 @@ def setup_runtime(perf: PerfConfig) -> Runtime:
             chosen.append(f"compile {compile_mode}")
 
     impl = perf.optimizer_impl
-    if impl == "auto":
-        impl = "fused" if device.type in ("cuda", "cpu") else "foreach"
-    if impl == "fused" and device.type == "mps":
-        skipped.append("fused AdamW (not on MPS; using foreach)")
-        impl = "foreach"
+    if impl == "auto":  # the devices torch 2.13 has fused AdamW kernels for, of those we run on
+        impl = "fused" if device.type in ("cuda", "cpu", "mps") else "foreach"
     chosen.append(f"AdamW {impl}")
 
     if perf.grad_checkpointing:
         chosen.append("gradient checkpointing")
     if device.type == "mps":
-        chosen.append("MPS cache emptied after rollouts and evaluations (unified memory)")
+        chosen.append(
+            f"MPS cache handed back after rollouts and evaluations above "
+            f"{MPS_PRESSURE:.0%} of the recommended working set"
+        )
 
     return Runtime(
         device=device,
@@ -225,6 +226,29 @@ def retain_freed_memory() -> bool:
     if not (mallopt(_M_MMAP_THRESHOLD, 1 << 30) or mallopt(_M_MMAP_THRESHOLD, 32 << 20)):
         return False  # newer glibc accepts 1 GiB; older ones cap the threshold at 32 MiB
     return bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def set_tf32(on: bool) -> None:
+    """Whether CUDA fp32 matmuls and cuDNN convolutions (and RNNs) may run on TF32 tensor cores,
+    through torch's `fp32_precision` settings ("tf32" or "ieee"). Only these: torch 2.13 raises
+    when a TF32 state set through them is read through the legacy `allow_tf32` or
+    `get_float32_matmul_precision` (a "mix of the legacy and new APIs"), and it warns that the
+    legacy ones are deprecated after 2.9. Readers use `device.mfu.tf32_enabled`."""
+    mode = "tf32" if on else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
+    torch.backends.cudnn.rnn.fp32_precision = mode
+
+
+@contextlib.contextmanager
+def tf32_matmuls(on: bool):
+    """CUDA fp32 matmuls with TF32 on or off within the block (the doctor's measurements)."""
+    old = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32" if on else "ieee"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = old
 
 
 def make_adamw(param_groups, rt: Runtime, lr: float, betas, eps: float) -> torch.optim.AdamW:
@@ -285,10 +309,24 @@ def peak_memory_mb(device: torch.device) -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
 
 
-def release_cache(device: torch.device) -> None:
-    """MPS: hand the allocator's cached blocks back (unified memory: what the cache holds, the
-    OS, other processes and the next phase lack). Called after rollouts and evaluations. CUDA
-    and CPU keep theirs: the next step reuses the same blocks, and handing them back would only
-    cost a fresh cudaMalloc per step."""
-    if device.type == "mps":
-        torch.mps.empty_cache()
+# MPS: the share of Metal's recommended working set (`torch.mps.recommended_max_memory`) above
+# which the process's Metal allocations count as memory pressure and the cache is handed back.
+MPS_PRESSURE = 0.75
+
+
+def release_cache(device: torch.device) -> bool:
+    """MPS under memory pressure: hand the allocator's cached blocks back; True when it did.
+    Called after rollouts and evaluations. Unified memory is the machine's, so what the cache
+    holds the OS and other processes lack; but torch's MPS allocator collects its cache only
+    past its low watermark, 1.4 x the recommended working set (ATen/mps/MPSAllocator.h), where
+    macOS is already compressing memory, while emptying it after every rollout makes the next
+    step allocate its Metal buffers again. So the cache goes only once the process's Metal
+    allocations (cache included) pass MPS_PRESSURE of the recommended working set. CUDA and CPU
+    keep theirs: the next step reuses the same blocks, and handing them back would only cost a
+    fresh cudaMalloc per step."""
+    if device.type != "mps":
+        return False
+    if torch.mps.driver_allocated_memory() <= MPS_PRESSURE * torch.mps.recommended_max_memory():
+        return False
+    torch.mps.empty_cache()
+    return True

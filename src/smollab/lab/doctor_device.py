@@ -8,6 +8,7 @@ each wrapped so that an error becomes a `failed` line instead of ending the repo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -190,14 +191,12 @@ def check_precision(device: torch.device, precision: str) -> Item:
         if device.type != "cuda":
             why = "MPS has no TF32" if device.type == "mps" else "TF32 is a CUDA tensor-core mode"
             return item(name, "n/a", why)
-        old = torch.backends.cuda.matmul.allow_tf32
-        try:
-            torch.backends.cuda.matmul.allow_tf32 = False
+        from smollab.device.runtime import tf32_matmuls
+
+        with tf32_matmuls(False):
             err_fp32 = _rel_err(a @ b, want)
-            torch.backends.cuda.matmul.allow_tf32 = True
+        with tf32_matmuls(True):
             err = _rel_err(a @ b, want)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = old
         if err > 10 * max(err_fp32, 1e-7):  # TF32 keeps 10 mantissa bits: ~1e-4 vs fp32's ~1e-7
             return item(
                 name,
@@ -298,30 +297,26 @@ def check_mps_daemon(device: torch.device, mps=None) -> Item:
 
 def gpu_matmul_peak(device: torch.device, precision: str, n: int, reps: int = 10) -> float:
     """FLOP/s of the best of `reps` n x n matmuls in the precision (bf16/fp16 as tensors of that
-    dtype: the tensor-core rate that autocast's matmuls run at)."""
-    from smollab.device.runtime import synchronize
+    dtype: the tensor-core rate that autocast's matmuls run at; fp32 and tf32 with TF32 off and
+    on for the measurement alone)."""
+    from smollab.device.runtime import release_cache, synchronize, tf32_matmuls
 
     dtype = _DTYPE.get(precision, torch.float32)
-    old = torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
+    cuda = device.type == "cuda"
     try:
-        if device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-        a @ b
-        synchronize(device)
-        best = float("inf")
-        for _ in range(reps):
-            t0 = time.perf_counter()
+        with tf32_matmuls(precision == "tf32") if cuda else contextlib.nullcontext():
             a @ b
             synchronize(device)
-            best = min(best, time.perf_counter() - t0)
+            best = float("inf")
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                a @ b
+                synchronize(device)
+                best = min(best, time.perf_counter() - t0)
     finally:
-        if old is not None:
-            torch.backends.cuda.matmul.allow_tf32 = old
         del a, b
-        from smollab.device.runtime import release_cache
-
         release_cache(device)
     return 2 * n**3 / best
 
@@ -356,13 +351,10 @@ def _table_peak(device: torch.device, precision: str) -> float | None:
     if device.type != "cuda":
         return None
     from smollab.device.mfu import peak_flops
+    from smollab.device.runtime import tf32_matmuls
 
-    old = torch.backends.cuda.matmul.allow_tf32
-    try:
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    with tf32_matmuls(precision == "tf32"):
         return peak_flops(device, _DTYPE.get(precision))
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
 
 
 def device_report(device: torch.device, mps=None) -> tuple[dict[str, Any], list[Item]]:

@@ -23,7 +23,10 @@ def _takes(ann: Any, types: tuple[type, ...]) -> bool:
 
 
 class SpecSection(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of the sweep and probe specs' sections: unknown keys are errors, and no float key
+    takes NaN or infinity (a timeout or limit that can be off is null)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod

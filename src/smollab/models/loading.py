@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from smollab.config import LoraConfig, ModelConfig
 from smollab.errors import UserError
+from smollab.models import hub
 from smollab.rundir.runs import RunView
 
 if TYPE_CHECKING:
@@ -52,13 +53,18 @@ def peft_wrapping() -> Iterator[None]:
 def resolve_model_dir(path: str) -> Path | str:
     """A run directory resolves to its final (else latest) checkpoint; other paths pass through.
 
-    A string that is no local path is treated as a hub id and handed to `from_pretrained`.
+    A string that is no local path must be a Hub id that the Hub or its cache has (`models.hub`:
+    settled in seconds, before anything loads); it is handed to `from_pretrained` as it is, or,
+    when the Hub cannot serve it, resolves to its snapshot in the Hub cache.
     """
-    p = Path(path)
+    p = Path(path).expanduser()
     if not p.exists():
-        if path.startswith((".", "/", "~")) or path.count("/") > 1:
-            raise UserError(f"model.path: no such directory {path}")
-        return path  # hub id such as "gpt2" or "SimpleStories/SimpleStories-1.25M"
+        if hub.looks_local(path):
+            raise hub.missing(path, "no such directory")
+        found = hub.find_hub_model(path)  # "gpt2", "SimpleStories/SimpleStories-1.25M"
+        if isinstance(found, str):
+            return found
+        p = found  # the Hub cannot serve it: its snapshot in the Hub cache
     view = RunView(p)
     if view.checkpoints_dir.is_dir():
         if (view.checkpoints_dir / "final").is_dir():
@@ -75,7 +81,8 @@ def resolve_model_dir(path: str) -> Path | str:
 
 def check_model_source(cfg: ModelConfig) -> None:
     """Fail on a model that cannot be found before any data is prepared: a local path that is
-    missing or holds no model, an unknown preset (a hub id is only checked when it loads)."""
+    missing or holds no model, a Hub id that neither the Hub (asked with a short time limit) nor
+    its cache has, an unknown preset."""
     if cfg.path:
         resolve_model_dir(cfg.path)
     else:
@@ -162,7 +169,9 @@ def build_model(
         quant = quantized_load_kwargs(load_in, device, compute_dtype) if device else {}
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                where, attn_implementation=attn_implementation, **(quant or {"dtype": dtype})
+                where,
+                attn_implementation=attn_implementation,
+                **(quant or {"dtype": dtype}),
             )
         except OSError as e:
             raise UserError(f"model.path: cannot load {where}: {str(e).splitlines()[0]}") from None

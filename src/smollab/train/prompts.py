@@ -82,8 +82,8 @@ def _splits_at_whitespace(tokenizer) -> bool:
     return local(pre)
 
 
-def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:
-    """One prompt per non-empty line of a text file, used whole; errors name `key`."""
+def read_prompt_file(path: str | Path, key: str = "grpo.prompts_file") -> list[str]:
+    """The non-empty lines of a prompts file; a missing, non-UTF-8 or empty one names `key`."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{key}: no such file {p}")
@@ -94,7 +94,20 @@ def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") ->
     texts = [line.strip() for line in content.splitlines() if line.strip()]
     if not texts:
         raise UserError(f"{key}: {p} holds no prompts")
-    return _encode(texts, tokenizer, None, truncate=False)
+    return texts
+
+
+def check_prompt_files(g) -> None:
+    """The `grpo` section's prompts files read before the model and data are looked at, so a bad
+    file given on the command line is what the one line names."""
+    for key in ("prompts_file", "eval_prompts_file"):
+        if path := getattr(g, key):
+            read_prompt_file(path, f"grpo.{key}")
+
+
+def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:
+    """One prompt per non-empty line of a text file, used whole; errors name `key`."""
+    return _encode(read_prompt_file(path, key), tokenizer, None, truncate=False)
 
 
 def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:

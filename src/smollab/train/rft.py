@@ -116,7 +116,6 @@ def train(cfg: RFTConfig) -> dict:
             "model.path: rft fine-tunes a trained model (a run directory, HF model "
             "directory or hub id) and samples it with its own tokenizer"
         )
-    check_model_source(cfg.model)
     if not cfg.reward:
         raise UserError(
             "reward: rft scores completions with at least one reward (a checker's "
@@ -126,6 +125,7 @@ def train(cfg: RFTConfig) -> dict:
     acc_key = r.accuracy_reward or rewards[0].key
     prompts = rft_data.read_prompts(r.prompts_file, "rft.prompts_file")
     held_out = rft_data.read_prompts(r.eval_prompts_file, "rft.eval_prompts_file")
+    check_model_source(cfg.model)  # after the files named, before anything is written
     device = setup_runtime(cfg.perf).device
     base = str(cfg.model.path)
 

@@ -10,8 +10,9 @@ from smollab.config import OptimConfig
 def lr_at(step: int, optim: OptimConfig, max_steps: int) -> float:
     """LR for optimizer step `step` (0-based) of `max_steps`.
 
-    Linear warmup to `lr`, then: cosine to `min_lr` reaching it exactly at the last step,
-    constant, or warmup-stable-decay (linear decay over the final `decay_fraction`).
+    Linear warmup to `lr`, then: cosine to the final LR (`min_lr`, or `lr x min_lr_ratio`)
+    reaching it exactly at the last step, constant, or warmup-stable-decay (linear decay to it
+    over the final `decay_fraction`).
     """
     last = max(max_steps - 1, 1)
     warmup = min(optim.warmup_steps, last)
@@ -19,14 +20,15 @@ def lr_at(step: int, optim: OptimConfig, max_steps: int) -> float:
         return optim.lr * (step + 1) / warmup
     if optim.schedule == "constant":
         return optim.lr
+    end = optim.final_lr
     if optim.schedule == "cosine":
         progress = min((step - warmup) / max(last - warmup, 1), 1.0)
-        return optim.min_lr + 0.5 * (optim.lr - optim.min_lr) * (1 + math.cos(math.pi * progress))
+        return end + 0.5 * (optim.lr - end) * (1 + math.cos(math.pi * progress))
     decay_start = max(warmup, round(last * (1 - optim.decay_fraction)))
     if step < decay_start:
         return optim.lr
     progress = min((step - decay_start) / max(last - decay_start, 1), 1.0)
-    return optim.lr + (optim.min_lr - optim.lr) * progress
+    return optim.lr + (end - optim.lr) * progress
 
 
 def schedule_note(optim: OptimConfig, max_steps: int) -> str | None:

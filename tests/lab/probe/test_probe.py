@@ -142,6 +142,7 @@ class StubMPS:
 
     def __init__(self):
         self.running, self.events = False, []
+        self.pipe_dir = "/run/user/0/smollab-mps-0/pipe"
 
     def available(self):
         return True
@@ -173,6 +174,45 @@ def test_cuda_mps_and_client_limit(workload, tmp_path):
     assert result["stop_reason"] == "k=64 exceeds the MPS client limit of 48"
     assert control.events == ["start", "stop"]  # started for the probe, stopped after
     assert any("started the control daemon" in s for s in said)
+
+
+def _cuda_probe(workload, tmp_path, control, mps):
+    gpu = {"kind": "cuda", "name": "H100", "memory_mb": 80_000.0, "threads": 8}
+    s = ProbeSpec(command="pretrain", dir=str(tmp_path / "probe"), threads=8, max_k=2, mps=mps)
+    said: list[str] = []
+    result = Probe(
+        s, workload, out=said.append, measure=fake_measure(lambda k: 0.1), device=gpu, mps=control
+    ).run(tmp_path / "probe")
+    return gpu, result, said
+
+
+def test_a_daemon_running_although_mps_is_false_is_recorded_as_mps(workload, tmp_path):
+    """The runs attach to a daemon that runs anyway: their levels are MPS levels, cached under
+    the MPS key, never as time-sliced ones."""
+    control = StubMPS()
+    control.running, control.pipe_dir = True, "/tmp/nvidia-mps"  # CUDA's default
+    gpu, result, said = _cuda_probe(workload, tmp_path, control, mps=False)
+    assert result["mps_daemon"] == {"requested": False, "used": True}
+    assert result["workload"]["mps_daemon"] is True
+    assert control.events == []  # not ours: neither started nor stopped
+    assert any("WARNING: a control daemon is running" in line for line in said), said
+    time_sliced = {**result["workload"], "mps_daemon": False}
+    assert cache_lookup(gpu, time_sliced) is None
+    assert cache_lookup(gpu, result["workload"])["mps_daemon"]["used"] is True
+
+
+def test_a_daemon_that_would_not_start_is_recorded_as_time_slicing(workload, tmp_path):
+    class Refuses(StubMPS):
+        def start(self):
+            self.events.append("start")
+            return False
+
+    control = Refuses()
+    gpu, result, said = _cuda_probe(workload, tmp_path, control, mps=True)
+    assert result["mps_daemon"] == {"requested": True, "used": False}
+    assert result["workload"]["mps_daemon"] is False  # what the levels measured
+    assert all(lv["mps"] is None for lv in result["levels"])
+    assert any("could not start the control daemon" in line for line in said)
 
 
 def test_the_cache_and_concurrency_auto(workload, tmp_path, micro_data):
@@ -266,7 +306,9 @@ def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
     assert tail.read() == [{"step": 2.0, "step_s": 0.7}]
 
 
-def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_path, monkeypatch):
+def test_real_processes_with_controlled_step_times(
+    fake_child, workload, micro_model, tmp_path, monkeypatch
+):
     """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1))."""
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_SLOWDOWN", "0.5")
@@ -278,7 +320,7 @@ def test_real_processes_with_controlled_step_times(fake_child, workload, tmp_pat
         for o in workload
         if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))
     ]
-    overrides += ["train.batch_size=8", "grpo.num_generations=4", "model.path=unused"]
+    overrides += ["train.batch_size=8", "grpo.num_generations=4", f"model.path={micro_model}"]
     result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
     steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}
     assert set(steps) == {1, 2, 4}

@@ -24,10 +24,10 @@ FAKE_WORKER = Path(__file__).parents[1] / "fake_lanes_worker.py"
 
 
 @pytest.fixture
-def workload(micro_data, tmp_path, monkeypatch):
+def workload(micro_data, micro_model, tmp_path, monkeypatch):
     monkeypatch.setenv("SMOLLAB_CACHE_DIR", str(tmp_path / "cache"))
     return [
-        f"model.path={tmp_path / 'base'}",
+        f"model.path={micro_model}",  # the probe finds it before any (fake) worker starts
         "model.lora.enabled=true",
         f"data.dir={micro_data}",
         "data.num_stories=400",

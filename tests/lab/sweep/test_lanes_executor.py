@@ -39,6 +39,9 @@ def spec_file(tmp_path, micro_data):
 
 
 def _spec_file(tmp_path: Path, micro_data: Path, **fields) -> Path:
+    base = tmp_path / "base"  # a model directory as the sweep checks it; the fake worker never
+    base.mkdir(exist_ok=True)  # loads it
+    (base / "config.json").write_text("{}")
     tree = dict(
         command="grpo",
         executor="lanes",

@@ -255,7 +255,7 @@ def test_ray_keys(micro_data, tmp_path, monkeypatch):
         load_spec(spec)
     spec = fake_spec(tmp_path, micro_data, executor="ray", ray={"gpu": 0.5})
     loaded = load_spec(spec)
-    assert loaded.ray.address == "auto" and loaded.ray.cpu == 1
+    assert loaded.ray.address is None and loaded.ray.cpu == 1  # a local Ray of its own
     assert trial_gpus(loaded, 4, "cuda") == 0.5
     loaded.ray.gpu = None
     assert trial_gpus(loaded, 4, "cuda") == 0.25 and trial_gpus(loaded, 4, "cpu") == 0

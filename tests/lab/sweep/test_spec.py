@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from smollab.errors import UserError
+from smollab.lab.probe.spec import ProbeSpec
 from smollab.lab.spec_common import override_value
-from smollab.lab.sweep.spec import Distribution
+from smollab.lab.sweep.spec import Distribution, SweepSpec
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.trials import trial_name
 from smollab.rundir.columns import BY_COMMAND as METRIC_COLUMNS
@@ -238,3 +239,69 @@ def test_cli_sweep_errors_and_dry_run(spec_file, capsys):
     assert "grid: 3 points x 2 seed(s) = 6 trials" in out and "optim.lr=0.001" in out
     assert main(["probe", str(spec_file.parent / "nope.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def _spec_float_keys(schema) -> list[str]:
+    from smollab.config.describe import schema_keys
+
+    return [k.key for k in schema_keys(schema) if k.type.startswith("float")]
+
+
+SPEC_FLOATS = _spec_float_keys(SweepSpec)
+
+
+@pytest.mark.parametrize("key", SPEC_FLOATS)
+def test_every_float_key_of_the_spec_refuses_nan_and_infinity(spec_file, key):
+    for value in (".nan", ".inf", "-.inf"):
+        with pytest.raises(UserError) as e:
+            load_spec(spec_file, [f"{key}={value}"])
+        assert f"sweep key {key}: Input should be a finite number" in str(e.value)
+
+
+def test_a_range_or_a_swept_value_refuses_nan_and_infinity(spec_file):
+    with pytest.raises(UserError, match=r"space\.optim\.lr\.high: Input should be a finite"):
+        load_spec(
+            spec_file, ["sampler=random", "n_trials=2", "space.optim.lr={low: 0, high: .inf}"]
+        )
+    with pytest.raises(UserError, match=r"optim\.lr: Input should be a finite number"):
+        load_spec(spec_file, ["space.optim.lr=[0.1, .nan]"])
+
+
+@pytest.mark.parametrize("key", _spec_float_keys(ProbeSpec))
+def test_every_float_key_of_a_probe_refuses_nan_and_infinity(key):
+    from smollab.lab.probe.spec import load_probe
+
+    for value in (".nan", ".inf"):
+        with pytest.raises(UserError, match=rf"probe key {key}: Input should be a finite"):
+            load_probe("pretrain-micro", [f"{key}={value}"])
+
+
+def _training_recipes() -> list[tuple[str, str]]:
+    from smollab.config.recipes import list_recipes
+
+    return [(r.command, r.name) for r in list_recipes() if r.command in SCHEMA_COMMANDS]
+
+
+SCHEMA_COMMANDS = ("pretrain", "grpo", "sft", "rft")
+
+
+@pytest.mark.parametrize("command,recipe", _training_recipes())
+def test_a_learning_rate_grid_over_any_shipped_recipe_runs_as_written(command, recipe, tmp_path):
+    """From far below to far above the recipe's LR: every point validates, because the recipes
+    end their schedules at a fraction of the LR (`optim.min_lr_ratio`), not at a fixed LR."""
+    spec = tmp_path / "lr.yaml"
+    spec.write_text(
+        f"command: {command}\nbase: {recipe}\nmetric: {{name: step, goal: min}}\n"
+        "space: {optim.lr: [1.0e-7, 3.0e-4, 3.0e-2, 30.0]}\n"
+    )
+    assert len(load_spec(spec, [f"dir={tmp_path / 's'}"]).grid_points()) == 4
+
+
+def test_a_grid_that_still_conflicts_is_refused_before_any_trial_naming_both_keys(
+    spec_file, tmp_path
+):
+    with pytest.raises(UserError) as e:
+        load_spec(spec_file, ["overrides.optim.min_lr=5e-4", f"dir={tmp_path / 's'}"])
+    assert "optim.min_lr=0.0005 is above optim.lr=0.0001" in str(e.value)
+    assert "optim.min_lr_ratio" in str(e.value)
+    assert not (tmp_path / "s").exists()

@@ -391,3 +391,30 @@ def test_concurrency_auto_uses_the_cached_probe(fake_child, micro_data, tmp_path
     assert any("concurrency auto: 3 (best throughput of the probe of earlier" in s for s in said)
     assert json.loads((tmp_path / "sweep" / "sweep.json").read_text())["concurrency"] == 3
     assert any("concurrency 3," in s for s in said)
+
+
+def test_bad_input_found_after_the_dir_was_made_leaves_nothing_behind(
+    fake_child, micro_data, tmp_path
+):
+    """What the sweep finds wrong only once it runs (no Ray cluster, a probe that cannot run, the
+    data) removes the dir it made; a dir that was there before, with a sweep's results, stays."""
+    from smollab.errors import UserError
+    from smollab.lab.sweep import resources
+
+    def refused(*args, **kwargs):
+        raise UserError("sweep key ray.address: no Ray cluster at auto")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(resources, "start_executor", refused)
+        spec = load_spec(fake_spec(tmp_path, micro_data, dir=str(tmp_path / "new" / "sweep")))
+        with pytest.raises(UserError, match="no Ray cluster"):
+            run_sweep(spec)
+    assert not (tmp_path / "new").exists()
+
+    assert run_sweep(load_spec(fake_spec(tmp_path, micro_data))) == {"completed": 1}
+    kept = sorted(p.relative_to(tmp_path) for p in (tmp_path / "sweep").rglob("*"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(resources, "start_executor", refused)
+        with pytest.raises(UserError, match="no Ray cluster"):
+            run_sweep(load_spec(fake_spec(tmp_path, micro_data)))
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sweep").rglob("*")) == kept

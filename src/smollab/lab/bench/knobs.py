@@ -241,8 +241,6 @@ def plan(
             skipped.append((n, f"{k.cuda_only}; device is {device}"))
         elif why := unread(kind, k.key):
             skipped.append((n, f"the {kind} loop (smollab.train.{kind}) does not use it: {why}"))
-        elif n == "fused" and device == "mps":  # compile runs there, with aot_eager
-            skipped.append((n, "not supported on MPS"))
         else:
             try:
                 runs.append((n, knob_values(k, cfg)[1]))

@@ -87,6 +87,9 @@ def run_bench(
     out = Path(out) if out else Path("runs") / "bench" / f"{kind}-{Path(workload).stem}"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory")
+    from smollab.models.loading import check_model_source
+
+    check_model_source(cfg.model)  # every variant loads it: a missing one stops here, once
     out.mkdir(parents=True, exist_ok=True)
     if kind != "sft":  # SFT reads records, with no data directory to prepare
         from smollab.data.prepare import ensure_prepared

@@ -89,6 +89,9 @@ class Probe:
         mps_setting = mps_daemon_setting(kind, spec.mps)
         mps_on = bool(mps_setting)
         signature = workload_signature(spec.command, cfg, mps_setting)
+        from smollab.models.loading import check_model_source
+
+        check_model_source(cfg.model)  # every run loads it: a missing one stops here, once
         probe_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_data(cfg)
         self.out(
@@ -101,20 +104,27 @@ class Probe:
         import contextlib
 
         ctx: contextlib.AbstractContextManager = contextlib.nullcontext(None)
+        in_the_way = None
         if mps_on:
             from smollab.lab.mps import MPS, mps_daemon
 
             self.mps = self.mps or MPS()
             ctx = mps_daemon(out=self.out, mps=self.mps)
+        elif mps_setting is False:  # time-slicing asked for: unless a daemon runs anyway
+            from smollab.lab.mps import daemon_in_the_way
+
+            if in_the_way := daemon_in_the_way(self.out, self.mps):
+                self.mps = in_the_way  # the runs are its clients: measured and cached so
         levels: list[Level] = []
         with ctx as mps_env:
+            mps_used = mps_env is not None or in_the_way is not None
             measure = self._measure or ProcessLevel(
                 spec,
                 self._child_overrides(),
                 probe_dir,
                 self.out,
                 env={**os.environ, **mps_env} if mps_env else None,
-                mps=self.mps if mps_env is not None and mps_on else None,
+                mps=self.mps if mps_used else None,
             )
             k: int | None = spec.ks[0] if spec.ks else 1
             reason = ""
@@ -123,10 +133,11 @@ class Probe:
                 levels.append(self._level(measure, k, units_per_step, unit_name, t))
                 if kind == "cpu" and spec.split and t > 1 and not levels[-1].error:
                     levels.append(self._level(measure, k, units_per_step, unit_name, 1))
-                k, reason = next_k(levels, spec, device, mps_on)
+                k, reason = next_k(levels, spec, device, mps_used)
             if spec.bisect:
-                reason += self._bisect(levels, measure, units_per_step, unit_name, device, mps_on)
-            mps_used = mps_env is not None
+                reason += self._bisect(levels, measure, units_per_step, unit_name, device, mps_used)
+        if mps_setting is not None:  # cached under the regime measured, not the one asked for
+            signature = workload_signature(spec.command, cfg, mps_used)
         best_latency, best_throughput = optima(levels, spec)
         lanes: dict[str, Any] = {}
         if spec.lanes:  # one process: outside the MPS daemon
@@ -145,7 +156,9 @@ class Probe:
             "workload": signature,
             "command": spec.command,
             "base": spec.base,
-            "mps_daemon": None if mps_setting is None else {"requested": mps_on, "used": mps_used},
+            "mps_daemon": (
+                None if mps_setting is None else {"requested": bool(mps_setting), "used": mps_used}
+            ),
             "overrides": self.overrides,
             "unit": unit_name,
             "threads_total": self.threads_total,

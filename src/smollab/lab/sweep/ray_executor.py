@@ -1,5 +1,10 @@
 """`executor: ray`: a sweep's trials on a Ray cluster, each the same `smollab` child as locally.
 
+Without `ray.address` the sweep starts a Ray of its own on this machine (as Ray Tune's
+`ray.init()` does when no cluster is given) and stops it when it ends, so `executor: ray` runs on
+one machine with nothing started by hand; `address: auto` joins the cluster running here (`ray
+start --head`), `host:port` or `ray://...` a remote one, and RAY_ADDRESS, when set, names it.
+
 One Ray actor per concurrency slot is started once per sweep with a trial's resources (`ray.cpu`,
 `ray.gpu`) and reused for every trial of that slot: Ray's start-up cost (an actor takes seconds)
 is paid `concurrency` times, not once per trial. The actor launches the trial with
@@ -216,19 +221,32 @@ class RayExecutor:
         self.cpu, self.gpu = opts.cpu, trial_gpus(spec, concurrency, device)
         self.say = say
         self.slots: list[Slot] = []
-        self.owns = not ray.is_initialized()
+        self.owns = not ray.is_initialized()  # else the caller's Ray, left connected
+        self.local = False
         t0 = time.time()
         if self.owns:
             # Ray replaces builtins.print in the driver once a tqdm_ray bar reaches it: keep this
             # process's print (the sweep's own output, and the user's in API use) untouched
             os.environ.setdefault("RAY_TQDM_PATCH_PRINT", "0")
+            self.local = opts.address is None and not os.environ.get("RAY_ADDRESS")
             try:
-                ray.init(address=opts.address, logging_level=logging.WARNING)
+                if self.local:  # this machine alone: a Ray of its own, ended with the sweep
+                    ray.init(
+                        address="local", include_dashboard=False, logging_level=logging.WARNING
+                    )
+                else:  # a cluster someone started: joined, and left as it was
+                    ray.init(address=opts.address, logging_level=logging.WARNING)
             except (ConnectionError, ValueError, RuntimeError) as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                if self.local:
+                    raise UserError(
+                        f"sweep key executor: ray: could not start a local Ray ({first[:200]})"
+                    ) from None
+                where = opts.address or f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}"
                 raise UserError(
-                    f"sweep key ray.address: no Ray cluster at {opts.address} "
-                    f"({first[:200]}); start one with `ray start --head`"
+                    f"sweep key ray.address: no Ray cluster at {where} ({first[:200]}); "
+                    "start one with `ray start --head`, or leave ray.address out for a local "
+                    "Ray started with the sweep"
                 ) from None
         try:  # whatever goes wrong from here (Ctrl-C too) leaves no actor and no connection
             self.init_s = time.time() - t0
@@ -250,9 +268,10 @@ class RayExecutor:
             self.close()
             raise
         nodes = sorted({s.node for s in self.slots})
+        how = "started a local Ray" if self.local else "connect"
         say(
             f"ray: {len(self.slots)} trial slot(s) of {self.cpu:g} CPU, {self.gpu:g} GPU on "
-            f"{', '.join(nodes)} (connect {self.init_s:.1f} s, actors {self.actors_s:.1f} s)"
+            f"{', '.join(nodes)} ({how} {self.init_s:.1f} s, actors {self.actors_s:.1f} s)"
         )
 
     def _new_slot(self) -> Slot:
@@ -410,7 +429,8 @@ class RayExecutor:
         return lost
 
     def close(self) -> None:
-        """Ends the slots (each one's child first, by its reaper) and leaves the cluster."""
+        """Ends the slots (each one's child first, by its reaper) and leaves the cluster; a
+        local Ray the sweep started stops with it (`ray.shutdown` ends what `ray.init` began)."""
         import ray
 
         for s in self.slots:

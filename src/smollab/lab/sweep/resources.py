@@ -76,11 +76,16 @@ def mps_context(
     spec: SweepSpec, device: str, say: Callable[[str], None]
 ) -> AbstractContextManager[dict[str, str] | None]:
     """The CUDA MPS daemon for the sweep's life (`mps: true` on CUDA), yielding the children's
-    env additions; else a context yielding None."""
+    env additions; else a context yielding None (on CUDA saying so when a daemon runs anyway:
+    the trials attach to it, and concurrency auto read a time-sliced probe)."""
     if spec.mps and device == "cuda":
         from smollab.lab.mps import mps_daemon
 
         return mps_daemon(out=say)
+    if device == "cuda":
+        from smollab.lab.mps import daemon_in_the_way
+
+        daemon_in_the_way(say)
     return contextlib.nullcontext(None)
 
 

@@ -18,9 +18,11 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
@@ -28,7 +30,7 @@ from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
 from smollab.lab.sweep import resources
 from smollab.lab.sweep.lock import SweepLock
-from smollab.lab.sweep.setup import preflight_data, write_meta
+from smollab.lab.sweep.setup import check_models, preflight_data, write_meta
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import (
     JOURNAL,
@@ -96,6 +98,7 @@ class Sweep:
         self.trials: Trials | None = None
         self.env: dict[str, str] | None = None
         self.executor: Any = None  # a RayExecutor (ray_executor) or LanesExecutor (lanes_executor)
+        self.launched = False  # a trial was started: from then on, the dir holds results
 
     # ---- setup ----------------------------------------------------------------------------
 
@@ -123,6 +126,7 @@ class Sweep:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
         launch = self.executor.launch if self.executor else ch.launch
+        self.launched = True
         child = launch(
             nxt.name, argv, run_dir, threads=threads, env=self.env, grace=self.spec.stop_timeout_s
         )
@@ -282,9 +286,17 @@ class Sweep:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
+        fresh = first_missing(self.dir)  # what this sweep makes, removed again on bad input
+        if self.spec.storage:
+            ping_storage(self.spec.storage)  # a bad URL fails now, before anything is made
+        check_models(self.spec)
         self.lock.acquire()
+        refused = False
         try:
             return self._run()
+        except UserError:
+            refused = not self.launched  # bad input found later (Ray, a probe, the data)
+            raise
         finally:
             try:
                 self._cleanup()
@@ -296,6 +308,8 @@ class Sweep:
                 if self.executor:
                     self.executor.close()
                 self.lock.release()
+                if refused and fresh is not None:
+                    shutil.rmtree(fresh, ignore_errors=True)
 
     def _cleanup(self) -> None:
         """After an unexpected error: no child outlives the sweep, and results.csv says so."""
@@ -315,8 +329,6 @@ class Sweep:
     def _run(self) -> dict[str, Any]:
         spec = self.spec
         (self.dir / TRIALS).mkdir(parents=True, exist_ok=True)
-        if spec.storage:
-            ping_storage(spec.storage)  # a bad URL fails now, not after data and peaks
         self.device = resources.detect_device(spec)
         preflight_data(spec, self._say, self.out)
         self.concurrency = resources.resolve_concurrency(spec, self.dir, self.device, self._say)
@@ -421,6 +433,14 @@ class Sweep:
                 if code is not None or gone:
                     self._finish(c, code)
             time.sleep(0.1)
+
+
+def first_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` that does not exist yet (None: `path` exists)."""
+    path, missing = Path(path).absolute(), None
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
 
 
 def run_sweep(spec: SweepSpec, out: Callable[[str], None] = _print) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""What a sweep does once, before its first trial: the sweep dir's record of which sweep it holds
-(a rerun with another study is refused), and the data prepared once for all trials."""
+"""What a sweep does once, before its first trial: the models its trials load checked, the sweep
+dir's record of which sweep it holds (a rerun with another study is refused), and the data
+prepared once for all trials."""
 
 from __future__ import annotations
 
@@ -13,6 +14,26 @@ from smollab.errors import UserError
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
 from smollab.rundir.atomic import atomic_write_json, read_json
 from smollab.rundir.runs import SWEEP_META
+
+
+def check_models(spec: SweepSpec) -> None:
+    """Every model the trials load can be found (`models.loading.check_model_source`), checked
+    once per distinct `model` section before the sweep makes its dir: a missing base would
+    otherwise fail every trial in turn. The grid's points, else the base with each listed value
+    of the space and each enqueued point."""
+    from smollab.models.loading import check_model_source
+
+    if spec.sampler == "grid":
+        points = spec.grid_points()
+    else:
+        listed = [{k: v} for k, vs in spec.space.items() if isinstance(vs, list) for v in vs]
+        points = [{}, *spec.enqueue, *listed]
+    seen: set[str] = set()
+    for point in points:
+        model = resolve_config(spec, point, spec.seeds[0]).model
+        if (key := model.model_dump_json()) not in seen:
+            seen.add(key)
+            check_model_source(model)
 
 
 def write_meta(

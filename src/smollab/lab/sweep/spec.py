@@ -86,7 +86,12 @@ class ReportOptions(SpecSection):
 class RayOptions(SpecSection):
     """`executor: ray`: where the trials run and what each reserves (`smollab.lab.sweep.ray_executor`)."""
 
-    address: str = Field("auto", description="the Ray cluster to join (auto: this node's)")
+    address: str | None = Field(
+        None,
+        description="the Ray cluster to join: auto (the one running on this machine), host:port "
+        "or ray://host:port; null: a local Ray started for the sweep and stopped when it ends "
+        "(joins RAY_ADDRESS's cluster when that is set), as Ray Tune does",
+    )
     cpu: float = Field(1.0, gt=0, description="CPUs a trial reserves; its threads, rounded up")
     gpu: float | None = Field(
         None, ge=0, description="GPUs a trial reserves (default: 1/concurrency on CUDA, else 0)"

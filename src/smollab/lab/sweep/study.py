@@ -201,10 +201,14 @@ def storage_engine(url: str) -> Any:
 
 
 def ping_storage(url: str) -> None:
-    """Connect once, before the sweep prepares data and measures peaks: a wrong host, port,
-    password or database name stops it within CONNECT_TIMEOUT_S."""
+    """Connect once, before the sweep makes its dir, prepares data and measures peaks: a wrong
+    host, port, password or database name stops it within CONNECT_TIMEOUT_S. Not a SQLite file:
+    opening one creates it (its directory was checked with the spec)."""
     import sqlalchemy
+    from sqlalchemy.engine.url import make_url
 
+    if make_url(url).get_backend_name() == "sqlite":
+        return
     engine = storage_engine(url)
     try:
         with engine.connect():

@@ -17,7 +17,7 @@ from smollab.rewards.pool import RewardPool
 from smollab.rewards.registry import validate_specs
 from smollab.train import distributed, scaffold
 from smollab.train.distributed import SINGLE, Dist
-from smollab.train.prompts import grpo_prompts
+from smollab.train.prompts import check_prompt_files, grpo_prompts
 from smollab.train.seeds import stream_seed
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ class Shared:
         """The tokenizer and prompts (rank 0 prepares the data directory first, when the prompts
         are its stories). Reward names and parameters are checked before any of it."""
         validate_specs(cfg.reward)
-        check_model_source(cfg.model)  # before any data is prepared
+        check_prompt_files(cfg.grpo)  # the files named, then the model: before any data
+        check_model_source(cfg.model)
 
         def load_tokenizer():
             if not cfg.grpo.prompts_file:
