@@ -240,9 +240,10 @@ def wordle_games(
         raise UserError("--wordle-games, --max-turns and --max-new-tokens must be at least 1")
     if temperature < 0 or not 0 < top_p <= 1:
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
-    from smollab.models.loading import resolve_model_dir
+    if out is not None or Path(path).is_dir():  # else the report has nowhere to go: said first
+        from smollab.models.loading import resolve_model_dir
 
-    resolve_model_dir(str(path))  # a missing one answers before torch is imported
+        resolve_model_dir(str(path))  # a missing one answers before torch is imported
     from smollab.engine.wordle_play import play_wordle
 
     return play_wordle(
