@@ -3,8 +3,8 @@ model, or reward, stops with one line naming the culprit and a non-zero exit, an
 behind (no run directory, no partial file).
 
 Each case runs `smollab` in-process from an empty working directory and compares the files under
-it before and after. A few pure-config cases also run as a process, to show they stop before
-torch is imported.
+it before and after. A few pure-config cases, and a missing model or prompts file, also run as
+a process, to show they stop before torch is imported.
 """
 
 from __future__ import annotations
@@ -372,6 +372,9 @@ PURE_CONFIG = [
         "wrong type",
         "key grpo does not read",
         "sweep overrides a list",
+        "grpo before its base is pretrained",  # the inputs are looked at before the loop loads
+        "prompts file missing, and the model too",
+        "sample of a run not made",
     )
 ]
 

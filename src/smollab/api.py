@@ -79,7 +79,22 @@ def _train(command: str, recipe: Any, args: Sequence[str], values: dict[str, Any
     import importlib
 
     cfg = load_config(command, recipe, args, **values)
+    _check_inputs(cfg)
     return importlib.import_module(_LOOPS[command]).train(cfg)
+
+
+def _check_inputs(cfg: Any) -> None:
+    """The prompts files and the model a run reads, looked at before its loop is imported (torch
+    alone takes 2 s or more): a missing one answers in the time the config takes. Each loop
+    checks them again, for a caller of its `train` alone."""
+    from smollab.models.loading import check_model_source
+    from smollab.train.prompts import check_prompt_files
+
+    for name in ("grpo", "rft"):
+        if (section := getattr(cfg, name, None)) is not None:
+            check_prompt_files(section, name)
+    if cfg.model.path:
+        check_model_source(cfg.model)
 
 
 def pretrain(
@@ -109,8 +124,6 @@ def lanes(
     `lanes` (its overrides, `key=value` strings or a dict of dotted keys, over recipe + args);
     with `inbox`, a sweep's lanes worker (rundir/inbox.py). `threads`: perf.threads of every
     lane, the posted ones too. Returns each lane's summary."""
-    from smollab.train.grpo.lanes import train_lanes
-
     if inbox is not None and not lanes and (recipe or args):
         raise UserError(
             "lanes: a worker (--inbox) takes each trial's config from its inbox; give "
@@ -129,6 +142,10 @@ def lanes(
             cfgs.append(load_config("grpo", recipe, [*args, *extra]))
     if not cfgs and inbox is None:
         raise UserError("lanes: give at least one lane (--lane) or an --inbox")
+    for cfg in cfgs:
+        _check_inputs(cfg)
+    from smollab.train.grpo.lanes import train_lanes
+
     return train_lanes(cfgs, inbox=inbox, max_lanes=max_lanes, threads=threads)
 
 
@@ -182,6 +199,9 @@ def sample(
         raise UserError("--n and --max-new-tokens must be at least 1")
     if temperature < 0 or not 0 < top_p <= 1:
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
+    from smollab.models.loading import resolve_model_dir
+
+    resolve_model_dir(str(path))  # a missing one answers before torch is imported
     from smollab.engine.sample_texts import sample_texts
 
     pairs = sample_texts(
@@ -220,6 +240,10 @@ def wordle_games(
         raise UserError("--wordle-games, --max-turns and --max-new-tokens must be at least 1")
     if temperature < 0 or not 0 < top_p <= 1:
         raise UserError("--temperature must be >= 0 and --top-p in (0, 1]")
+    if out is not None or Path(path).is_dir():  # else the report has nowhere to go: said first
+        from smollab.models.loading import resolve_model_dir
+
+        resolve_model_dir(str(path))  # a missing one answers before torch is imported
     from smollab.engine.wordle_play import play_wordle
 
     return play_wordle(

@@ -169,3 +169,92 @@ def test_ranks_leave_together_when_one_runs_out_of_time(ddp_reference, tmp_path)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] == 1
     assert _replicas_agreed(run)
+
+
+# Each rank records whether the data was ready when it joined the group, what it joined with,
+# and what torch.compile was given (returned as it was: nothing is compiled).
+RECORDING = """
+import json, os, sys
+from pathlib import Path
+import torch
+import torch.distributed as dist
+
+record = Path(os.environ["RECORD_DIR"]) / f"rank{os.environ['RANK']}.json"
+seen = {}
+join = dist.init_process_group
+
+def init_process_group(*args, **kwargs):
+    seen["data_ready"] = (Path(os.environ["DATA_DIR"]) / "meta.json").is_file()
+    seen["backend"] = args[0] if args else kwargs.get("backend")
+    seen["kwargs"] = sorted(kwargs)
+    return join(*args, **kwargs)
+
+def compile(module, **kwargs):
+    seen.setdefault("compiled", []).append(type(module).__name__)
+    return module
+
+dist.init_process_group = init_process_group
+torch.compile = compile
+from smollab.cli import main
+try:
+    sys.exit(main())
+finally:
+    record.write_text(json.dumps(seen))
+"""
+
+
+def test_data_is_prepared_before_the_group_and_ddp_is_compiled_whole(micro_pretrain, tmp_path):
+    """Every rank joins with the data already there (no rank left waiting at a barrier while
+    another builds it: NCCL's watchdog allows 10 minutes), and torch.compile gets the DDP module,
+    so its graphs split at DDP's buckets."""
+    script = tmp_path / "recording.py"
+    script.write_text(RECORDING)
+    data = tmp_path / "fresh-data"  # prepared by this run
+    args = [a for a in micro_pretrain if not a.startswith(("data.dir=", "run.dir="))]
+    env = {"RECORD_DIR": str(tmp_path), "DATA_DIR": str(data)}
+    cmd = [
+        *_torchrun(str(script)),
+        *args,
+        f"data.dir={data}",
+        "train.max_steps=4",
+        "perf.compile=true",
+        "perf.threads=1",
+        f"run.dir={tmp_path / 'run'}",
+    ]
+    done = subprocess.run(
+        cmd, env={**_env(), **env}, capture_output=True, text=True, timeout=GUARD_S
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    # one rank builds (the first to take the data dir's lock); rank 0 alone speaks, once
+    said = done.stdout.count("data: loading corpus") + done.stdout.count("data: reusing")
+    assert said == 1, done.stdout
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen["data_ready"] is True, (rank, seen)
+        assert seen["backend"] == "gloo" and "device_id" not in seen["kwargs"]
+        assert seen["compiled"] == ["DistributedDataParallel"], (rank, seen)
+
+
+def test_nccl_is_bound_to_the_ranks_gpu(monkeypatch):
+    """Under torchrun on CUDA: NCCL with `device_id` (the communicator forms at once, on this
+    rank's GPU), the device made current first. torch's CUDA and NCCL are replaced by fakes."""
+    import torch.distributed as dist
+
+    from smollab.train import distributed
+
+    calls: list = []
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **kw: calls.append(("init", a, kw)))
+    d, device = distributed.setup(torch.device("cuda"))
+    assert device == torch.device("cuda", 1) and (d.rank, d.world, d.local_rank) == (1, 2, 1)
+    assert calls == [
+        ("set_device", torch.device("cuda", 1)),
+        ("init", ("nccl",), {"device_id": torch.device("cuda", 1)}),
+    ]
+    assert distributed.launch_rank() == 1
+    calls.clear()
+    assert distributed.setup(torch.device("cpu"))[1] == torch.device("cpu")
+    assert calls == [("init", ("gloo",), {})]

@@ -121,7 +121,8 @@ def ask_hub(repo_id: str) -> tuple[bool, str] | None:
     if box.get("found"):
         return None
     error = box.get("error")
-    if error is None:
+    timed_out = "timeout" in type(error).__name__.lower() or "timed out" in str(error).lower()
+    if error is None or timed_out:  # the thread's limit, or the HTTP client's own
         return True, f"{endpoint} did not answer within {HUB_TIMEOUT_S:g} s"
     if isinstance(error, GatedRepoError):
         return False, f"it is gated on {endpoint}: accept its terms there and log in"

@@ -6,8 +6,15 @@ peer"). So a decision taken on one rank reaches the others through `broadcast_ob
 choice) or `any_rank` (stop when any rank must).
 
 Every rank must see one file system for `data.dir` and `run.dir` (on several nodes: a shared
-one): rank 0 alone prepares the data and writes checkpoints, and every rank reads them from
-there (`rank0_first`, resume). Node-local disks would leave the other nodes' ranks without them.
+one): the data is prepared once there and rank 0 alone writes checkpoints, and every rank reads
+them from there (resume). Node-local disks would leave the other nodes' ranks without them.
+
+Nothing long runs on one rank while the others wait in a collective: NCCL's watchdog aborts a
+collective after 10 minutes (`init_process_group`'s default timeout), and preparing a corpus can
+take longer. So every rank prepares the data before it joins the group (`launch_rank` says which
+one speaks), the data directory's lock letting one build it while the others wait outside any
+collective. On CUDA the group is bound to the rank's GPU (`device_id`): NCCL forms its
+communicator at once, so a bad GPU or network fails at the start, not at the first all-reduce.
 
 An exception on one rank is not passed on: its process exits, the others' next collective raises
 ("connection closed by peer", gloo) or blocks (NCCL), and torchrun, seeing a worker fail, stops the
@@ -49,8 +56,15 @@ class Dist:
 SINGLE = Dist()
 
 
+def launch_rank() -> int:
+    """This process's global rank as torchrun set it (0 alone), known before the group is joined:
+    what runs on every rank before `setup` speaks on rank 0 only."""
+    return int(os.environ.get("RANK", "0"))
+
+
 def setup(device: torch.device) -> tuple[Dist, torch.device]:
-    """Join the process group when launched by torchrun; a single process needs nothing."""
+    """Join the process group when launched by torchrun; a single process needs nothing. NCCL
+    on CUDA, bound to this rank's GPU (`device_id`); gloo on the CPU."""
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return Dist(device=device), device
     import torch.distributed as dist
@@ -59,7 +73,9 @@ def setup(device: torch.device) -> tuple[Dist, torch.device]:
     if device.type == "cuda":
         device = torch.device("cuda", local)
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
     return Dist(rank, world, local, device), device
 
 
@@ -75,7 +91,11 @@ def single_process_only(command: str) -> None:
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
-    """DDP around `model` (it starts by broadcasting rank 0's weights and buffers), or `model`."""
+    """DDP around `model` (it starts by broadcasting rank 0's weights and buffers), or `model`.
+    A loop that compiles compiles what this returns, `torch.compile(DDP(model))`: TorchDynamo
+    then sees the DDP module and splits its graphs at DDP's gradient buckets (DDPOptimizer,
+    torch/_dynamo/backends/distributed.py), so the all-reduces overlap the backward; DDP around
+    a compiled module sees one opaque graph."""
     if not d.enabled:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -112,17 +132,6 @@ def rank0_decides(decide: Callable[[], T], d: Dist) -> T:
     if message:
         raise UserError(message)
     return value
-
-
-def rank0_first(work: Callable[[], T], d: Dist) -> T:
-    """`work` on rank 0, then on the others: what rank 0 prepares on the shared filesystem (a
-    data directory, a tokenizer) the others find ready instead of racing to write it. Rank 0 is
-    global: on several nodes the directory must be shared (see the module docstring)."""
-    if not d.enabled:
-        return work()
-    value = work() if d.main else None
-    barrier(d)
-    return value if d.main else work()
 
 
 def any_rank(flag: bool, d: Dist) -> bool:

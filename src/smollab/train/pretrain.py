@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from smollab.config import PretrainConfig
-from smollab.data.prepare import ensure_prepared, load_meta
+from smollab.data.prepare import ensure_prepared
 from smollab.data.tokens import eval_batches, get_batch, open_tokens
 from smollab.device.mfu import peak_flops
 from smollab.device.runtime import (
@@ -70,13 +70,12 @@ def train(cfg: PretrainConfig) -> dict:
     t_start = time.time()
     check_model_source(cfg.model)  # before any data is prepared
     rt = setup_runtime(cfg.perf)
-    dist, rt.device = distributed.setup(rt.device)
     tc, oc = cfg.train, cfg.optim
 
-    # ---- data and tokenizer (rank 0 prepares; prepare() reuses what is already there) ------
-    meta = ensure_prepared(cfg.data) if dist.main else None
-    distributed.barrier(dist)
-    meta = meta or load_meta(cfg.data.dir)
+    # ---- data and tokenizer: every rank before it joins the group (the directory's lock lets
+    # one build it, the rest reuse it), so none waits in a collective meanwhile ----------------
+    meta = ensure_prepared(cfg.data, log=print if distributed.launch_rank() == 0 else _quiet)
+    dist, rt.device = distributed.setup(rt.device)
     data_dir = Path(cfg.data.dir)
     tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=True)
     train_tokens = open_tokens(data_dir / "train.bin")
@@ -148,7 +147,7 @@ def train(cfg: PretrainConfig) -> dict:
             f"({non_embed:,} non-embedding)",
             echo=True,
         )
-    ddp_model = distributed.wrap(maybe_compile(model, rt), dist)
+    ddp_model = maybe_compile(distributed.wrap(model, dist), rt)  # compile(DDP(model))
 
     tokens_per_step = tc.batch_size * tc.seq_len * tc.grad_accum * dist.world
     val_batches = (  # train.eval_interval=0: no evaluation, so no val_loss and no best/
@@ -211,6 +210,10 @@ def train(cfg: PretrainConfig) -> dict:
     if ledger.status == "interrupted":
         raise KeyboardInterrupt
     return summary
+
+
+def _quiet(_: str) -> None:
+    """The data's log on ranks other than 0: rank 0 says it once."""
 
 
 def _line(row: dict) -> str:

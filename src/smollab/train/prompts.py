@@ -97,12 +97,12 @@ def read_prompt_file(path: str | Path, key: str = "grpo.prompts_file") -> list[s
     return texts
 
 
-def check_prompt_files(g) -> None:
-    """The `grpo` section's prompts files read before the model and data are looked at, so a bad
-    file given on the command line is what the one line names."""
+def check_prompt_files(section, name: str = "grpo") -> None:
+    """A `grpo` or `rft` section's prompts files read before the model and data are looked at,
+    so a bad file given on the command line is what the one line names."""
     for key in ("prompts_file", "eval_prompts_file"):
-        if path := getattr(g, key):
-            read_prompt_file(path, f"grpo.{key}")
+        if path := getattr(section, key):
+            read_prompt_file(path, f"{name}.{key}")
 
 
 def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:

@@ -19,6 +19,7 @@ from smollab.engine.sample_texts import encode_prompts
 from smollab.errors import UserError
 from smollab.rewards.registry import ResolvedReward, compute_rewards
 from smollab.rundir.atomic import atomic_write, atomic_write_json
+from smollab.train.prompts import read_prompt_file
 from smollab.train.seeds import stream_seed
 
 
@@ -37,16 +38,7 @@ def read_prompts(path: str | None, key: str) -> list[str]:
     """Non-empty lines of a UTF-8 text file, stripped; one UserError naming `key` otherwise."""
     if not path:
         raise UserError(f"{key}: rft needs a prompts file (one prompt per line)")
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{key}: no such file {p}")
-    try:
-        lines = [x.strip() for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
-    except UnicodeDecodeError as e:
-        raise UserError(f"{key}: {p} is not UTF-8 text ({e.reason})") from None
-    if not lines:
-        raise UserError(f"{key}: {p} holds no prompts")
-    return lines
+    return read_prompt_file(path, key)
 
 
 def sample_scored(

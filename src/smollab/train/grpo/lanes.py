@@ -75,6 +75,7 @@ def train_lanes(
     max_lanes = max_lanes or len(queue)
     lanes: list[RunState] = []
     summaries: list[dict[str, Any]] = []
+    Shared.prepare(first)
     with Shared.load(first, rt) as shared, crash_record.open_runs() as opened:
         policies = Lanes(first, rt, shared.tokenizer)
         shared.open_rewards(policies)

@@ -33,8 +33,9 @@ def train(cfg: GRPOConfig) -> dict:
     router = Router(g.routing, cfg.run.seed, cfg.reward) if g.routing.enabled else None
     ranks.check(cfg)  # a batch torchrun's ranks cannot split into whole groups
     rt = setup_runtime(cfg.perf)
-    d, rt.device = distributed.setup(rt.device)
     check_load_in(cfg.model.load_in, rt.device)  # CUDA and bitsandbytes, before any data too
+    Shared.prepare(cfg)  # checks, then data: every rank, before it joins the group
+    d, rt.device = distributed.setup(rt.device)
 
     # ---- tokenizer, prompts, policy, sampler, reference, rewards (tried before any write) --
     with Shared.load(cfg, rt, d) as shared:  # closes the reward pool however it ends

@@ -36,20 +36,23 @@ class Shared:
     eval_prompts: list[list[int]]
     pool: RewardPool | None = None
 
-    @classmethod
-    def load(cls, cfg: GRPOConfig, rt: Runtime, d: Dist = SINGLE) -> Shared:
-        """The tokenizer and prompts (rank 0 prepares the data directory first, when the prompts
-        are its stories). Reward names and parameters are checked before any of it."""
+    @staticmethod
+    def prepare(cfg: GRPOConfig) -> None:
+        """Reward names and parameters, the prompts files and the model checked, then the data
+        directory prepared when the prompts are its stories: before anything else is written,
+        and under torchrun on every rank before it joins the group (the directory's lock lets
+        one build it), so no rank waits in a collective meanwhile."""
         validate_specs(cfg.reward)
         check_prompt_files(cfg.grpo)  # the files named, then the model: before any data
         check_model_source(cfg.model)
+        if not cfg.grpo.prompts_file:
+            quiet = distributed.launch_rank() != 0
+            ensure_prepared(cfg.data, exact=False, log=(lambda _: None) if quiet else print)
 
-        def load_tokenizer():
-            if not cfg.grpo.prompts_file:
-                ensure_prepared(cfg.data, exact=False)
-            return scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
-
-        tokenizer = distributed.rank0_first(load_tokenizer, d)
+    @classmethod
+    def load(cls, cfg: GRPOConfig, rt: Runtime, d: Dist = SINGLE) -> Shared:
+        """The tokenizer and prompts, once `prepare` has run."""
+        tokenizer = scaffold.load_tokenizer_for(cfg.model, cfg.data, data_tokens=False)
         train_prompts, eval_prompts = grpo_prompts(cfg.grpo, cfg.data.dir, tokenizer)
         return cls(cfg, rt, d, tokenizer, train_prompts, eval_prompts)
 
