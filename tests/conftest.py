@@ -214,7 +214,7 @@ try:
         if not math.isfinite(loss):
             status, evidence = "diverged", f"loss is nan at step {step}"; break
         if step % 5 == 0:
-            ckpt.write_text(json.dumps({"step": step}))
+            tmp = run / ".c.tmp"; tmp.write_text(json.dumps({"step": step})); os.replace(tmp, ckpt)
     if stop:
         status, evidence = "interrupted", f"interrupted at step {step}"
 finally:
