@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from smollab.config import ModelConfig
+from smollab.data.prompt_encode import text_ids
 from smollab.device.runtime import pick_device
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
@@ -35,8 +36,7 @@ def load_sampler(path: str, device: str, mode: str | None = None):
 
 def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
     """Prompt token ids as training saw them: each starts after a document break (EOS)."""
-    eos = tokenizer.eos_token_id
-    return [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
+    return text_ids(tokenizer, prompts)
 
 
 def sample_texts(

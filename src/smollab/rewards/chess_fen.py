@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 EXTRA_HINT = "pip install 'smollab[chess]'"
 PROMPT_RE = re.compile(r"^\s*FEN:\s*(?P<fen>\S.*?)\s+Move:\s*(?P<move>\S+)\s+Next FEN:\s*$")
@@ -118,6 +119,7 @@ def _is_valid(chess: Any, text: str) -> bool:
         return False
 
 
+@plain_text
 def fen_valid(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -126,6 +128,7 @@ def fen_valid(
     return [1.0 if _is_valid(chess, answer(c)) else 0.0 for c in completions]
 
 
+@plain_text
 def fen_exact(
     completions: list[str], prompts: list[str] | None = None, *, clocks: bool = True, **kwargs: Any
 ) -> list[float]:
@@ -147,6 +150,7 @@ def _same(text: str, truth: str, clocks: bool) -> bool:
     return len(fields) in (4, 6) and fields[:4] == truth.split(" ")[:4]
 
 
+@plain_text
 def fen_distance(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:

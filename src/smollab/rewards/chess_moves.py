@@ -22,6 +22,7 @@ from typing import Any
 
 from smollab.errors import UserError
 from smollab.rewards.chess_fen import require, valid_board
+from smollab.rewards.conversation import plain_text
 
 MOVE_PROMPT_RE = re.compile(r"^\s*FEN:\s*(?P<fen>\S.*?)\s+Move:\s*$")
 _PROBE_PROMPT = "FEN: rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1 Move:"
@@ -63,6 +64,7 @@ def classify(prompt: str, token: str) -> int:
     return OWN_PIECE if piece is not None and piece.color == board.turn else OTHER
 
 
+@plain_text
 def chess_legal_move(
     completions: list[str],
     prompts: list[str] | None = None,

@@ -19,6 +19,7 @@ from typing import Any
 
 from smollab.data.word_problems import answer_of
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 _INT = re.compile(r"-?\d+")
 _AFTER_EQ = re.compile(r"\s*(-?\d+)")
@@ -39,6 +40,7 @@ def _truth(prompt: str) -> int:
     return answer_of(prompt)
 
 
+@plain_text
 def word_problem_correct(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:

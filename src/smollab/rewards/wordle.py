@@ -42,6 +42,7 @@ from smollab.data.wordle import (
     word_table,
 )
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 _IN_LIST = frozenset(WORDS)
 
@@ -53,6 +54,7 @@ def _prompts(name: str, prompts: Sequence[str] | None, n: int) -> Sequence[str]:
     return prompts
 
 
+@plain_text
 def wordle_format(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -68,6 +70,7 @@ def wordle_format(
     return out
 
 
+@plain_text
 def wordle_feedback_use(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -91,6 +94,7 @@ def _normalized(bits: float, n: int) -> float:
     return bits / math.log2(n)
 
 
+@plain_text
 def wordle_info_gain(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:

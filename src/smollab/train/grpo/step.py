@@ -6,8 +6,9 @@ score them (one reward call) -> group-relative advantages per run over its whole
 reference log-probs (no grad) of the runs with a KL term -> the policy update(s): each run's loss
 and backward (`update.loss_backward`, `num_iterations` passes, PPO-clipped, in `train.grad_accum`
 micro-batches), each run's optimizer step -> per run: metrics, evaluation, the after-step block.
-Prompts and samples are seeded by each run's (seed, step), so a resumed run replays the same
-batches and a lane draws exactly what its run alone would: prompts are picked on the CPU,
+Prompts and samples are seeded by each run's (seed, step) (prompts: each epoch's permutation of
+them, `prompts.PromptOrder`), so a resumed run replays the same batches, mid-epoch too, and a lane
+draws exactly what its run alone would: prompts are picked on the CPU,
 completions drawn on the policy's device by generators the sampler makes there from the seeds.
 """
 
@@ -56,11 +57,9 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     prompts, picked = [], []
     for run in runs:
         run.set_lr()
-        gen = torch.Generator(device="cpu").manual_seed(stream_seed(run.cfg.run.seed, run.step, 0))
-        pick = torch.randint(
-            len(shared.train_prompts), (tc.batch_size // G,), generator=gen, device="cpu"
-        )
-        mine = ranks.my_prompts(pick.tolist(), d)
+        pick = shared.order.pick(run.cfg.run.seed, run.step, tc.batch_size // G)
+        mine = ranks.my_prompts(pick, d)
+        run.columns = shared.sample_columns([i for i in pick for _ in range(G)])  # samples.jsonl
         picked += [i for i in mine for _ in range(G)]
         prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
     seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
@@ -71,7 +70,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     # whole batch (every rank's groups)
     completions, prompt_texts = r.completion_texts(tok), r.prompt_texts(tok)
     token_rows = r.completion_rows()
-    total, per_fn = shared.pool(prompt_texts, completions, token_rows)
+    total, per_fn = shared.pool(prompt_texts, completions, token_rows, shared.rows(picked))
     n = len(prompts) // len(runs)
     rows = [slice(i * n, (i + 1) * n) for i in range(len(runs))]  # each run's rows here
     for run, s in zip(runs, rows, strict=True):
@@ -154,7 +153,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
             eval_reward_mean=ev["reward_mean"], eval_unique_fraction=ev["unique_fraction"]
         )
     for run in runs:
-        if run.router and run.router.due(run.step, run.cfg.train.max_steps):
+        if run.router and run.router.due(run.step, run.max_steps):
             _route_eval(shared, policies, run)
     for run, w in zip(runs, whole, strict=True):
         run.after_step(batch, w, tok, d)
@@ -203,7 +202,9 @@ def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[d
     seeds = [stream_seed(run.cfg.run.seed, -1, 2) for run in runs]
     r = policies.generate(runs, shared.eval_prompts * len(runs), seeds)
     texts = r.completion_texts(tok)
-    total, _ = shared.pool(r.prompt_texts(tok), texts, r.completion_rows())
+    total, _ = shared.pool(
+        r.prompt_texts(tok), texts, r.completion_rows(), shared.eval_rows(len(runs))
+    )
     return [
         {
             "reward_mean": float(total[i * n : (i + 1) * n].mean()),
@@ -219,7 +220,7 @@ def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState])
     for run, ev in zip(fresh, evaluate(shared, policies, fresh) if fresh else [], strict=True):
         run.record_base_eval(ev["reward_mean"])
     for run in runs:
-        if run.router and run.step == 0 and run.router.due(0, run.cfg.train.max_steps):
+        if run.router and run.step == 0 and run.router.due(0, run.max_steps):
             _route_eval(shared, policies, run)
 
 

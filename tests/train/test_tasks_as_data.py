@@ -1,0 +1,201 @@
+"""Tasks as data, TRL's contract: prompts from a JSONL file whose other columns reach every
+reward as keyword arguments, one value per completion, under `smollab grpo`, `smollab rft` and a
+sweep (processes and lanes). The reward here is written to TRL's documented signature and logs
+what it was given, so the tests check that each completion came with its own prompt's
+`solution`, prompts shuffled and several generations each."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from smollab import api
+from smollab.train import pretrain
+
+SRC = str(Path(pretrain.__file__).resolve().parents[2])
+
+TRL_REWARD = """
+import json, os
+
+
+def accuracy_reward(completions, solution, **kwargs):
+    # TRL's documented signature: the `solution` column, one value per completion
+    with open(os.environ["SEEN_LOG"], "a") as f:
+        f.write(json.dumps({"prompts": kwargs["prompts"], "solution": solution,
+                            "level": kwargs["level"], "n": len(completions)}) + "\\n")
+    return [1.0 if s.split("-")[0] in c else 0.0 for c, s in zip(completions, solution)]
+"""
+
+
+def solution_of(i: int) -> str:
+    return f"{['red', 'blue', 'green', 'tall', 'small'][i % 5]}-{i}"
+
+
+@pytest.fixture
+def task(tmp_path, monkeypatch):
+    """A 12-row JSONL (prompt, solution, level) in shuffled order, and the reward module on the
+    path of this process and of child processes; returns (file, {prompt: (solution, level)},
+    the log the reward appends to)."""
+    order = list(range(12))
+    random.Random(3).shuffle(order)
+    rows = [
+        {"prompt": f"the {k} little bird sang", "solution": solution_of(k), "level": k % 3}
+        for k in order
+    ]
+    f = tmp_path / "task.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "trl_task_reward.py").write_text(textwrap.dedent(TRL_REWARD))
+    log = tmp_path / "seen.jsonl"
+    monkeypatch.setenv("SEEN_LOG", str(log))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    paths = [str(tmp_path), SRC, os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    truth = {r["prompt"]: (r["solution"], r["level"]) for r in rows}
+    return f, truth, log
+
+
+def calls(log: Path) -> list[dict]:
+    return [json.loads(x) for x in log.read_text().splitlines()]
+
+
+def check_calls(log: Path, truth: dict) -> list[dict]:
+    """Every completion the reward scored came with its own prompt's solution and level."""
+    seen = calls(log)
+    assert seen
+    for c in seen:
+        assert len(c["prompts"]) == len(c["solution"]) == len(c["level"]) == c["n"]
+        for p, s, lv in zip(c["prompts"], c["solution"], c["level"], strict=True):
+            assert (s, lv) == truth[p], p
+    return seen
+
+
+REWARD = "reward=[{name: trl_task_reward:accuracy_reward}]"
+
+
+def test_grpo_passes_each_completion_its_own_row(task, micro_model, micro_data, tmp_path):
+    """Two epochs over 10 training prompts (2 carved out), 2 prompts x 4 generations a step:
+    every training prompt appears in each epoch once, as a group of 4, with its solution."""
+    f, truth, log = task
+    run = tmp_path / "grpo"
+    summary = api.grpo(
+        None,
+        [
+            f"model.path={micro_model}",
+            f"data.dir={micro_data}",
+            f"grpo.prompts_file={f}",
+            "data.eval_fraction=0.15",
+            "train.epochs=2",
+            "train.batch_size=8",
+            "grpo.num_generations=4",
+            "grpo.max_completion_length=8",
+            "train.eval_interval=5",
+            "grpo.eval_prompts=4",
+            "train.save_interval=0",
+            "grpo.log_samples=8",
+            REWARD,
+            "run.plots=false",
+            f"run.dir={run}",
+        ],
+    )
+    assert summary["status"] == "completed" and summary["steps"] == 10  # 2 x 10 prompts / 2
+    seen = check_calls(log, truth)
+    train = [c for c in seen if c["n"] == 8]
+    assert len(train) == 10
+    held = {p for c in seen if c["n"] != 8 for p in c["prompts"]}
+    assert len(held) == 2 and not held & {p for c in train for p in c["prompts"]}
+    for epoch in (train[:5], train[5:]):
+        counts = Counter(p for c in epoch for p in c["prompts"])
+        assert len(counts) == 10 and set(counts.values()) == {4}
+        for c in epoch:  # a group is one prompt's 4 completions, side by side
+            assert c["prompts"][:4] == [c["prompts"][0]] * 4
+    assert [p for c in train[:5] for p in c["prompts"]] != [
+        p for c in train[5:] for p in c["prompts"]
+    ]
+    samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+    solutions = {s for s, _ in truth.values()}
+    assert samples and all(s["solution"] in solutions for s in samples)
+    assert len({s["solution"] for s in samples[:4]}) == 1  # a group: one prompt, one row
+    assert all("level" not in s for s in samples)  # only the columns a reward names
+    log_text = (run / "training.log").read_text()
+    assert "prompts: grpo.prompts_file" in log_text and "train.epochs=2: 10 steps" in log_text
+
+
+def test_rft_passes_each_completion_its_own_row(task, micro_model, tmp_path):
+    f, truth, log = task
+    summary = api.rft(
+        None,
+        [
+            f"model.path={micro_model}",
+            f"rft.prompts_file={f}",
+            "data.eval_fraction=0.25",
+            "rft.rounds=1",
+            "rft.oversample=3",
+            "rft.max_new_tokens=6",
+            "rft.gen_batch_size=3",
+            "rft.keep.threshold=null",
+            "rft.keep.top_k=1",
+            "train.batch_size=4",
+            "train.seq_len=32",
+            "train.max_steps=2",
+            "train.epochs=null",
+            "optim.warmup_steps=1",
+            REWARD,
+            "run.plots=false",
+            f"run.dir={tmp_path / 'rft'}",
+        ],
+    )
+    assert summary["status"] == "completed"
+    seen = check_calls(log, truth)
+    generated = Counter(p for c in seen if c["n"] == 9 for p in c["prompts"])
+    assert len(generated) == 9 and set(generated.values()) == {3}  # 12 - 3 held out, 3 each
+    records = [
+        json.loads(x)
+        for x in (tmp_path / "rft" / "rounds" / "1" / "data.jsonl").read_text().splitlines()
+    ]
+    assert records and all(r["columns"]["solution"] == truth[r["prompt"]][0] for r in records)
+
+
+@pytest.mark.parametrize("executor", ["processes", "lanes"])
+def test_a_sweep_passes_each_completion_its_own_row(
+    task, micro_model, micro_data, tmp_path, executor
+):
+    from smollab.lab.sweep.scheduler import run_sweep
+    from smollab.lab.sweep.spec_load import load_spec
+
+    f, truth, log = task
+    spec = {
+        "command": "grpo",
+        "threads": 1,
+        "overrides": {
+            "model.path": str(micro_model),
+            "model.lora.enabled": True,
+            "data.dir": str(micro_data),
+            "grpo.prompts_file": str(f),
+            "reward": [{"name": "trl_task_reward:accuracy_reward"}],
+            "perf.device": "cpu",
+            "train.max_steps": 2,
+            "train.batch_size": 8,
+            "grpo.num_generations": 4,
+            "grpo.max_completion_length": 8,
+            "train.eval_interval": 0,
+            "run.plots": False,
+        },
+        "space": {"optim.lr": [1e-3, 3e-3]},
+        "metric": {"name": "reward_mean", "goal": "max"},
+        "dir": str(tmp_path / "sweep"),
+        "poll_s": 0.2,
+    }
+    if executor == "lanes":
+        spec |= {"executor": "lanes", "lanes": 2}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    assert run_sweep(load_spec(tmp_path / "spec.yaml"), out=lambda _: None) == {"completed": 2}
+    train = [c for c in check_calls(log, truth) if c["n"] % 8 == 0]
+    # 2 steps of 8 completions for each trial (lanes: a call holds both lanes' rows)
+    assert sum(c["n"] for c in train) == 32
