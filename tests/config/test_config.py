@@ -227,6 +227,47 @@ RULES = [
         ["failure.stuck_grace_steps=100", "failure.baseline_steps=60"],
     ),
     ("grpo", ["train.batch_size=10"], ["train.batch_size=10", "grpo.num_generations=16"]),
+    # prompts from data
+    (
+        "grpo",
+        ["grpo.prompts_file=p.jsonl", "data.hf_dataset=org/ds"],
+        ["grpo.prompts_file=p.jsonl", "data.hf_dataset=org/ds"],
+    ),
+    ("grpo", ["data.eval_split=test"], ["data.eval_split", "data.hf_dataset"]),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "data.eval_split=test", "grpo.eval_prompts_file=e.jsonl"],
+        ["grpo.eval_prompts_file=e.jsonl", "data.eval_split=test"],
+    ),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "data.eval_split=test", "data.eval_fraction=0.1"],
+        ["data.eval_fraction", "data.eval_split"],
+    ),
+    ("grpo", ["data.eval_fraction=0.1"], ["data.eval_fraction", "grpo.prompts_file"]),
+    (
+        "grpo",
+        ["grpo.prompts_file=p.txt", "data.prompt_field=q"],
+        ["data.prompt_field", ".txt"],
+    ),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "grpo.prompt_tokens=4"],
+        ["grpo.prompt_tokens", "data.hf_dataset"],
+    ),
+    ("grpo", ["grpo.system_prompt=be brief"], ["grpo.system_prompt", "story openings"]),
+    ("grpo", ["train.epochs=2", "train.max_steps=10"], ["train.epochs=2", "train.max_steps=10"]),
+    (
+        "grpo",
+        ["grpo.prompts_file=p.jsonl", "data.eval_fraction=0.1", "train.eval_interval=0"],
+        ["data.eval_fraction", "train.eval_interval=0"],
+    ),
+    (
+        "rft",
+        ["rft.prompts_file=p.jsonl", "data.seed=3"],
+        ["data.seed", "data.eval_fraction"],
+    ),
+    ("rft", ["data.hf_name=x"], ["data.hf_name", "data.hf_dataset"]),
 ]
 
 
@@ -271,6 +312,11 @@ ACCEPTED = [
     ("grpo", ["train.eval_interval=0", "train.save_interval=0"]),
     ("grpo", ["grpo.beta=0", "grpo.ref_on_cpu=false"]),
     ("grpo", ["failure.baseline_steps=50"]),
+    ("grpo", ["grpo.prompts_file=p.jsonl", "data.eval_fraction=0.1", "data.prompt_field=q"]),
+    ("grpo", ["grpo.prompts_file=p.txt", "grpo.eval_prompts_file=e.csv", "data.prompt_field=q"]),
+    ("grpo", ["data.hf_dataset=d", "data.eval_split=test", "train.epochs=1.5"]),
+    ("grpo", ["grpo.prompts_file=p.jsonl", "grpo.system_prompt=be brief"]),
+    ("rft", ["rft.prompts_file=p.parquet", "data.eval_fraction=0.2", "data.seed=3"]),
 ]
 
 

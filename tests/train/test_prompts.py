@@ -115,3 +115,18 @@ def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(
         monkeypatch.setattr(pr, "_splits_at_whitespace", lambda t: False)
         assert heads == pr.story_prompts(data, "test", tok, n), n
         monkeypatch.undo()
+
+
+def test_the_prompt_order_walks_epochs_of_seeded_permutations():
+    """Each epoch holds every prompt once; a step may straddle two epochs; the order is a pure
+    function of (seed, step), so a resumed run takes what the uninterrupted one took."""
+    from smollab.train.prompts import PromptOrder
+
+    order = PromptOrder(5)
+    steps = [order.pick(0, s, 2) for s in range(5)]  # 2 epochs of 5 prompts, 2 a step
+    flat = [i for s in steps for i in s]
+    assert sorted(flat[:5]) == sorted(flat[5:]) == list(range(5))
+    assert flat[:5] != flat[5:]  # each epoch its own permutation
+    assert PromptOrder(5).pick(0, 2, 2) == steps[2]  # a fresh order, mid-walk: the same
+    assert order.pick(1, 0, 5) != order.pick(0, 0, 5)  # another seed, another order
+    assert order.steps(2, 2) == 5 and order.steps(0.5, 2) == 2 and order.steps(0.01, 2) == 1

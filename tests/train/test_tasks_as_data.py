@@ -18,6 +18,7 @@ import yaml
 
 from smollab import api
 from smollab.train import pretrain
+from tests.replicas import FAMILIES
 
 SRC = str(Path(pretrain.__file__).resolve().parents[2])
 
@@ -199,3 +200,57 @@ def test_a_sweep_passes_each_completion_its_own_row(
     train = [c for c in check_calls(log, truth) if c["n"] % 8 == 0]
     # 2 steps of 8 completions for each trial (lanes: a call holds both lanes' rows)
     assert sum(c["n"] for c in train) == 32
+
+
+CHAT_REWARD = """
+import json, os
+
+
+def assistant_words(completions, prompts, topic, **kwargs):
+    # TRL's conversational form: the prompt's messages, the assistant's message
+    with open(os.environ["SEEN_LOG"], "a") as f:
+        f.write(json.dumps({"prompts": prompts, "completions": completions, "topic": topic}) + "\\n")
+    return [float(len(c[0]["content"].split())) for c in completions]
+"""
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chat_prompts_train_on_each_family_with_trl_s_conversational_form(
+    replica_dir, family, tmp_path, monkeypatch
+):
+    """One GRPO step on chat-message prompts of each family's replica: the reward gets each
+    prompt's messages, its `topic`, and the completions as the assistant's messages."""
+    questions = ["two plus two", "a red fruit", "say hello", "the sky"]
+    rows = [
+        {"prompt": [{"role": "user", "content": q}], "topic": i} for i, q in enumerate(questions)
+    ]
+    f = tmp_path / "chat.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "chat_reward.py").write_text(textwrap.dedent(CHAT_REWARD))
+    log = tmp_path / "seen.jsonl"
+    monkeypatch.setenv("SEEN_LOG", str(log))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    summary = api.grpo(
+        None,
+        [
+            f"model.path={replica_dir}",
+            f"grpo.prompts_file={f}",
+            "train.max_steps=1",
+            "train.batch_size=4",
+            "grpo.num_generations=2",
+            "grpo.max_completion_length=4",
+            "train.eval_interval=0",
+            "train.save_interval=0",
+            "reward=[{name: chat_reward:assistant_words}]",
+            "run.plots=false",
+            f"run.dir={tmp_path / 'run'}",
+        ],
+    )
+    assert summary["status"] == "completed"
+    seen = calls(log)
+    assert len(seen) == 2  # the reward check, then the step
+    for c in seen:
+        for p, comp, t in zip(c["prompts"], c["completions"], c["topic"], strict=True):
+            assert p == rows[t]["prompt"]
+            assert len(comp) == 1 and comp[0]["role"] == "assistant"
+            assert isinstance(comp[0]["content"], str)
