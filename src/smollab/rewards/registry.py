@@ -43,7 +43,12 @@ from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
 from smollab.rewards.sentiment import sentiment
 from smollab.rewards.word_problems import word_problem_correct
-from smollab.rewards.wordle import wordle_feedback_use, wordle_format, wordle_info_gain
+from smollab.rewards.wordle import (
+    wordle_feedback_use,
+    wordle_format,
+    wordle_info_gain,
+    wordle_solved,
+)
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -57,6 +62,7 @@ BUILTINS: dict[str, RewardFn] = {
     "wordle_format": wordle_format,
     "wordle_feedback_use": wordle_feedback_use,
     "wordle_info_gain": wordle_info_gain,
+    "wordle_solved": wordle_solved,
     "fen_valid": fen_valid,
     "fen_exact": fen_exact,
     "fen_distance": fen_distance,
