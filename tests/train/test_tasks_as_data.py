@@ -317,3 +317,85 @@ def test_word_problems_as_data_give_the_text_form_s_rewards_step_for_step(tmp_pa
     ]
     assert [s["reward"] for s in samples[0]] == [s["reward"] for s in samples[1]]
     assert all("answer" in s for s in samples[1])  # the column the reward read
+
+
+def _readme_block(after: str, lang: str) -> str:
+    text = (Path(SRC).parent / "README.md").read_text()
+    section = text[text.index(after) :]
+    start = section.index(f"```{lang}\n") + len(lang) + 4
+    return section[start : section.index("```", start)]
+
+
+def test_the_readme_s_own_task_runs_as_written(replicas, tmp_path, monkeypatch):
+    """The README's 10-line JSONL and TRL-signature reward, with its command's keys, on the
+    offline Qwen2.5 replica (its model and budget scaled down)."""
+    rows = _readme_block("## Your own task", "")
+    assert len(rows.splitlines()) == 10
+    (tmp_path / "task.jsonl").write_text(rows)
+    reward = _readme_block("`my_rewards.py`", "python")
+    assert len(reward.strip().splitlines()) == 5
+    (tmp_path / "my_rewards.py").write_text(reward)
+    command = _readme_block("`my_rewards.py`", "bash")
+    assert "grpo.prompts_file=task.jsonl" in command and "my_rewards:accuracy_reward" in command
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    summary = api.grpo(
+        None,
+        [
+            f"model.path={replicas('qwen2.5')}",
+            "model.lora.enabled=true",
+            "grpo.prompts_file=task.jsonl",
+            "data.eval_fraction=0.2",
+            "train.epochs=1",
+            "grpo.system_prompt=Answer with the number only.",
+            "reward=[{name: my_rewards:accuracy_reward}]",
+            "train.batch_size=8",
+            "grpo.num_generations=4",
+            "grpo.max_completion_length=4",
+            "train.eval_interval=2",
+            "train.save_interval=0",
+            "run.plots=false",
+            "run.dir=run",
+        ],
+    )
+    assert summary["status"] == "completed" and summary["steps"] == 4  # 8 prompts, 2 a step
+    assert "held out: 2 rows carved out" in (tmp_path / "run" / "training.log").read_text()
+
+
+def test_the_wordle_recipes_run_on_their_data(replicas, micro_model, micro_data, tmp_path):
+    """Both Wordle recipes, scaled down: the small model's on text games, the chat model's (LoRA,
+    epochs) on chat games of the Qwen2.5 replica; then whole games of each."""
+    from smollab.data.wordle_games import write_games
+
+    for chat, recipe, model in (
+        (False, "wordle", micro_model),
+        (True, "wordle-chat-lora", replicas("qwen2.5")),
+    ):
+        train, held = tmp_path / f"{recipe}-train.jsonl", tmp_path / f"{recipe}-held.jsonl"
+        write_games(train, 4, seed=0, chat=chat)
+        write_games(held, 2, seed=1, chat=chat)
+        budget = ["train.epochs=1"] if chat else ["train.max_steps=2"]
+        run = tmp_path / recipe
+        summary = api.grpo(
+            recipe,
+            [
+                f"model.path={model}",
+                *([] if chat else [f"data.dir={micro_data}"]),
+                f"grpo.prompts_file={train}",
+                f"grpo.eval_prompts_file={held}",
+                *budget,
+                "train.batch_size=4",
+                "grpo.num_generations=2",
+                "grpo.max_completion_length=6",
+                "grpo.eval_prompts=2",
+                "train.eval_interval=2",
+                "train.save_interval=0",
+                "run.plots=false",
+                f"run.dir={run}",
+            ],
+        )
+        assert summary["status"] == "completed" and summary["steps"] == 2
+        samples = [json.loads(x) for x in (run / "samples.jsonl").read_text().splitlines()]
+        assert all({"secret", "past_guess_history"} <= set(s) for s in samples)
+        report = api.wordle_games(str(run), 2, max_turns=2, max_new_tokens=6, device="cpu")
+        assert report["prompts"] == ("chat" if chat else "text") and report["games"] == 2
