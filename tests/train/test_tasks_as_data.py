@@ -39,6 +39,18 @@ def solution_of(i: int) -> str:
     return f"{['red', 'blue', 'green', 'tall', 'small'][i % 5]}-{i}"
 
 
+def _task(tmp_path, monkeypatch, rows: list[dict], module: str, source: str):
+    """The rows as a JSONL file and the reward module on this process's path, logging to
+    SEEN_LOG; returns (the file, the log)."""
+    f = tmp_path / "task.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
+    log = tmp_path / "seen.jsonl"
+    monkeypatch.setenv("SEEN_LOG", str(log))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return f, log
+
+
 @pytest.fixture
 def task(tmp_path, monkeypatch):
     """A 12-row JSONL (prompt, solution, level) in shuffled order, and the reward module on the
@@ -50,12 +62,7 @@ def task(tmp_path, monkeypatch):
         {"prompt": f"the {k} little bird sang", "solution": solution_of(k), "level": k % 3}
         for k in order
     ]
-    f = tmp_path / "task.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "trl_task_reward.py").write_text(textwrap.dedent(TRL_REWARD))
-    log = tmp_path / "seen.jsonl"
-    monkeypatch.setenv("SEEN_LOG", str(log))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    f, log = _task(tmp_path, monkeypatch, rows, "trl_task_reward", TRL_REWARD)
     paths = [str(tmp_path), SRC, os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     truth = {r["prompt"]: (r["solution"], r["level"]) for r in rows}
@@ -224,12 +231,7 @@ def test_chat_prompts_train_on_each_family_with_trl_s_conversational_form(
     rows = [
         {"prompt": [{"role": "user", "content": q}], "topic": i} for i, q in enumerate(questions)
     ]
-    f = tmp_path / "chat.jsonl"
-    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "chat_reward.py").write_text(textwrap.dedent(CHAT_REWARD))
-    log = tmp_path / "seen.jsonl"
-    monkeypatch.setenv("SEEN_LOG", str(log))
-    monkeypatch.syspath_prepend(str(tmp_path))
+    f, log = _task(tmp_path, monkeypatch, rows, "chat_reward", CHAT_REWARD)
     summary = api.grpo(
         None,
         [
