@@ -39,6 +39,9 @@ def hang(completions, **kwargs):
 
 def needs(completions, level, **kwargs):
     return [0.0] * len(completions)
+
+def strict(completions, prompts, completion_ids):
+    return [0.0] * len(completions)
 """
 
 # A valid sweep spec; each bad one changes one thing.
@@ -72,6 +75,13 @@ FILES: dict[str, bytes] = {
         b"command: grpo\nbase: happy\nmetric: {name: reward_mean, goal: max}\n"
         b"space: {optim.lr: [0.1, 0.2]}\n"
     ),
+    "task.jsonl": b'{"prompt": "once upon a time", "solution": "a"}\n'
+    b'{"prompt": "one day", "solution": "b"}\n',
+    "noprompt.jsonl": b'{"question": "once upon a time", "solution": "a"}\n',
+    "nothing.jsonl": b"",
+    "roles.jsonl": b'{"prompt": [{"role": "narrator", "content": "once"}]}\n',
+    "chat.jsonl": b'{"prompt": [{"role": "user", "content": "once upon a time"}]}\n',
+    "dsdir/train.jsonl": b'{"prompt": "once upon a time"}\n{"prompt": "one day"}\n',
 }
 
 # (name, argv, the text the error line must contain); {model} {data} are the micro fixtures'.
@@ -210,6 +220,65 @@ CASES: list[tuple[str, list[str], str]] = [
         "prompts file empty",
         ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=empty.txt"],
         "empty.txt",
+    ),
+    # ---- prompts from data
+    (
+        "prompts without a prompt column",
+        ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=noprompt.jsonl"],
+        "'prompt' column",
+    ),
+    (
+        "prompts table empty",
+        ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=nothing.jsonl"],
+        "empty",
+    ),
+    (
+        "a message of an unknown role",
+        ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=roles.jsonl"],
+        "narrator",
+    ),
+    (
+        "chat prompts on a model without a chat template",
+        ["grpo", "model.path={model}", "data.dir={data}", "grpo.prompts_file=chat.jsonl"],
+        "no chat template",
+    ),
+    (
+        "chat prompts on a model without a chat template (rft)",
+        [
+            "rft",
+            "model.path={model}",
+            "rft.prompts_file=chat.jsonl",
+            "rft.eval_prompts_file=chat.jsonl",
+            "reward=[{name: happy_binary}]",
+        ],
+        "no chat template",
+    ),
+    (
+        "a split the dataset does not have",
+        ["grpo", "model.path={model}", "data.dir={data}", "data.hf_dataset=dsdir", "data.split=x"],
+        "split",
+    ),
+    (
+        "a reward parameter no column gives",
+        [
+            "grpo",
+            "model.path={model}",
+            "data.dir={data}",
+            "grpo.prompts_file=task.jsonl",
+            "reward=[{name: bad_rewards:needs}]",
+        ],
+        "no column 'level'",
+    ),
+    (
+        "a column no reward parameter takes",
+        [
+            "grpo",
+            "model.path={model}",
+            "data.dir={data}",
+            "grpo.prompts_file=task.jsonl",
+            "reward=[{name: bad_rewards:strict}]",
+        ],
+        "no parameter for column 'solution'",
     ),
     # ---- rewards
     ("unknown reward", ["grpo", "reward=[{name: hapy_binary}]"], "hapy_binary"),

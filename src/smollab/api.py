@@ -87,12 +87,12 @@ def _check_inputs(cfg: Any) -> None:
     """The prompts files and the model a run reads, looked at before its loop is imported (torch
     alone takes 2 s or more): a missing one answers in the time the config takes. Each loop
     checks them again, for a caller of its `train` alone."""
+    from smollab.data.prompt_rows import check_prompt_files
     from smollab.models.loading import check_model_source
-    from smollab.train.prompts import check_prompt_files
 
     for name in ("grpo", "rft"):
         if (section := getattr(cfg, name, None)) is not None:
-            check_prompt_files(section, name)
+            check_prompt_files(section, name, cfg.data.prompt_field)
     if cfg.model.path:
         check_model_source(cfg.model)
 

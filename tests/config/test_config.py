@@ -126,7 +126,7 @@ def test_grpo_recipes_validate():
     root = Path(__file__).resolve().parents[2] / "configs" / "grpo"
     for recipe in root.glob("*.yaml"):
         assert recipe.read_text().startswith("# smollab grpo "), recipe
-        validate_specs(load_config("grpo", recipe).reward)
+        validate_specs(load_config("grpo", recipe).reward, columns=None)  # no data here
 
 
 def test_sft_recipes_validate():
@@ -151,7 +151,7 @@ def test_rft_recipes_validate():
     for recipe in recipes:
         assert recipe.read_text().startswith("# smollab rft "), recipe
         assert guess_command(recipe) == "rft"
-        validate_specs(load_config("rft", recipe).reward)
+        validate_specs(load_config("rft", recipe).reward, columns=None)  # no data here
 
 
 # Rules across keys: (command, overrides, keys the one line must name).
@@ -316,6 +316,47 @@ RULES = [
         ["grpo.steps_per_generation=2", "grpo.routing"],
     ),
     ("grpo", ["grpo.top_entropy_quantile=1.5"], ["grpo.top_entropy_quantile"]),
+    # prompts from data
+    (
+        "grpo",
+        ["grpo.prompts_file=p.jsonl", "data.hf_dataset=org/ds"],
+        ["grpo.prompts_file=p.jsonl", "data.hf_dataset=org/ds"],
+    ),
+    ("grpo", ["data.eval_split=test"], ["data.eval_split", "data.hf_dataset"]),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "data.eval_split=test", "grpo.eval_prompts_file=e.jsonl"],
+        ["grpo.eval_prompts_file=e.jsonl", "data.eval_split=test"],
+    ),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "data.eval_split=test", "data.eval_fraction=0.1"],
+        ["data.eval_fraction", "data.eval_split"],
+    ),
+    ("grpo", ["data.eval_fraction=0.1"], ["data.eval_fraction", "grpo.prompts_file"]),
+    (
+        "grpo",
+        ["grpo.prompts_file=p.txt", "data.prompt_field=q"],
+        ["data.prompt_field", ".txt"],
+    ),
+    (
+        "grpo",
+        ["data.hf_dataset=d", "grpo.prompt_tokens=4"],
+        ["grpo.prompt_tokens", "data.hf_dataset"],
+    ),
+    ("grpo", ["grpo.system_prompt=be brief"], ["grpo.system_prompt", "story openings"]),
+    ("grpo", ["train.epochs=2", "train.max_steps=10"], ["train.epochs=2", "train.max_steps=10"]),
+    (
+        "grpo",
+        ["grpo.prompts_file=p.jsonl", "data.eval_fraction=0.1", "train.eval_interval=0"],
+        ["data.eval_fraction", "train.eval_interval=0"],
+    ),
+    (
+        "rft",
+        ["rft.prompts_file=p.jsonl", "data.seed=3"],
+        ["data.seed", "data.eval_fraction"],
+    ),
+    ("rft", ["data.hf_name=x"], ["data.hf_name", "data.hf_dataset"]),
 ]
 
 
@@ -370,6 +411,11 @@ ACCEPTED = [
     ("grpo", ["grpo.entropy_coef=0.01", "grpo.top_entropy_quantile=0.2"]),
     ("grpo", ["grpo.multi_objective_aggregation=normalize_then_sum"]),
     ("grpo", ["train.grad_accum=2", "grpo.steps_per_generation=2"]),
+    ("grpo", ["grpo.prompts_file=p.jsonl", "data.eval_fraction=0.1", "data.prompt_field=q"]),
+    ("grpo", ["grpo.prompts_file=p.txt", "grpo.eval_prompts_file=e.csv", "data.prompt_field=q"]),
+    ("grpo", ["data.hf_dataset=d", "data.eval_split=test", "train.epochs=1.5"]),
+    ("grpo", ["grpo.prompts_file=p.jsonl", "grpo.system_prompt=be brief"]),
+    ("rft", ["rft.prompts_file=p.parquet", "data.eval_fraction=0.2", "data.seed=3"]),
 ]
 
 

@@ -181,11 +181,16 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
     openings = [" ".join(s.split()[:4]) for s in generate_stories(9, seed=4)]
     (tmp / "rft_train.txt").write_text("\n".join(openings[:6]) + "\n")
     (tmp / "rft_eval.txt").write_text("\n".join(openings[6:]) + "\n")
+    (tmp / "rft_train.jsonl").write_text(
+        "".join(json.dumps({"prompt": p, "topic": i % 2}) + "\n" for i, p in enumerate(openings))
+    )
+    ds = tmp / "rft_ds"
+    ds.mkdir()
+    for name, part in (("train", openings[:6]), ("test", openings[6:])):
+        (ds / f"{name}.jsonl").write_text("".join(json.dumps({"q": p}) + "\n" for p in part))
     common = [
         "rft",
         f"model.path={micro_model}",
-        f"rft.prompts_file={tmp / 'rft_train.txt'}",
-        f"rft.eval_prompts_file={tmp / 'rft_eval.txt'}",
         "rft.rounds=2",
         "rft.oversample=3",
         "rft.max_new_tokens=6",
@@ -200,6 +205,9 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
     return [
         [
             *common,
+            f"rft.prompts_file={tmp / 'rft_train.jsonl'}",
+            "data.eval_fraction=0.3",
+            "data.seed=2",
             "rft.restart_from=base",
             "rft.keep.threshold=null",
             "rft.keep.top_k=2",
@@ -217,6 +225,10 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
         ],
         [
             *common,
+            f"data.hf_dataset={ds}",
+            "data.split=train",
+            "data.eval_split=test",
+            "data.prompt_field=q",
             "rft.keep.threshold=-1000",
             "reward=[{name: sentence_length}]",
             "train.epochs=null",
@@ -232,6 +244,54 @@ def _rft_runs(tmp, micro_model) -> list[list[str]]:
             "optim.schedule=wsd",
             "optim.decay_fraction=0.5",
             "run.name=keys-rft",
+        ],
+        [
+            *common,
+            f"rft.prompts_file={tmp / 'rft_train.txt'}",
+            f"rft.eval_prompts_file={tmp / 'rft_eval.txt'}",
+            "reward=[{name: sentence_length}]",
+            "rft.rounds=1",
+            "train.epochs=null",
+            "train.max_steps=1",
+            f"run.dir={tmp / 'rft3'}",
+        ],
+    ]
+
+
+def _grpo_data_runs(tmp, micro_model, grpo: list[str]) -> list[list[str]]:
+    """Prompts from data: a `datasets` directory with a prompt column of another name and a
+    held-out split, for epochs; a .jsonl with a column and a carved held-out part."""
+    from smollab.data.stories import generate_stories
+
+    openings = [" ".join(s.split()[:5]) for s in generate_stories(12, seed=5)]
+    ds = tmp / "grpo_ds"
+    ds.mkdir()
+    for name, part in (("train", openings[:8]), ("test", openings[8:])):
+        (ds / f"{name}.jsonl").write_text("".join(json.dumps({"q": p}) + "\n" for p in part))
+    jl = tmp / "grpo.jsonl"
+    jl.write_text("".join(json.dumps({"prompt": p, "k": i}) + "\n" for i, p in enumerate(openings)))
+    common = [a for a in grpo if not a.startswith("train.max_steps")]
+    return [
+        [
+            "grpo",
+            *common,
+            f"model.path={micro_model}",
+            f"data.hf_dataset={ds}",
+            "data.split=train",
+            "data.eval_split=test",
+            "data.prompt_field=q",
+            "train.epochs=0.5",
+            f"run.dir={tmp / 'grpo4'}",
+        ],
+        [
+            "grpo",
+            *common,
+            "train.max_steps=2",
+            f"model.path={micro_model}",
+            f"grpo.prompts_file={jl}",
+            "data.eval_fraction=0.2",
+            "data.seed=3",
+            f"run.dir={tmp / 'grpo5'}",
         ],
     ]
 
@@ -356,6 +416,7 @@ def covered(micro_model, tmp_path_factory):
             ],
         ],
     }
+    runs["grpo"] += _grpo_data_runs(tmp, micro_model, grpo)
     runs["sft"] = _sft_runs(tmp, micro_model)
     runs["rft"] = _rft_runs(tmp, micro_model)
     out: dict[str, set[str]] = {}

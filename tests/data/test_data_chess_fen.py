@@ -106,7 +106,27 @@ def test_move_prompts_come_after_the_other_files_and_change_none(tmp_path):
         )
         == 0
     )
-    assert [p.name for p in (tmp_path / "m").iterdir()] == ["move_prompts.txt"]
+    names = sorted(p.name for p in (tmp_path / "m").iterdir())
+    assert names == ["move_prompts.jsonl", "move_prompts.txt"]
+
+
+def test_the_tables_hold_the_columns_the_rewards_read(tmp_path):
+    """prompts.jsonl: fen, move, next_fen (the FEN rewards' truth, as recomputed from the prompt);
+    move_prompts.jsonl: fen and every legal move in UCI."""
+    from smollab.rewards.chess_fen import fen_exact, true_fen
+
+    w = write_all(tmp_path, prompts=8, corpus=0, seed=2, move_prompts=8)
+    rows = [json.loads(x) for x in w["prompts_table"].read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == w["prompts"].read_text().splitlines()
+    for r in rows:
+        assert r["prompt"] == f"FEN: {r['fen']} Move: {r['move']} Next FEN:"
+        assert r["next_fen"] == true_fen(r["prompt"])
+    truth = [r["next_fen"] for r in rows]
+    assert fen_exact(truth, ["?"] * 8, next_fen=truth) == [1.0] * 8
+    moves = [json.loads(x) for x in w["move_prompts_table"].read_text().splitlines()]
+    for r in moves:
+        board = chess.Board(r["fen"])
+        assert r["legal_moves"] == sorted(m.uci() for m in board.legal_moves)
 
 
 def test_exclude_makes_a_held_out_set_that_no_training_file_shows(tmp_path, capsys):

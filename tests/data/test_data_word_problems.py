@@ -11,6 +11,7 @@ import pytest
 from smollab.data.corpus import load_files
 from smollab.data.word_problems import (
     TEMPLATES,
+    answer_of,
     is_heldout,
     main,
     parse,
@@ -127,7 +128,11 @@ def test_the_module_command_and_bad_values(tmp_path, capsys):
         == 0
     )
     assert "prompts.txt" in capsys.readouterr().out
-    assert [p.name for p in tmp_path.iterdir()] == ["prompts.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl", "prompts.txt"]
+    rows = [json.loads(x) for x in (tmp_path / "prompts.jsonl").read_text().splitlines()]
+    texts = (tmp_path / "prompts.txt").read_text().splitlines()
+    assert [r["prompt"] for r in rows] == texts  # the same prompts, with their answers
+    assert [r["answer"] for r in rows] == [answer_of(t) for t in texts]
     assert main(["--out", str(tmp_path), "--corpus", "-1"]) == 2
     assert capsys.readouterr().out.startswith("smollab: error: counts must be >= 0")
     with pytest.raises(UserError, match="--max-number and --max-factor must be >= 2"):

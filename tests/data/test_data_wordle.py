@@ -2,6 +2,7 @@
 against the plain rule, prompt round trips, the word list, and whole games with the solver."""
 
 import itertools
+import json
 import math
 import random
 
@@ -11,16 +12,21 @@ import pytest
 from smollab.data import wordle_games as games
 from smollab.data.wordle import (
     WORDS,
+    build_chat,
     build_prompt,
     candidates,
     code_of,
     feedback,
     feedback_codes,
+    history_of,
+    history_row,
     letters,
     parse_guess,
     parse_history,
+    shown,
     word_table,
 )
+from smollab.errors import UserError
 
 
 @pytest.mark.parametrize(
@@ -66,13 +72,30 @@ def test_word_list_is_unique_lowercase_five_letter_words():
     assert "apple" in WORDS
 
 
-def test_prompt_is_one_line_and_parses_back_even_respaced_and_upper_case():
+def test_prompt_is_one_line_in_the_seed_s_format_and_parses_back_respaced_any_case():
     history = [("crane", "xyxxg"), ("stone", "xxxgg")]
     prompt = build_prompt(history)
-    assert "\n" not in prompt and "crane xyxxg" in prompt
+    assert "\n" not in prompt and prompt.endswith("Guess 3:")
+    assert "Guess 1: CRANE -> C(x) R(-) A(x) N(x) E(✓)." in prompt
     assert parse_history(prompt) == history
-    assert parse_history(prompt.upper().replace(" ", "  ")) == history
+    assert parse_history(prompt.lower().replace(" ", "  ").replace("(", "( ")) == history
     assert parse_history(build_prompt([])) == []
+
+
+def test_chat_prompt_and_the_history_column_hold_the_same_game():
+    history = [("crane", "xyxxg"), ("stone", "xxxgg")]
+    system, user = build_chat(history)
+    assert system["role"] == "system" and "<guess>WORD</guess>" in system["content"]
+    assert user["content"].splitlines()[-1] == "Make guess 3."
+    assert parse_history(user["content"]) == history
+    row = history_row(history)
+    assert row == [["CRANE", "C(x) R(-) A(x) N(x) E(✓)"], ["STONE", "S(x) T(x) O(x) N(✓) E(✓)"]]
+    assert history_of(row) == history
+    assert history_of(str(row)) == history == history_of(json.dumps(row))  # text, as some store it
+    assert history_of([]) == [] and shown("apple", "gyxxx") == "A(✓) P(-) P(x) L(x) E(x)"
+    for bad in ("nonsense", [["CRANE", "C(x) R(-)"]], [["CRANE"]], 3):
+        with pytest.raises(UserError, match="past_guess_history"):
+            history_of(bad)
 
 
 def test_parse_guess_reads_the_tag_tolerantly():
@@ -106,7 +129,7 @@ def test_play_games_counts_wasted_turns_and_unsolved_games():
     assert no_tag["format_error_rate"] == 1.0 and no_tag["invalid_rate"] == 1.0
 
     def apple_then_zebra(prompts):  # first turn: apple; later turns: zebra
-        return [f"<guess>{'apple' if 'none' in p else 'zebra'}</guess>" for p in prompts]
+        return [f"<guess>{'zebra' if 'Guess 1:' in p[:-9] else 'apple'}</guess>" for p in prompts]
 
     got = games.play_games(apple_then_zebra, secrets, 6)
     assert got == {
@@ -120,17 +143,30 @@ def test_play_games_counts_wasted_turns_and_unsolved_games():
     }
 
 
-def test_transcripts_and_prompts_files(tmp_path):
+def test_transcripts_and_games_rows(tmp_path):
     n = games.write_transcripts(tmp_path / "t.txt", games=5, seed=1)
     lines = (tmp_path / "t.txt").read_text().splitlines()
     assert len(lines) == n >= 5
     for line in lines:  # each line: a prompt, then the solver's completion for it
-        prompt, _, tail = line.partition(" next guess: ")
-        assert parse_guess(tail) in WORDS and tail.startswith("<think>")
-    assert games.write_prompts(tmp_path / "p.txt", n=7, seed=1) == 7
-    prompts = (tmp_path / "p.txt").read_text().splitlines()
-    assert len(prompts) == 7 and all(p.endswith("next guess:") for p in prompts)
-    assert any(parse_history(p) for p in prompts)  # not all at turn one
+        prompt, _, tail = line.rpartition(": ")
+        assert (
+            parse_guess(tail) in WORDS and tail.startswith("<think>") and tail.endswith("</guess>")
+        )
+        assert tail.split("<guess>")[1][:5].isupper()  # the seed's capitals
+    assert games.write_games(tmp_path / "g.jsonl", n=7, seed=1) == 7
+    rows = [json.loads(x) for x in (tmp_path / "g.jsonl").read_text().splitlines()]
+    assert len(rows) == 7 and all(r["prompt"].startswith("Wordle:") for r in rows)
+    assert any(r["past_guess_history"] for r in rows)  # not all at turn one
+    for r in rows:  # the columns hold the game the prompt shows, and its secret
+        history = history_of(r["past_guess_history"])
+        assert parse_history(r["prompt"]) == history
+        assert all(feedback(r["secret"].lower(), g) == fb for g, fb in history)
+        assert r["secret"].lower() not in [g for g, _ in history]  # mid-play: not yet solved
+    chat = games.game_rows(7, seed=1, chat=True)
+    assert [c["secret"] for c in chat] == [r["secret"] for r in rows]
+    assert [parse_history(c["prompt"][1]["content"]) for c in chat] == [
+        parse_history(r["prompt"]) for r in rows
+    ]
 
 
 def test_solver_transcripts_only_make_consistent_guesses():

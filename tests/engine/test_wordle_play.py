@@ -51,6 +51,7 @@ def test_micro_model_plays_games_and_writes_the_report_beside_it(micro_model, tm
     assert report["solve_rate"] == 0.0 and report["mean_guesses"] is None
     assert report["invalid_rate"] == 1.0 and 0.0 <= report["format_error_rate"] <= 1.0
     assert report["temperature"] == 0.0 and report["model"] == str(ckpt)
+    assert report["prompts"] == "text"  # no chat template: the one-line prompt
 
 
 def test_a_generate_fn_playing_the_solver_solves_every_game(micro_model, tmp_path, monkeypatch):
@@ -101,3 +102,31 @@ def test_wordle_games_bad_input(micro_model, capsys):
         assert message in capsys.readouterr().err
     assert main(["sample", "gpt2", "--wordle-games", "2"]) == 2  # a hub id: nowhere to write
     assert "--wordle-out" in capsys.readouterr().err
+
+
+def test_a_chat_model_plays_from_chat_prompts(replicas, tmp_path, monkeypatch):
+    """A model with a chat template (the chat recipe's kind) gets each position as chat
+    messages through its template, as it was trained; the solver standing in for the model
+    reads the same game from them."""
+    seen = []
+    real = wordle_play.sampler_generate_fn
+
+    def spy(*a, **k):
+        fn = real(*a, **k)
+
+        def generate(prompts):
+            seen.extend(prompts)
+            return fn(prompts)
+
+        return generate
+
+    monkeypatch.setattr(wordle_play, "sampler_generate_fn", spy)
+    out = tmp_path / "games.json"
+    report = wordle_play.play_wordle(
+        str(replicas("qwen2.5")), 2, max_turns=2, max_new_tokens=4, out=out, device="cpu"
+    )
+    assert report["prompts"] == "chat" and report["games"] == 2 and report["turns"] >= 2
+    assert all(p[0]["role"] == "system" and p[1]["role"] == "user" for p in seen)
+    monkeypatch.setattr(wordle_play, "sampler_generate_fn", lambda *a, **k: solver_generate)
+    solved = wordle_play.play_wordle(str(replicas("qwen2.5")), 6, out=out, device="cpu")
+    assert solved["solve_rate"] == 1.0

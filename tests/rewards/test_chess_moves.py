@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -126,6 +127,19 @@ def test_the_recipe_reads_what_the_data_command_writes(tmp_path):
     assert [r.key for r in validate_specs(cfg.reward)] == ["chess_legal_move"]
     assert cfg.failure.action == "flag" and cfg.model.path == "runs/chess-fen-1.25m"
     written = write_all(tmp_path / "data" / "chess", prompts=0, corpus=0, move_prompts=5)
-    assert written["move_prompts"].relative_to(tmp_path).as_posix() == cfg.grpo.prompts_file
+    table = written["move_prompts_table"]
+    assert table.relative_to(tmp_path).as_posix() == cfg.grpo.prompts_file
     lines = written["move_prompts"].read_text().splitlines()
     assert chess_legal_move(["xx"] * 5, lines) == [0.0] * 5  # every line is a prompt it reads
+    rows = [json.loads(x) for x in table.read_text().splitlines()]
+    assert [r["prompt"] for r in rows] == lines
+    for r in rows:  # the columns: each legal move scores 1 from them, as from the prompt
+        n = len(r["legal_moves"])
+        got = chess_legal_move(r["legal_moves"], [r["prompt"]] * n)
+        assert (
+            got
+            == chess_legal_move(
+                r["legal_moves"], ["?"] * n, fen=[r["fen"]] * n, legal_moves=[r["legal_moves"]] * n
+            )
+            == [1.0] * n
+        )

@@ -44,6 +44,7 @@ def test_builtins_by_name():
         "wordle_format",
         "wordle_feedback_use",
         "wordle_info_gain",
+        "wordle_solved",
         "fen_valid",
         "fen_exact",
         "fen_distance",

@@ -75,3 +75,22 @@ def test_registered_and_checked_like_any_reward():
         compute_rewards([r], ["Once upon a time"], [" 7"])
     with pytest.raises(UserError, match="needs one prompt per completion"):
         word_problem_correct([" 7", " 8"], [ADD])
+
+
+def test_the_answer_column_is_the_truth_and_text_prompts_fall_back_to_the_parse():
+    prompt = "lily has 3 apples. she finds 4 more. how many apples does lily have now? answer:"
+    completions = [" 3 + 4 = 7", " 7", " 3 + 4 = 8", "no answer"]
+    assert word_problem_correct(completions, [prompt] * 4) == [1.0, 1.0, 0.0, 0.0]
+    # the column wins: another answer, as text or a number; any prompt (no parse)
+    assert word_problem_correct(completions, ["?"] * 4, answer=[8, "8", " 8", 8.0]) == [
+        0.0,
+        0.0,
+        1.0,
+        0.0,
+    ]
+    with pytest.raises(UserError, match="answer 'seven' is not an integer"):
+        word_problem_correct([" 7"], [prompt], answer=["seven"])
+    # TRL's conversational form reads the same
+    chat = [[{"role": "assistant", "content": c}] for c in completions]
+    asked = [[{"role": "user", "content": prompt}]] * 4
+    assert word_problem_correct(chat, asked, answer=[7] * 4) == [1.0, 1.0, 0.0, 0.0]

@@ -7,7 +7,8 @@ from collections import Counter
 import pytest
 
 from smollab.config.load import load_config
-from smollab.data.wordle import WORDS, build_prompt, feedback
+from smollab.data.wordle import WORDS, build_chat, build_prompt, feedback, history_row
+from smollab.data.wordle_games import game_rows
 from smollab.errors import UserError
 from smollab.rewards import validate_specs
 from smollab.rewards.wordle import (
@@ -15,6 +16,7 @@ from smollab.rewards.wordle import (
     wordle_feedback_use,
     wordle_format,
     wordle_info_gain,
+    wordle_solved,
 )
 
 # shore and flute against the secret apple leave four candidates: apple eagle ladle maple
@@ -105,8 +107,39 @@ def test_prompt_rewards_need_one_prompt_per_completion(fn):
         fn([ans("apple")] * 2, prompts=[PROMPT])
 
 
+def test_the_history_column_scores_as_the_prompt_does_and_is_read_instead():
+    rows = game_rows(40, seed=2)
+    texts = [ans(w) for w in ("maple", "shore", "zebra", "apple")] * 10
+    prompts = [r["prompt"] for r in rows]
+    column = [r["past_guess_history"] for r in rows]
+    for fn in (wordle_feedback_use, wordle_info_gain):
+        from_prompts = fn(texts, prompts=prompts)
+        assert fn(texts, prompts=prompts, past_guess_history=column) == from_prompts
+        assert fn(texts, prompts=["?"] * 40, past_guess_history=column) == from_prompts
+    assert any(x not in (0.0, 1.0) for x in wordle_info_gain(texts, prompts=prompts))
+
+
+def test_solved_reads_the_secret_column_and_every_reward_reads_trl_s_chat_form():
+    secrets = ["APPLE", "apple", "ZEBRA"]
+    texts = [ans("apple"), ans("APPLE"), ans("apple")]
+    assert wordle_solved(texts, secret=secrets) == [1.0, 1.0, 0.0]
+    chat = [[{"role": "assistant", "content": t}] for t in texts]
+    asked = [build_chat(HISTORY)] * 3
+    column = [history_row(HISTORY)] * 3
+    assert wordle_solved(chat, secret=secrets, prompts=asked) == [1.0, 1.0, 0.0]
+    assert wordle_format(chat) == wordle_format(texts)
+    assert wordle_info_gain(chat, prompts=asked) == wordle_info_gain(
+        texts, prompts=[PROMPT] * 3, past_guess_history=column
+    )
+    # a task without the secret column cannot pay for solving: refused before the run
+    with pytest.raises(UserError, match="wordle_solved: missing required param 'secret'"):
+        validate_specs([{"name": "wordle_solved"}], ["past_guess_history"], "grpo.prompts_file g")
+
+
 def test_recipe_rewards_resolve():
-    cfg = load_config("grpo", "wordle")
-    keys = [r.key for r in validate_specs(cfg.reward)]
-    assert keys == ["wordle_format", "wordle_feedback_use", "wordle_info_gain"]
-    assert cfg.grpo.prompts_file
+    for recipe in ("wordle", "wordle-chat-lora"):
+        cfg = load_config("grpo", recipe)
+        keys = [r.key for r in validate_specs(cfg.reward, ["secret", "past_guess_history"], "t")]
+        assert keys == ["wordle_format", "wordle_feedback_use", "wordle_info_gain", "wordle_solved"]
+        assert cfg.grpo.prompts_file.endswith(".jsonl")
+    assert load_config("grpo", "wordle-chat-lora").train.epochs == 2

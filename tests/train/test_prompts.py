@@ -2,9 +2,11 @@ import json
 
 import pytest
 
+from smollab.data.prompt_encode import encode_rows
+from smollab.data.prompt_rows import text_rows
 from smollab.data.tokenizer import load_tokenizer
 from smollab.errors import UserError
-from smollab.train.prompts import file_prompts, story_prompts
+from smollab.train.prompts import story_prompts
 
 
 def test_story_prompts_start_with_a_document_break(micro_data):
@@ -14,42 +16,51 @@ def test_story_prompts_start_with_a_document_break(micro_data):
     assert all(p[0] == tok.eos_token_id and len(p) == 9 for p in prompts)
 
 
-def test_file_prompts_and_errors(micro_data, tmp_path):
+def test_text_prompts_start_with_a_document_break_and_errors(micro_data, tmp_path):
     tok = load_tokenizer(micro_data / "tokenizer")
     f = tmp_path / "p.txt"
     f.write_text("once upon a time\n\none day\n")
-    prompts = file_prompts(f, tok)
-    assert len(prompts) == 2 and prompts[0][0] == tok.eos_token_id
+    rows = text_rows(f, "grpo.prompts_file")
+    assert rows.prompts == ["once upon a time", "one day"] and rows.columns == {}
+    ids = encode_rows(rows, tok, "micro").ids
+    assert len(ids) == 2 and all(p[0] == tok.eos_token_id for p in ids)
     with pytest.raises(UserError, match="no such file"):
-        file_prompts(tmp_path / "nope.txt", tok)
+        text_rows(tmp_path / "nope.txt", "grpo.prompts_file")
     (tmp_path / "empty.txt").write_text("\n")
     with pytest.raises(UserError, match="holds no prompts"):
-        file_prompts(tmp_path / "empty.txt", tok)
+        text_rows(tmp_path / "empty.txt", "grpo.prompts_file")
     with pytest.raises(UserError, match="no test.jsonl"):
         story_prompts(tmp_path, "test", tok, 8)
 
 
+def _grpo(micro_data, *overrides):
+    from smollab.config.load import load_config
+
+    return load_config("grpo", None, [f"data.dir={micro_data}", *overrides])
+
+
 def test_eval_prompts_come_from_the_held_out_file_when_one_is_named(micro_data, tmp_path):
-    from smollab.config import GRPOSection
     from smollab.train.prompts import grpo_prompts
 
     tok = load_tokenizer(micro_data / "tokenizer")
     (tmp_path / "train.txt").write_text("once upon a time\none day\nthe cat\n")
     (tmp_path / "held.txt").write_text("a little bird\nthe sun\n")
-    g = GRPOSection(prompts_file=str(tmp_path / "train.txt"), eval_prompts=2)
-    train, evals = grpo_prompts(g, micro_data, tok)
-    assert evals == train[:2]  # without a held-out file: the first of the training prompts
-    g = GRPOSection(
-        prompts_file=str(tmp_path / "train.txt"),
-        eval_prompts=2,
-        eval_prompts_file=str(tmp_path / "held.txt"),
+    cfg = _grpo(micro_data, f"grpo.prompts_file={tmp_path / 'train.txt'}")
+    p = grpo_prompts(cfg, tok, 2)
+    # without a held-out file: the first of the training prompts
+    assert p.held_out.ids == p.train.ids[:2]
+    cfg = _grpo(
+        micro_data,
+        f"grpo.prompts_file={tmp_path / 'train.txt'}",
+        f"grpo.eval_prompts_file={tmp_path / 'held.txt'}",
     )
-    train, evals = grpo_prompts(g, micro_data, tok)
-    assert len(train) == 3 and evals == file_prompts(tmp_path / "held.txt", tok)
-    assert not set(map(tuple, evals)) & set(map(tuple, train))
-    g = GRPOSection(eval_prompts=2, eval_prompts_file=str(tmp_path / "nope.txt"))
+    p = grpo_prompts(cfg, tok, 2)
+    held = encode_rows(text_rows(tmp_path / "held.txt", "k"), tok, "micro").ids
+    assert len(p.train) == 3 and p.held_out.ids == held
+    assert not set(map(tuple, held)) & set(map(tuple, p.train.ids))
+    cfg = _grpo(micro_data, f"grpo.eval_prompts_file={tmp_path / 'nope.txt'}")
     with pytest.raises(UserError, match=r"grpo\.eval_prompts_file: no such file"):
-        grpo_prompts(g, micro_data, tok)
+        grpo_prompts(cfg, tok, 2)
 
 
 TRICKY = [
@@ -104,3 +115,18 @@ def test_story_prompts_tokenize_only_the_first_words_and_get_the_same_prompts(
         monkeypatch.setattr(pr, "_splits_at_whitespace", lambda t: False)
         assert heads == pr.story_prompts(data, "test", tok, n), n
         monkeypatch.undo()
+
+
+def test_the_prompt_order_walks_epochs_of_seeded_permutations():
+    """Each epoch holds every prompt once; a step may straddle two epochs; the order is a pure
+    function of (seed, step), so a resumed run takes what the uninterrupted one took."""
+    from smollab.train.prompts import PromptOrder
+
+    order = PromptOrder(5)
+    steps = [order.pick(0, s, 2) for s in range(5)]  # 2 epochs of 5 prompts, 2 a step
+    flat = [i for s in steps for i in s]
+    assert sorted(flat[:5]) == sorted(flat[5:]) == list(range(5))
+    assert flat[:5] != flat[5:]  # each epoch its own permutation
+    assert PromptOrder(5).pick(0, 2, 2) == steps[2]  # a fresh order, mid-walk: the same
+    assert order.pick(1, 0, 5) != order.pick(0, 0, 5)  # another seed, another order
+    assert order.steps(2, 2) == 5 and order.steps(0.5, 2) == 2 and order.steps(0.01, 2) == 1

@@ -76,14 +76,54 @@ def _kill_after_checkpoint(cmd: list[str], run: Path, ckpt_step: int) -> None:
     assert json.loads((run / "summary.json").read_text())["status"] == "running"
 
 
-@pytest.mark.parametrize("kind", ["pretrain", "grpo-full", "grpo-lora"])
+CHATS = [
+    "what is two plus two",
+    "name a red fruit",
+    "say hello",
+    "count to three",
+    "what color is the sky",
+]
+
+
+def _chat_task(replicas, tmp_path) -> list[str]:
+    """GRPO on chat-message prompts (a JSONL with a column) of an offline Qwen2.5 replica, for 2
+    epochs of 5 prompts, 2 a step: the third step straddles the epochs, and the checkpoint at step
+    2 resumes mid-epoch."""
+    rows = [
+        {"prompt": [{"role": "system", "content": "one word"}, {"role": "user", "content": q}]}
+        | {"topic": i}
+        for i, q in enumerate(CHATS)
+    ]
+    f = tmp_path / "chat.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return [
+        f"model.path={replicas('qwen2.5')}",
+        f"grpo.prompts_file={f}",
+        "train.epochs=2",
+        "train.batch_size=4",
+        "grpo.num_generations=2",
+        "grpo.max_completion_length=6",
+        "train.eval_interval=0",
+        "train.save_interval=2",
+        "train.log_interval=1",
+        "grpo.log_samples=2",
+        "reward=[{name: sentence_length, params: {target: 3}}]",
+        "run.plots=false",
+    ]
+
+
+@pytest.mark.parametrize("kind", ["pretrain", "grpo-full", "grpo-lora", "grpo-chat-epochs"])
 def test_kill_9_then_rerun_matches_an_uninterrupted_run(
     kind, micro_pretrain, request, tmp_path, capsys
 ):
     """The killed run is a real `python -m smollab` child; the rerun is the CLI in this process
     (a fresh start all the same: nothing of the killed process's memory reaches it), which
     spares a second interpreter start."""
-    if kind == "pretrain":
+    if kind == "grpo-chat-epochs":
+        args = _chat_task(request.getfixturevalue("replicas"), tmp_path)
+        run, ckpt_step, loss_key = tmp_path / "grpo", 2, "loss"
+        args.append(f"run.dir={run}")
+    elif kind == "pretrain":
         args = [
             *micro_pretrain,
             "train.max_steps=24",

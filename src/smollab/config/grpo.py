@@ -10,10 +10,12 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from smollab.config.sections import (
+    DataConfig,
     LoraConfig,
     LoraTarget,
     ModelConfig,
     OptimConfig,
+    PromptSource,
     RewardSpec,
     Section,
     TrainConfig,
@@ -23,6 +25,7 @@ from smollab.config.sections import (
     dtype_rules,
     lora_rules,
     model_rules,
+    prompt_source_rules,
     reward_keys,
     shared_rules,
 )
@@ -36,6 +39,16 @@ class FinetuneModelConfig(ModelConfig):
         "none",
         description="CUDA with LoRA: the base weights quantized as they load "
         "(bitsandbytes; pip install 'smollab[quant]'); 4bit is NF4",
+    )
+
+
+class GRPODataConfig(DataConfig, PromptSource):
+    """The story corpus (the default prompts: its stories' openings) and prompts from data."""
+
+    seed: int = Field(
+        0,
+        description="seed of the offline stories and of the shuffle before their held-out "
+        "split, and of which prompts data.eval_fraction holds out",
     )
 
 
@@ -55,6 +68,12 @@ class RLTrainConfig(TrainConfig):
     """RL defaults: the batch counts completions (as in TRL), every step is logged."""
 
     max_steps: int = Field(200, ge=1, description=doc(TrainConfig, "max_steps"))
+    epochs: float | None = Field(
+        None,
+        gt=0,
+        description="passes over the training prompts (instead of train.max_steps), each a "
+        "seeded permutation of them",
+    )
     batch_size: int = Field(
         32, ge=1, description="completions per optimizer step (num_generations per prompt)"
     )
@@ -131,11 +150,21 @@ class GRPOSection(Section):
     """GRPO settings; names follow TRL's GRPOConfig where they mean the same thing."""
 
     prompt_tokens: int = Field(8, ge=1, description="prompts are the first N tokens of stories")
-    prompts_file: str | None = Field(None, description="a .txt file of prompts, one per line")
+    prompts_file: str | None = Field(
+        None,
+        description="training prompts: a .txt file (one a line), or a .jsonl, .csv or .parquet "
+        "table with a prompt column whose other columns reach the rewards",
+    )
     eval_prompts_file: str | None = Field(
         None,
-        description="held-out evaluation prompts, one per line (default: the test split's "
-        "stories, or the first eval_prompts of prompts_file, which training also draws)",
+        description="held-out evaluation prompts, in prompts_file's forms (default: "
+        "data.eval_split or data.eval_fraction; else the test split's stories, or the first "
+        "eval_prompts of the training prompts, which training also draws)",
+    )
+    system_prompt: str | None = Field(
+        None,
+        description="a system message before each text prompt, through the model's chat "
+        "template (the rewards still see the prompt as the data holds it)",
     )
     num_generations: int = Field(
         16, ge=2, description="completions per prompt: the group whose rewards are compared"
@@ -293,6 +322,7 @@ def _default_rewards() -> list[RewardSpec]:
 
 class GRPOConfig(TrainingConfig):
     model: FinetuneModelConfig = Field(default_factory=FinetuneModelConfig)
+    data: GRPODataConfig = Field(default_factory=GRPODataConfig)
     optim: RLOptimConfig = Field(default_factory=RLOptimConfig)
     train: RLTrainConfig = Field(default_factory=RLTrainConfig)
     grpo: GRPOSection = Field(default_factory=GRPOSection)
@@ -461,10 +491,24 @@ def grpo_rules(c: GRPOConfig) -> None:
             "generated batch)"
         )
     _trl_knob_rules(c)
-    if g.prompts_file and g.changed("prompt_tokens"):
+    prompt_source_rules(
+        c.data, "grpo.prompts_file", g.prompts_file, "grpo.eval_prompts_file", g.eval_prompts_file
+    )
+    from_data = "grpo.prompts_file" if g.prompts_file else "data.hf_dataset"
+    if (g.prompts_file or c.data.hf_dataset) and g.changed("prompt_tokens"):
         raise ValueError(
-            "grpo.prompt_tokens cuts story openings into prompts, and "
-            "grpo.prompts_file's prompts are used whole"
+            f"grpo.prompt_tokens cuts story openings into prompts, and {from_data}'s "
+            "prompts are used whole"
+        )
+    if g.system_prompt is not None and not (g.prompts_file or c.data.hf_dataset):
+        raise ValueError(
+            "grpo.system_prompt goes before prompts from data (grpo.prompts_file, "
+            "data.hf_dataset), and the prompts are story openings"
+        )
+    if c.train.epochs is not None and c.train.changed("max_steps"):
+        raise ValueError(
+            f"train.epochs={c.train.epochs:g} and train.max_steps={c.train.max_steps} are both "
+            "set: the run's length is one or the other"
         )
     if g.beta == 0 and g.ref_on_cpu:
         raise ValueError("grpo.ref_on_cpu places the KL reference, and grpo.beta=0 builds none")
@@ -483,10 +527,18 @@ def grpo_rules(c: GRPOConfig) -> None:
             "grpo.export_merged merges LoRA adapters, and model.lora.enabled is "
             "false (final/ already holds the full weights)"
         )
-    if not c.train.eval_interval and g.eval_prompts_file and not g.routing.enabled:
+    held = [
+        k
+        for k, v in (
+            ("grpo.eval_prompts_file", g.eval_prompts_file),
+            ("data.eval_split", c.data.eval_split),
+            ("data.eval_fraction", c.data.eval_fraction),
+        )
+        if v is not None
+    ]
+    if not c.train.eval_interval and held and not g.routing.enabled:
         raise ValueError(
-            "grpo.eval_prompts_file holds evaluation prompts, and "
-            "train.eval_interval=0 turns evaluation off"
+            f"{held[0]} holds evaluation prompts, and train.eval_interval=0 turns evaluation off"
         )
     if not c.train.eval_interval and g.changed("eval_prompts"):
         raise ValueError(

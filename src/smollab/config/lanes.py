@@ -26,6 +26,7 @@ LANE_KEYS = frozenset(
         "model.lora.r",
         "model.lora.alpha",
         "train.max_steps",
+        "train.epochs",
         "train.max_time",
         "train.log_interval",
         "train.eval_interval",

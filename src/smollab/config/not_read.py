@@ -36,6 +36,19 @@ SFT_DATA_KEYS = (
     "prefetch_factor",
 )
 _SFT_ONLY = {f"data.{k}": _SFT_DATA for k in SFT_DATA_KEYS} | {"sft": _SFT}
+# The keys of prompts from data (config.sections.PromptSource) that grpo and rft read too.
+PROMPT_KEYS = ("hf_dataset", "hf_name", "split", "eval_split", "eval_fraction", "prompt_field")
+
+
+def _records_only(command: str, files: str) -> dict[str, str]:
+    """The sft data keys that a command reading prompts from data does not read."""
+    why = (
+        f"a `smollab sft` data key (prompt/completion records); {command} reads prompts from "
+        f"{files} or data.hf_dataset"
+    )
+    return {f"data.{k}": why for k in SFT_DATA_KEYS if k not in PROMPT_KEYS} | {"sft": _SFT}
+
+
 _RFT = "RFT settings, read by `smollab rft`"
 _CORPUS_KEYS = (
     "dir",
@@ -66,9 +79,8 @@ NOT_READ: dict[str, dict[str, str]] = {
         "failure": "the RL failure rules; pretraining stops on divergence (train.diverge_factor)",
     },
     "grpo": {
-        **_SFT_ONLY,
+        **_records_only("grpo", "grpo.prompts_file"),
         "rft": _RFT,
-        "train.epochs": "it counts optimizer steps over sampled prompts (train.max_steps)",
         "train.max_tokens": "it counts optimizer steps, not tokens (train.max_steps, max_time)",
         "train.seq_len": (
             "prompts are grpo.prompt_tokens long, completions grpo.max_completion_length"
@@ -110,8 +122,20 @@ NOT_READ: dict[str, dict[str, str]] = {
         "failure": _RL,
     },
     "rft": {
-        "data": "each round's records are its own kept completions (rounds/N/data.jsonl) of "
-        "rft.prompts_file, tokenized with the model's tokenizer",
+        **{
+            f"data.{k}": "each round's records are its own kept completions "
+            "(rounds/N/data.jsonl), tokenized with the model's tokenizer"
+            for k in ("train_file", "eval_file", "completion_field", "text_field")
+        },
+        **{
+            f"data.{k}": "each round's SFT reads its kept completions in the process"
+            for k in ("num_workers", "pin_memory", "prefetch_factor")
+        },
+        **{
+            f"data.{k}": "a story-corpus key (pretrain's and grpo's); rft reads prompts from "
+            "rft.prompts_file or data.hf_dataset with the model's tokenizer"
+            for k in _CORPUS_KEYS
+        },
         "model.preset": "it fine-tunes a trained model and samples it with that model's "
         "tokenizer: set model.path",
         "model.load_in": "it loads full-precision weights; quantized loading (CUDA, LoRA) is "

@@ -13,12 +13,14 @@ from pydantic import Field, model_validator
 
 from smollab.config.sections import (
     CompiledPerfConfig,
+    PromptSource,
     RewardSpec,
     RunConfig,
     Section,
     compile_rules,
     dtype_rules,
     lora_rules,
+    prompt_source_rules,
     reward_keys,
     shared_rules,
 )
@@ -60,12 +62,29 @@ class KeepConfig(Section):
     top_k: int | None = Field(None, ge=1, description="then at most the k best per prompt")
 
 
+class RFTDataConfig(PromptSource):
+    """Prompts from a dataset, and the held-out ones (a split, or a carved fraction)."""
+
+    seed: int = Field(0, description="which prompts data.eval_fraction holds out")
+
+
 class RFTSection(Section):
     """Rounds of generate -> score -> keep -> SFT -> evaluate, in one run directory."""
 
-    prompts_file: str | None = Field(None, description="training prompts, one per line (required)")
+    prompts_file: str | None = Field(
+        None,
+        description="training prompts: a .txt file (one a line), or a .jsonl, .csv or .parquet "
+        "table with a prompt column whose other columns reach the rewards (or data.hf_dataset)",
+    )
     eval_prompts_file: str | None = Field(
-        None, description="held-out prompts, one per line (required): the accuracy per round"
+        None,
+        description="held-out prompts, in prompts_file's forms: the accuracy per round (or "
+        "data.eval_split, data.eval_fraction; one is required)",
+    )
+    system_prompt: str | None = Field(
+        None,
+        description="a system message before each text prompt, through the model's chat "
+        "template (the rewards still see the prompt as the data holds it)",
     )
     rounds: int = Field(1, ge=1, description="rounds of generate, score, keep, SFT, evaluate")
     restart_from: Literal["last", "base"] = Field(
@@ -101,6 +120,7 @@ class RFTSection(Section):
 
 class RFTConfig(Section):
     model: SFTModelConfig = Field(default_factory=SFTModelConfig)
+    data: RFTDataConfig = Field(default_factory=RFTDataConfig)
     optim: SFTOptimConfig = Field(default_factory=SFTOptimConfig)
     train: RFTTrainConfig = Field(default_factory=RFTTrainConfig)
     perf: CompiledPerfConfig = Field(default_factory=CompiledPerfConfig)
@@ -125,7 +145,15 @@ def rft_rules(c: RFTConfig) -> None:
     lora_rules(c.model.lora)
     dtype_rules(c.model.dtype, c.model.lora)
     shared_rules(c.optim, c.train, c.run)
-    r, t, p = c.rft, c.train, c.perf
+    r, t, p, d = c.rft, c.train, c.perf, c.data
+    prompt_source_rules(
+        d, "rft.prompts_file", r.prompts_file, "rft.eval_prompts_file", r.eval_prompts_file
+    )
+    if d.changed("seed") and d.eval_fraction is None:
+        raise ValueError(
+            "data.seed picks the prompts data.eval_fraction holds out, and data.eval_fraction "
+            "is not set"
+        )
     if t.epochs is not None and t.changed("max_steps"):
         raise ValueError(
             f"train.epochs={t.epochs:g} and train.max_steps={t.max_steps} are both "

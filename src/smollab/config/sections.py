@@ -202,6 +202,69 @@ def data_rules(d: DataConfig) -> None:
         )
 
 
+class PromptSource(Section):
+    """Prompts from data (GRPO, RFT), in SFT's words: a dataset's split, the held-out split or a
+    carved fraction, the prompt column. A file of prompts is the command's own key
+    (`grpo.prompts_file`, `rft.prompts_file`)."""
+
+    hf_dataset: str | None = Field(
+        None,
+        description="prompts from datasets: a hub id, a local data directory or a "
+        "save_to_disk directory (instead of a prompts file)",
+    )
+    hf_name: str | None = Field(None, description="hf_dataset: its configuration name")
+    split: str = Field("train", description="hf_dataset: the split of training prompts")
+    eval_split: str | None = Field(None, description="hf_dataset: the split of held-out prompts")
+    eval_fraction: float | None = Field(
+        None,
+        gt=0,
+        lt=0.5,
+        description="held-out prompts carved out of the training ones by data.seed (no "
+        "held-out file or split)",
+    )
+    prompt_field: str = Field(
+        "prompt",
+        description="the column of the prompt (text, or a list of chat messages); every other "
+        "column reaches every reward as a keyword argument, as in TRL",
+    )
+
+
+def prompt_source_rules(
+    d: PromptSource, file_key: str, file: str | None, eval_key: str, eval_file: str | None
+) -> None:
+    """One source of training prompts, one of held-out prompts; the dataset keys only with a
+    dataset, the prompt column only with a table."""
+    if file and d.hf_dataset:
+        raise ValueError(
+            f"{file_key}={file} and data.hf_dataset={d.hf_dataset} are both set: give one "
+            "source of prompts"
+        )
+    if not d.hf_dataset and (keys := d.changed("hf_name", "split", "eval_split")):
+        raise ValueError(f"data.{keys[0]} is read with data.hf_dataset, which is not set")
+    if eval_file and d.eval_split:
+        raise ValueError(
+            f"{eval_key}={eval_file} and data.eval_split={d.eval_split} are both set: give one "
+            "held-out set"
+        )
+    if d.eval_fraction is not None and (eval_file or d.eval_split):
+        held = eval_key if eval_file else "data.eval_split"
+        raise ValueError(
+            f"data.eval_fraction carves held-out prompts out of the training ones, and {held} is "
+            "the held-out set"
+        )
+    if d.eval_fraction is not None and not (file or d.hf_dataset):
+        raise ValueError(
+            f"data.eval_fraction carves held-out prompts out of {file_key} or data.hf_dataset, "
+            "and neither is set"
+        )
+    tables = [f for f in (file, eval_file) if f and not f.lower().endswith(".txt")]
+    if d.changed("prompt_field") and not (tables or d.hf_dataset):
+        raise ValueError(
+            "data.prompt_field names the prompt column of a table, and no prompts table is "
+            "given (a .txt file holds one prompt a line)"
+        )
+
+
 # ---- optim ------------------------------------------------------------------------------------
 
 

@@ -10,14 +10,17 @@ recompute the answer from the prompt alone, so a prompts file needs no answers b
 
     python -m smollab.data.chess_fen --out data/chess --prompts 256 --corpus 50000
 
-writes `prompts.txt` (one GRPO prompt a line, for grpo.prompts_file), `pairs.jsonl`
-({"prompt", "answer"} per line, for SFT or evaluation) and `corpus.txt` (one whole transition a
-line, for `smollab pretrain` with data.source=files; no corpus line shares a prompt with
-prompts.txt, so GRPO is scored on positions pretraining never showed).
+writes `prompts.txt` (one GRPO prompt a line, for grpo.prompts_file), the same as data in
+`prompts.jsonl` (`fen`, `move` and `next_fen` columns, which the FEN rewards read instead of
+recomputing the answer), `pairs.jsonl` ({"prompt", "answer"} per line, for SFT or evaluation)
+and `corpus.txt` (one whole transition a line, for `smollab pretrain` with data.source=files; no
+corpus line shares a prompt with prompts.txt, so GRPO is scored on positions pretraining never
+showed).
 
 `--move-prompts N` also writes `move_prompts.txt`: N prompts "FEN: <fen> Move:" of distinct
 positions for the legal-move task (reward chess_legal_move), drawn from the same stream after the
-prompts and the corpus, so adding it changes no other file. A file is written only when its count
+prompts and the corpus, so adding it changes no other file; and `move_prompts.jsonl`, the same
+with `fen` and `legal_moves` (UCI) columns. A file is written only when its count
 is above 0. `--exclude FILE...` keeps out of move_prompts.txt every position (placement, side,
 castling, en passant) written after "FEN: " in those files, drawing on until N remain; a held-out
 set that neither pretraining nor GRPO saw is another seed with the training files excluded:
@@ -163,6 +166,29 @@ def write_pairs(path: str | Path, rows: Sequence[dict[str, str]]) -> Path:
     return p
 
 
+def write_table(path: str | Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """JSON lines of the task as data: a prompt and the columns its rewards read."""
+    p = Path(path)
+    atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in rows))
+    return p
+
+
+def transition_row(row: dict[str, str]) -> dict[str, str]:
+    """A FEN transition as data: the prompt, its `fen` and `move`, the `next_fen` to write."""
+    fen, _, move = (
+        row["prompt"].removeprefix("FEN: ").removesuffix(" Next FEN:").partition(" Move: ")
+    )
+    return {"prompt": row["prompt"], "fen": fen, "move": move, "next_fen": row["answer"]}
+
+
+def move_row(prompt: str) -> dict[str, Any]:
+    """A legal-move prompt as data: the prompt, its `fen` and its `legal_moves` in UCI."""
+    chess = _chess()
+    fen = prompt.removeprefix("FEN: ").removesuffix(" Move:")
+    moves = sorted(m.uci() for m in chess.Board(fen).legal_moves)
+    return {"prompt": prompt, "fen": fen, "legal_moves": moves}
+
+
 def write_corpus(path: str | Path, rows: Sequence[dict[str, str]]) -> Path:
     """One transition a line ("FEN: ... Move: ... Next FEN: ..."): with no blank line in the
     file, data.source=files reads each line as one document."""
@@ -203,6 +229,7 @@ def write_all(
     if prompts:
         paths["prompts"] = write_prompts(d / "prompts.txt", held)
         paths["pairs"] = write_pairs(d / "pairs.jsonl", held)
+        paths["prompts_table"] = write_table(d / "prompts.jsonl", [transition_row(r) for r in held])
     if corpus:
         seen = {r["prompt"] for r in held}
         train = [r for r in rest if r["prompt"] not in seen]
@@ -211,6 +238,9 @@ def write_all(
         lines = move_prompts_from(rows, move_prompts, banned)
         paths["move_prompts"] = d / "move_prompts.txt"
         atomic_write_text(paths["move_prompts"], "".join(f"{x}\n" for x in lines))
+        paths["move_prompts_table"] = write_table(
+            d / "move_prompts.jsonl", [move_row(x) for x in lines]
+        )
     return paths
 
 

@@ -9,13 +9,13 @@ one line naming the file (or dataset) and the record.
 from __future__ import annotations
 
 import json
-import math
-import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from smollab.config.sft import SFTDataConfig
+from smollab.data.dataset_files import read_split
+from smollab.data.prompt_rows import held_out_rows
 from smollab.errors import UserError
 
 
@@ -69,8 +69,7 @@ def carve(records: list[Record], fraction: float, seed: int) -> tuple[list[Recor
     n = len(records)
     if n < 2:
         raise UserError(f"{n} record(s): too few to hold any out (give data.eval_file or more)")
-    k = min(max(1, math.ceil(fraction * n)), n - 1)
-    held = set(random.Random(seed).sample(range(n), k))
+    held = held_out_rows(n, fraction, seed)
     return (
         [r for i, r in enumerate(records) if i not in held],
         [r for i, r in enumerate(records) if i in held],
@@ -118,18 +117,9 @@ def to_record(row: Any, d: SFTDataConfig, where: str) -> Record:
 
 
 def _hub_split(d: SFTDataConfig, split: str) -> list[Record]:
-    """One split through `datasets.load_dataset` (a hub id, or a local directory or script)."""
-    try:
-        from datasets import load_dataset
-    except ImportError:
-        raise UserError(
-            "data.hf_dataset needs the datasets package: pip install datasets"
-        ) from None
-    try:
-        ds = load_dataset(d.hf_dataset, d.hf_name, split=split)
-    except Exception as e:  # the library raises many kinds: each is one line here
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"data.hf_dataset {d.hf_dataset} split {split}: {first}") from None
+    """One split through `dataset_files.read_split` (a hub id, a local data directory, a
+    `save_to_disk` directory)."""
+    ds = read_split(d.hf_dataset, d.hf_name, split, "data.hf_dataset")
     where = f"data.hf_dataset {d.hf_dataset} split {split}"
     out = [to_record(row, d, f"{where} record {i}") for i, row in enumerate(ds)]
     if not out:

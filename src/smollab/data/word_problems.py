@@ -21,7 +21,9 @@ another object either.
     python -m smollab.data.word_problems --out data/word-problems
 
 writes prompts.txt (training prompts, one a line, for grpo.prompts_file and rft), heldout.txt
-(held-out prompts, for grpo.eval_prompts_file and benchmarks/word_problem_accuracy.py),
+(held-out prompts, for grpo.eval_prompts_file and benchmarks/word_problem_accuracy.py), the same
+as data with the answer as a column (prompts.jsonl and heldout.jsonl: {"prompt", "answer"}, which
+`word_problem_correct` reads instead of parsing the prompt),
 corpus.txt (generated stories and worked problems shuffled, one document a line, for
 `smollab pretrain` with data.source=files) and sft.jsonl ({"prompt", "completion"} records).
 The default mix (60,000 worked problems, 2,000 stories) is about three quarters problems by
@@ -266,9 +268,11 @@ def write_all(
     if prompts:
         rows = take(train(0, unique=True), prompts)
         paths["prompts"] = _write(d / "prompts.txt", [p.prompt for p in rows])
+        paths["prompts_table"] = _write(d / "prompts.jsonl", [_row(p) for p in rows])
     if heldout:
         rows = take(stream(seed + 1, True, max_number, max_factor, unique=True), heldout)
         paths["heldout"] = _write(d / "heldout.txt", [p.prompt for p in rows])
+        paths["heldout_table"] = _write(d / "heldout.jsonl", [_row(p) for p in rows])
     if corpus or stories:
         from smollab.data.stories import generate_stories
 
@@ -284,6 +288,11 @@ def write_all(
         ]
         paths["sft"] = _write(d / "sft.jsonl", [json.dumps(r) for r in recs])
     return paths
+
+
+def _row(p: Problem) -> str:
+    """The task as data: the prompt and its answer, a column the reward reads."""
+    return json.dumps({"prompt": p.prompt, "answer": p.value})
 
 
 def _write(path: Path, lines: Sequence[str]) -> Path:

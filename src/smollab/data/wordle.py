@@ -1,46 +1,59 @@
-"""Wordle's rules: feedback, feedback codes, the prompt format and the candidate set it implies.
+"""Wordle's rules: feedback, feedback codes, the seed's prompt format and the candidate set it
+implies.
 
-Feedback is one letter per position, all lower-case so that a lower-casing tokenizer (wordpiece)
-keeps it: `g` the letter is in this place, `y` it is in the word elsewhere, `x` absent. Repeated
-letters follow the game: greens are marked first, then yellows left to right, each using up one
-of the secret's letters not already matched, so secret "apple", guess "papal" gives `yygxy`
-(the middle p is green, the first p takes the secret's other p, the first a its only a,
-so the second a is absent; the l is yellow).
+Feedback is one letter per position: `g` the letter is in this place, `y` it is in the word
+elsewhere, `x` absent. Repeated letters follow the game: greens are marked first, then yellows
+left to right, each using up one of the secret's letters not already matched, so secret "apple",
+guess "papal" gives `yygxy` (the middle p is green, the first p takes the secret's other p, the
+first a its only a, so the second a is absent; the l is yellow).
 
 A feedback code is the same thing in base 3 (x 0, y 1, g 2; position 0 most significant), 0..242,
 so a whole candidate set's feedback is one small-int array and a partition is a `bincount`.
 
-A prompt is ONE line (prompts files hold one prompt per line) that carries the whole history:
-`wordle: ... guesses: crane xyxxg, stone xxxgg. next guess:`. The rewards read the history back
-from the prompt with `parse_history`, so they need no secret and no side channel.
+Prompts, completions and the history follow the seed's format (the Wordle GRPO dataset the seed
+experiments trained on): guesses in capitals, each letter's feedback shown as `C(✓)` right spot,
+`C(-)` in the word elsewhere, `C(x)` not in the word, and the completion
+`<think>...</think><guess>WORD</guess>`. `build_prompt` is the game so far as one line of text
+(a small model's pretraining documents are lines), `build_chat` the same as chat messages (rules
+and format as the system message). As data, a row also holds the game's `secret` and its
+`past_guess_history` ([[GUESS, "C(x) R(✓) A(-) N(x) E(x)"], ...], the seed's column), which
+the rewards read; `parse_history` reads the history back from a prompt when there is no column.
 """
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from smollab.data.wordle_words import WORDS
+from smollab.errors import UserError
 
 GREEN, YELLOW, ABSENT = "g", "y", "x"
 NUM_CODES = 3**5  # 243 possible feedbacks
 SOLVED = NUM_CODES - 1  # ggggg
 _WORD = re.compile(r"[a-z]{5}")
-_HISTORY = re.compile(r"\b([a-z]{5})\s+([gyx]{5})\b")
+MARKS = {GREEN: "✓", YELLOW: "-", ABSENT: "x"}  # the seed's notation of each feedback letter
+_FROM_MARK = {v: k for k, v in MARKS.items()}
+_SHOWN = re.compile(r"([a-z])\s*\(\s*([✓x-])\s*\)")
+_HISTORY = re.compile(r"\b([a-z]{5})\s*-\s*>\s*((?:[a-z]\s*\(\s*[✓x-]\s*\)\s*){5})")
 # `<think>...</think><guess>word</guess>`, tolerant of spaces a tokenizer's decoder puts around
 # punctuation (wordpiece decodes "<think>" as "< think >").
 _THINK = r"<\s*think\s*>(.*?)<\s*/\s*think\s*>"
 _GUESS = r"<\s*guess\s*>\s*([^<]*?)\s*<\s*/\s*guess\s*>"
 COMPLETION = re.compile(rf"\s*{_THINK}\s*{_GUESS}\s*", re.DOTALL | re.IGNORECASE)
 GUESS_TAG = re.compile(_GUESS, re.IGNORECASE)
-INTRO = (
-    "wordle: guess the secret five letter word. feedback per letter: g right place, "
-    "y in the word elsewhere, x not in the word."
+RULES = (
+    "Wordle: guess the secret five-letter word in six tries. After each guess every letter is "
+    "marked: ✓ right spot, - in the word but in another spot, x not in the word. Think inside "
+    "<think></think>, then give your guess as <guess>WORD</guess>."
 )
 
 
@@ -151,8 +164,8 @@ def info_gain_bits(cands: Sequence[str], guess: str) -> float:
 
 
 def completion(think: str, guess: str) -> str:
-    """A completion in the expected format: `<think>{think}</think><guess>{guess}</guess>`."""
-    return f"<think>{think}</think><guess>{guess}</guess>"
+    """A completion in the seed's format: `<think>{think}</think><guess>{GUESS}</guess>`."""
+    return f"<think>{think}</think><guess>{guess.upper()}</guess>"
 
 
 def parse_guess(text: str) -> str | None:
@@ -162,13 +175,73 @@ def parse_guess(text: str) -> str | None:
     return m.group(1).strip().lower() if m else None
 
 
+def shown(guess: str, fb: str) -> str:
+    """A guess's feedback in the seed's notation: `C(x) R(✓) A(-) N(x) E(x)`."""
+    return " ".join(f"{c.upper()}({MARKS[f]})" for c, f in zip(guess, fb, strict=True))
+
+
+def guess_lines(history: Sequence[tuple[str, str]]) -> list[str]:
+    """`Guess 1: CRANE -> C(x) R(✓) A(-) N(x) E(x)`, one per past guess."""
+    return [f"Guess {i}: {g.upper()} -> {shown(g, fb)}" for i, (g, fb) in enumerate(history, 1)]
+
+
 def build_prompt(history: Sequence[tuple[str, str]]) -> str:
-    """The one-line prompt for the next guess, showing every past guess and its feedback."""
-    shown = ", ".join(f"{g} {fb}" for g, fb in history) if history else "none"
-    return f"{INTRO} guesses: {shown}. next guess:"
+    """The one-line prompt for the next guess: the rules, every past guess with its feedback."""
+    past = "".join(f" {line}." for line in guess_lines(history))
+    return f"{RULES}{past} Guess {len(history) + 1}:"
+
+
+def build_chat(history: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    """The same as chat messages: the rules as the system message, the game so far as the
+    user's."""
+    ask = f"Make guess {len(history) + 1}."
+    return [
+        {"role": "system", "content": RULES},
+        {"role": "user", "content": "\n".join([*guess_lines(history), ask])},
+    ]
+
+
+def history_row(history: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """The `past_guess_history` column of a position: [[GUESS, its feedback shown], ...]."""
+    return [[g.upper(), shown(g, fb)] for g, fb in history]
+
+
+def _feedback_of(text: str) -> str | None:
+    marks = _SHOWN.findall(text.lower())
+    return "".join(_FROM_MARK[m] for _, m in marks) if len(marks) == 5 else None
 
 
 def parse_history(prompt: str) -> list[tuple[str, str]]:
-    """The (guess, feedback) pairs a prompt shows, in order; tolerant of a tokenizer's spacing
-    and case (`Crane  XYXXG` reads as crane xyxxg). A prompt with none gives []."""
-    return _HISTORY.findall(" ".join(prompt.lower().split()))
+    """The (guess, feedback) pairs a prompt shows, in order; tolerant of spacing and case. A
+    prompt with none gives []."""
+    text = " ".join(prompt.lower().split())
+    return [(g, _feedback_of(fb)) for g, fb in _HISTORY.findall(text)]
+
+
+def history_of(value: Any) -> list[tuple[str, str]]:
+    """A `past_guess_history` cell as (guess, feedback) pairs: a list of [GUESS, shown] pairs,
+    or its text (JSON or a Python literal, as some datasets store it); UserError otherwise."""
+    pairs = value
+    if isinstance(value, str):
+        try:
+            pairs = json.loads(value)
+        except ValueError:
+            try:
+                pairs = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                pairs = None
+    out = []
+    for pair in pairs if isinstance(pairs, list | tuple) else [None]:
+        ok = (
+            isinstance(pair, list | tuple)
+            and len(pair) == 2
+            and all(isinstance(x, str) for x in pair)
+        )
+        fb = _feedback_of(pair[1]) if ok else None
+        if fb is None or not is_word(pair[0].strip().lower()):
+            raise UserError(
+                f"past_guess_history {str(value)[:80]!r}: expected [[GUESS, 'C(x) R(✓) A(-) N(x) "
+                "E(x)'], ...]"
+            )
+        out.append((pair[0].strip().lower(), fb))
+    return out

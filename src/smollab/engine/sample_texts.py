@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from smollab.config import ModelConfig
+from smollab.data.prompt_encode import text_ids
 from smollab.device.runtime import pick_device
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
@@ -33,12 +34,6 @@ def load_sampler(path: str, device: str, mode: str | None = None):
     return Sampler(model, eos_token_id=eos, pad_token_id=eos), tokenizer, where
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    """Prompt token ids as training saw them: each starts after a document break (EOS)."""
-    eos = tokenizer.eos_token_id
-    return [[eos, *tokenizer(p, add_special_tokens=False)["input_ids"]] for p in prompts]
-
-
 def sample_texts(
     path: str,
     prompts: list[str],
@@ -55,7 +50,7 @@ def sample_texts(
     """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
     mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
     sampler, tokenizer, _ = load_sampler(path, device, mode)
-    batch = [x for x in encode_prompts(tokenizer, prompts) for _ in range(n)]
+    batch = [x for x in text_ids(tokenizer, prompts) for _ in range(n)]
     r = sampler.generate(
         batch, max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed
     )

@@ -1,7 +1,8 @@
 """Whole Wordle games played by a smollab model (`smollab sample RUN --wordle-games N`).
 
-`play_games` (data layer) knows the game and wants a callable from prompt texts to completion
-texts; this module turns a run directory or checkpoint into that callable, through the same
+`play_games` (data layer) knows the game and wants a callable from prompts to completion texts;
+a model with a chat template gets each position as chat messages (`build_chat`, as the chat
+recipe trains it), any other as one line of text (`build_prompt`). This module turns a run directory or checkpoint into that callable, through the same
 loading and sampler as `smollab sample`, and writes the result beside the model as JSON. Every
 unfinished game advances together, one batched sampler call a turn (split into chunks of
 `batch_size` prompts, so a thousand games do not become one batch of a thousand rows).
@@ -21,8 +22,11 @@ from typing import Any
 
 import torch
 
+from smollab.data.prompt_encode import encode_rows
+from smollab.data.prompt_rows import PromptRows
+from smollab.data.wordle import build_chat, build_prompt
 from smollab.data.wordle_games import GenerateFn, play_games, sample_secrets
-from smollab.engine.sample_texts import encode_prompts, load_sampler
+from smollab.engine.sample_texts import load_sampler
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.rundir.atomic import atomic_write_json
@@ -40,15 +44,16 @@ def sampler_generate_fn(
     seed: int = 0,
     batch_size: int = 256,
 ) -> GenerateFn:
-    """`play_games`' generate_fn over `sampler`: prompt texts -> completion texts, greedy at
-    temperature 0. One generator seeded once, so each turn draws fresh numbers and the whole
+    """`play_games`' generate_fn over `sampler`: prompts (text, or chat messages through the
+    chat template) -> completion texts, greedy at temperature 0. One generator seeded once, so each turn draws fresh numbers and the whole
     evaluation is reproducible from `seed`."""
     gen = torch.Generator(device=sampler.device).manual_seed(int(seed))
 
-    def generate(prompts: list[str]) -> list[str]:
+    def generate(prompts: list[Any]) -> list[str]:
         out: list[str] = []
         for i in range(0, len(prompts), batch_size):
-            ids = encode_prompts(tokenizer, prompts[i : i + batch_size])
+            rows = PromptRows(prompts[i : i + batch_size], {}, "wordle games")
+            ids = encode_rows(rows, tokenizer, "wordle games").ids
             r = sampler.generate(
                 ids,
                 max_new_tokens,
@@ -106,14 +111,18 @@ def play_wordle(
         seed=seed,
         batch_size=batch_size,
     )
+    chat = bool(getattr(tokenizer, "chat_template", None))  # as the recipes train each kind
     t0 = time.perf_counter()
-    result = play_games(fn, sample_secrets(games, seed), max_turns)
+    result = play_games(
+        fn, sample_secrets(games, seed), max_turns, build_chat if chat else build_prompt
+    )
     wall = time.perf_counter() - t0
     if math.isnan(result["mean_guesses"]):
         result["mean_guesses"] = None  # JSON has no NaN
     report = {
         **result,
         "max_turns": max_turns,
+        "prompts": "chat" if chat else "text",
         "model": str(where),
         "mode": mode,
         "temperature": temperature,

@@ -74,7 +74,8 @@ def resolve_model_dir(path: str) -> Path | str:
             raise UserError(f"model.path: run directory {p} has no checkpoint yet")
         return steps[-1]
     routed = any((p / a / "adapter_config.json").is_file() for a in ("retain", "forget"))
-    if not (p / "config.json").is_file() and not routed:
+    adapter = (p / "adapter_config.json").is_file()  # a LoRA checkpoint: transformers loads its
+    if not (p / "config.json").is_file() and not (routed or adapter):  # base, adapters attached
         raise UserError(f"model.path: {p} is neither a run directory nor an HF model directory")
     return p
 

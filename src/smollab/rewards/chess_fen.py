@@ -1,8 +1,8 @@
 """Chess FEN-transition rewards (the chess FEN task): the model reads "FEN: <fen> Move: <move> Next FEN:"
 and completes the FEN after the move.
 
-The true answer is recomputed from the prompt with python-chess (cached per distinct prompt), so
-no side table travels with the prompts file. The completion's answer is its first non-empty line,
+The true answer is the data's `next_fen` column (prompts.jsonl of smollab.data.chess_fen), or,
+for text prompts, recomputed from the prompt with python-chess (cached per distinct prompt). The completion's answer is its first non-empty line,
 whitespace collapsed. FENs follow the FEN specification's en passant rule (python-chess's
 `en_passant="fen"`): the square is written after every two-step pawn move, capturable or not, so
 the answer depends on the move alone and not on a legality search.
@@ -25,6 +25,7 @@ import re
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 EXTRA_HINT = "pip install 'smollab[chess]'"
 PROMPT_RE = re.compile(r"^\s*FEN:\s*(?P<fen>\S.*?)\s+Move:\s*(?P<move>\S+)\s+Next FEN:\s*$")
@@ -118,6 +119,7 @@ def _is_valid(chess: Any, text: str) -> bool:
         return False
 
 
+@plain_text
 def fen_valid(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -126,14 +128,21 @@ def fen_valid(
     return [1.0 if _is_valid(chess, answer(c)) else 0.0 for c in completions]
 
 
+@plain_text
 def fen_exact(
-    completions: list[str], prompts: list[str] | None = None, *, clocks: bool = True, **kwargs: Any
+    completions: list[str],
+    prompts: list[str] | None = None,
+    next_fen: list[str] | None = None,
+    *,
+    clocks: bool = True,
+    **kwargs: Any,
 ) -> list[float]:
-    """1.0 when the answer equals the true next FEN (all six fields, or four without `clocks`)."""
+    """1.0 when the answer equals the true next FEN (all six fields, or four without `clocks`):
+    the `next_fen` column, else computed from the prompt."""
     require("fen_exact")
     if not isinstance(clocks, bool):
         raise UserError(f"fen_exact: clocks must be true or false, got {clocks!r}")
-    truths = _truths(prompts, len(completions), "fen_exact")
+    truths = next_fen or _truths(prompts, len(completions), "fen_exact")
     return [
         1.0 if _same(answer(c), t, clocks) else 0.0
         for c, t in zip(completions, truths, strict=True)
@@ -147,16 +156,21 @@ def _same(text: str, truth: str, clocks: bool) -> bool:
     return len(fields) in (4, 6) and fields[:4] == truth.split(" ")[:4]
 
 
+@plain_text
 def fen_distance(
-    completions: list[str], prompts: list[str] | None = None, **kwargs: Any
+    completions: list[str],
+    prompts: list[str] | None = None,
+    next_fen: list[str] | None = None,
+    **kwargs: Any,
 ) -> list[float]:
-    """1 - normalized Levenshtein distance between the answer and the true next FEN."""
+    """1 - normalized Levenshtein distance between the answer and the true next FEN (the
+    `next_fen` column, else computed from the prompt)."""
     require("fen_distance")
     import numpy as np
     from rapidfuzz import process
     from rapidfuzz.distance import Levenshtein
 
-    truths = _truths(prompts, len(completions), "fen_distance")
+    truths = next_fen or _truths(prompts, len(completions), "fen_distance")
     if not completions:
         return []
     sims = process.cpdist(

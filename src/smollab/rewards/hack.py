@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 _WORDLIKE = re.compile(r"\w")  # the same notion of a word as sentence_length's "words" unit
 _TOKEN = re.compile(r"\w+")
 DEFAULT_WORDS = ("happy", "happiness", "joy")
 
 
+@plain_text
 def happy_density(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -47,6 +49,7 @@ def _check_words(words: Any) -> frozenset[str]:
     return frozenset(w.lower() for w in words)
 
 
+@plain_text
 def contains_words(
     completions: list[str],
     prompts: list[str] | None = None,

@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 
+@plain_text
 def happy_binary(
     completions: list[str], prompts: list[str] | None = None, **kwargs: Any
 ) -> list[float]:
@@ -18,6 +20,7 @@ def happy_binary(
     return [1.0 if "happy" in c.lower() else 0.0 for c in completions]
 
 
+@plain_text
 def happy_count(
     completions: list[str],
     prompts: list[str] | None = None,

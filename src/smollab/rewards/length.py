@@ -27,6 +27,7 @@ import re
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 _SENTENCE = re.compile(r"[^.!?]*[.!?]+")
 _WORDLIKE = re.compile(r"\w")
@@ -58,6 +59,7 @@ def measured_length(text: str, unit: str, num_tokens: int | None = None) -> floa
     return num_tokens * complete / total / len(sentences)
 
 
+@plain_text
 def sentence_length(
     completions: list[str],
     prompts: list[str] | None = None,

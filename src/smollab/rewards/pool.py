@@ -32,32 +32,48 @@ from typing import Any
 
 import torch
 
+from smollab.data.prompt_rows import PromptRows
 from smollab.errors import UserError
 from smollab.rewards import registry
-from smollab.rewards.registry import RewardError, RewardSpec, compute_rewards, validate_specs
+from smollab.rewards.registry import (
+    RewardError,
+    RewardSpec,
+    check_columns,
+    compute_rewards,
+    validate_specs,
+)
 
 
 class RewardPool:
-    """`pool(prompts, completions, completion_ids) -> (total [N] float32, {key: values [N]})`.
+    """`pool(prompts, completions, completion_ids, rows) -> (total [N] float32, {key: values
+    [N]})`; rows: the prompts as the data holds them and their columns (`compute_rewards`).
 
     `total` is the weighted sum of the functions' values; `per_fn` holds each function's RAW
     (unweighted) values under its key (the spec name, `name#2` for a repeat). Any exception in a
     function, a value that is not a finite number, or a result of the wrong length raises a
     RewardError (a UserError) naming the function, and so does a call longer than `timeout_s`
-    (0: no limit). Use as a context manager or call close().
+    (0: no limit). `columns` (from `source`) are those every call's rows will hold: checked
+    against the rewards' signatures at once, and `used` is those some reward names. Use as a
+    context manager or call close().
     """
 
     WORKER_MARGIN_S = 10.0  # beyond the calls' own limits: the round trip, a busy machine
 
     def __init__(
-        self, specs: Sequence[RewardSpec | dict[str, Any]], workers: int = 0, timeout_s: float = 0.0
+        self,
+        specs: Sequence[RewardSpec | dict[str, Any]],
+        workers: int = 0,
+        timeout_s: float = 0.0,
+        columns: Sequence[str] = (),
+        source: str = "",
     ):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
             raise UserError(f"RewardPool: workers must be an integer >= 0, got {workers!r}")
         if not timeout_s >= 0:
             raise UserError(f"RewardPool: timeout_s must be >= 0, got {timeout_s!r}")
         self.timeout_s = float(timeout_s)
-        self.rewards = validate_specs(specs)
+        self.rewards = validate_specs(specs, columns=None)
+        self.used = check_columns(self.rewards, columns, source)
         self.keys = [r.key for r in self.rewards]
         self.weights = {r.key: r.weight for r in self.rewards}
         self.workers = workers
@@ -105,6 +121,7 @@ class RewardPool:
         prompts: list[str] | None,
         completions: list[str],
         completion_ids: list[list[int]] | None = None,
+        rows: PromptRows | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         n = len(completions)
         for what, seq in (("prompts", prompts), ("completion_ids", completion_ids)):
@@ -114,7 +131,7 @@ class RewardPool:
             raise RuntimeError("RewardPool is closed")
         if self._executor is None or n < 2:
             values = compute_rewards(
-                self.rewards, prompts, completions, completion_ids, timeout_s=self.timeout_s
+                self.rewards, prompts, completions, completion_ids, 0, self.timeout_s, rows
             )
         else:
             chunks = min(self.workers, n)
@@ -127,6 +144,7 @@ class RewardPool:
                     None if completion_ids is None else completion_ids[a:b],
                     a,
                     self.timeout_s,
+                    None if rows is None else rows.select(range(a, b)),
                 )
                 for a, b in zip(bounds[:-1], bounds[1:], strict=True)
             ]

@@ -6,10 +6,15 @@ A reward function follows TRL's convention, so functions written for TRL work un
     fn(completions: list[str], prompts: list[str] | None = None, **kwargs) -> list[float]
 
 It is called with keywords only: `prompts=`, `completions=`, `completion_ids=` (the generated
-token ids, one list of ints per completion) and its own params from the spec. A function that
-does not name `prompts` or `completion_ids` must take `**kwargs`. Its params, however, must be
-named in its signature (keyword or keyword-only): they are checked against the signature before
-any work, so a misspelt param is an error rather than silently ignored.
+token ids, one list of ints per completion), its own params from the spec and, for prompts from
+data, every other column of the data, one value per completion (a prompt's value repeated across
+its group), exactly as TRL's `GRPOTrainer` passes them. Prompts from data reach the rewards as the
+data holds them; a conversational prompt (chat messages) makes each completion
+`[{"role": "assistant", "content": text}]`, as in TRL. A function that does not name `prompts`,
+`completion_ids` or a column must take `**kwargs`. Its params, however, must be named in its
+signature (keyword or keyword-only): they are checked against the signature before any work, so
+a misspelt param is an error rather than silently ignored; and `check_columns` tells, before the
+run, a parameter no column or param gives a value from a column no parameter takes.
 
 This module imports no torch: pool workers import it and nothing heavier.
 """
@@ -29,6 +34,7 @@ from typing import Any
 
 from smollab.config import RewardSpec
 from smollab.config.sections import reward_keys
+from smollab.data.prompt_rows import PromptRows
 from smollab.errors import UserError
 from smollab.rewards.chess_fen import fen_distance, fen_exact, fen_valid
 from smollab.rewards.chess_moves import chess_legal_move
@@ -37,7 +43,12 @@ from smollab.rewards.happy import happy_binary, happy_count
 from smollab.rewards.length import sentence_length
 from smollab.rewards.sentiment import sentiment
 from smollab.rewards.word_problems import word_problem_correct
-from smollab.rewards.wordle import wordle_feedback_use, wordle_format, wordle_info_gain
+from smollab.rewards.wordle import (
+    wordle_feedback_use,
+    wordle_format,
+    wordle_info_gain,
+    wordle_solved,
+)
 
 RewardFn = Callable[..., Sequence[float]]
 
@@ -51,6 +62,7 @@ BUILTINS: dict[str, RewardFn] = {
     "wordle_format": wordle_format,
     "wordle_feedback_use": wordle_feedback_use,
     "wordle_info_gain": wordle_info_gain,
+    "wordle_solved": wordle_solved,
     "fen_valid": fen_valid,
     "fen_exact": fen_exact,
     "fen_distance": fen_distance,
@@ -149,18 +161,75 @@ def _check_signature(spec: RewardSpec, fn: RewardFn) -> None:
         if key not in own:
             takes = ", ".join(sorted(own)) or "none"
             raise UserError(f"reward {spec.name}: unknown param {key!r} (it takes: {takes})")
-    for k in sorted(own):
-        p = named[k]
-        if p.default is inspect.Parameter.empty and k not in spec.params:
-            raise UserError(f"reward {spec.name}: missing required param {k!r}")
 
 
-def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[ResolvedReward]:
+def _parameters(fn: RewardFn) -> tuple[dict[str, inspect.Parameter], bool] | None:
+    """(its keyword parameters but the call's own, whether it takes **kwargs); None when it has
+    no signature to read."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = {
+        p.name: p for p in sig.parameters.values() if p.kind in kinds and p.name not in CALL_KWARGS
+    }
+    return named, any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+
+
+def check_columns(
+    rewards: Sequence[ResolvedReward], columns: Sequence[str] = (), source: str = ""
+) -> set[str]:
+    """Every reward can be called with the data's `columns` (from `source`, which names where
+    they come from; empty: prompts without columns): each of its parameters without a default
+    has a value (a column or a param), no param shadows a column, and each column has a
+    parameter (or **kwargs) to land in, as TRL passes them all. Returns the columns some reward
+    names (what samples.jsonl keeps). One UserError, one line, on the first problem."""
+    used: set[str] = set()
+    listed = ", ".join(columns)
+    for r in rewards:
+        found = _parameters(r.fn)
+        if found is None:
+            continue
+        named, var_kw = found
+        for k, p in named.items():
+            if k in r.params and k in columns:
+                raise UserError(
+                    f"reward {r.key}: param {k!r} is also a column of {source}: rename one "
+                    "(every column reaches every reward)"
+                )
+            if k in columns:
+                used.add(k)
+            elif p.default is inspect.Parameter.empty and k not in r.params:
+                where = (
+                    f"{source} has no column {k!r} (its columns: {listed or 'none'})"
+                    if source
+                    else f"these prompts have no columns (prompts from data: a {k!r} column)"
+                )
+                raise UserError(
+                    f"reward {r.key}: missing required param {k!r}: {where}, and its params "
+                    "do not set it"
+                )
+        if not var_kw and (free := [c for c in columns if c not in named]):
+            raise UserError(
+                f"reward {r.key} has no parameter for column {free[0]!r} of {source} and no "
+                "**kwargs: every column reaches every reward, as in TRL (add **kwargs to its "
+                "signature)"
+            )
+    return used
+
+
+def validate_specs(
+    specs: Sequence[RewardSpec | dict[str, Any]],
+    columns: Sequence[str] | None = (),
+    source: str = "",
+) -> list[ResolvedReward]:
     """Resolve every spec and check its params, before any work; UserError on the first problem.
 
-    Params are checked against the function's signature (unknown, reserved or missing params).
-    Built-ins are also called once on a tiny input so bad values (`unit: lines`) fail here.
-    Keys are the spec names, made unique with `#2`, `#3` when a name repeats.
+    Params are checked against the function's signature (unknown or reserved params), then
+    against the data's `columns` from `source` (`check_columns`; None: not yet, the data is not
+    read). Built-ins are also called once on a tiny input so bad values (`unit: lines`) fail
+    here. Keys are the spec names, made unique with `#2`, `#3` when a name repeats.
     """
     if not specs:
         raise UserError("reward: give at least one reward function")
@@ -181,10 +250,13 @@ def validate_specs(specs: Sequence[RewardSpec | dict[str, Any]]) -> list[Resolve
             fn(**getattr(fn, "probe", _PROBE), **spec.params)
         resolved.append((spec, fn))
     keys = reward_keys(spec.name for spec, _ in resolved)
-    return [
+    out = [
         ResolvedReward(key, spec.name, fn, spec.weight, dict(spec.params))
         for key, (spec, fn) in zip(keys, resolved, strict=True)
     ]
+    if columns is not None:
+        check_columns(out, columns, source)
+    return out
 
 
 class _TimedOut(BaseException):
@@ -224,21 +296,26 @@ def compute_rewards(
     completion_ids: list[list[int]] | None = None,
     offset: int = 0,
     timeout_s: float = 0.0,
+    rows: PromptRows | None = None,
 ) -> dict[str, list[float]]:
     """Each function's raw (unweighted) values, checked: RewardError names the function and the
     exception, wrong length, non-finite value, or a call longer than `timeout_s` (0: no limit;
-    see `time_limit`). `offset` makes indices global for a chunk."""
+    see `time_limit`). `offset` makes indices global for a chunk. rows: the completions' prompts
+    as the data holds them (passed as `prompts` instead of the decoded texts) and their columns
+    (module docstring)."""
     n = len(completions)
+    data: dict[str, Any] = {"prompts": prompts, "completions": completions}
+    if rows is not None:
+        if len(rows) != n:
+            raise ValueError(f"compute_rewards: {len(rows)} rows for {n} completions")
+        data = {"prompts": rows.prompts, "completions": completions, **rows.columns}
+        if rows.conversational:  # TRL's form: the assistant's message
+            data["completions"] = [[{"role": "assistant", "content": c}] for c in completions]
     out: dict[str, list[float]] = {}
     for r in rewards:
         try:
             with time_limit(timeout_s):
-                values = r.fn(
-                    prompts=prompts,
-                    completions=completions,
-                    completion_ids=completion_ids,
-                    **r.params,
-                )
+                values = r.fn(completion_ids=completion_ids, **data, **r.params)
         except _TimedOut:
             raise RewardError(
                 f"reward {r.key} took longer than {timeout_s:g} s (grpo.reward_timeout_s)"
@@ -247,7 +324,7 @@ def compute_rewards(
             msg = _one_line(e)
             raise RewardError(msg if msg.startswith(r.name) else f"reward {r.key}: {msg}") from e
         except Exception as e:  # a user's function may raise anything
-            raise RewardError(f"reward {r.key} raised {type(e).__name__}: {_one_line(e)}") from e
+            raise RewardError(_raised(r, e, rows)) from e
         if isinstance(values, str | bytes | dict) or not hasattr(values, "__len__"):
             raise RewardError(
                 f"reward {r.key} returned {type(values).__name__}, expected a list of {n} numbers"
@@ -270,13 +347,24 @@ def compute_rewards(
     return out
 
 
+def _raised(r: ResolvedReward, e: Exception, rows: PromptRows | None) -> str:
+    """A reward's exception in one line; a KeyError for a column the data lacks (a TRL reward
+    reading `kwargs["solution"]`) says so."""
+    line = f"reward {r.key} raised {type(e).__name__}: {_one_line(e)}"
+    key = e.args[0] if isinstance(e, KeyError) and e.args else None
+    if rows is not None and isinstance(key, str) and key not in rows.columns:
+        cols = ", ".join(rows.columns) or "none"
+        return f"{line}: {rows.source} has no column {key!r} (its columns: {cols})"
+    return line
+
+
 # Pool workers: the rewards are resolved once per worker process, at start.
 _WORKER_REWARDS: list[ResolvedReward] = []
 
 
 def _worker_init(specs: list[dict[str, Any]]) -> None:
     global _WORKER_REWARDS
-    _WORKER_REWARDS = validate_specs(specs)
+    _WORKER_REWARDS = validate_specs(specs, columns=None)  # the parent checked the columns
 
 
 def _worker_ping() -> int:
@@ -289,5 +377,8 @@ def _worker_run(
     completion_ids: list[list[int]] | None,
     offset: int,
     timeout_s: float = 0.0,
+    rows: PromptRows | None = None,
 ) -> dict[str, list[float]]:
-    return compute_rewards(_WORKER_REWARDS, prompts, completions, completion_ids, offset, timeout_s)
+    return compute_rewards(
+        _WORKER_REWARDS, prompts, completions, completion_ids, offset, timeout_s, rows
+    )

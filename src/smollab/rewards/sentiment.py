@@ -9,6 +9,7 @@ import functools
 from typing import Any
 
 from smollab.errors import UserError
+from smollab.rewards.conversation import plain_text
 
 
 @functools.cache
@@ -18,6 +19,7 @@ def _analyzer() -> Any:
     return SentimentIntensityAnalyzer()
 
 
+@plain_text
 def sentiment(
     completions: list[str],
     prompts: list[str] | None = None,

@@ -1,7 +1,9 @@
-"""GRPO prompts: the first `prompt_tokens` tokens of corpus stories, or lines of a prompts file.
+"""GRPO prompts: the first `prompt_tokens` tokens of corpus stories, or prompts from data (a
+prompts file or a dataset, `data.prompt_rows`), with their held-out set.
 
-Each prompt starts with the EOS token, the document separator of the pretraining token stream,
-so the model sees a prompt exactly where it saw story openings in pretraining.
+A story prompt starts with the EOS token, the document separator of the pretraining token stream,
+so the model sees a prompt exactly where it saw story openings in pretraining; prompts from data
+are encoded by `data.prompt_encode` (text after EOS, chat messages through the chat template).
 
 A story prompt needs only a story's first tokens, so only its first words are tokenized when the
 tokenizer's pre-tokenizer splits at whitespace (then a word's tokens do not depend on the words
@@ -13,10 +15,18 @@ and so every trial of a sweep.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
+from smollab.data.prompt_encode import encode_rows
+from smollab.data.prompt_rows import PromptRows, file_rows, held_out, load_rows
 from smollab.errors import UserError
+from smollab.train.seeds import stream_seed
 
 
 def _read_texts(path: Path, limit: int | None) -> list[str]:
@@ -52,7 +62,8 @@ def story_prompts(
         raise UserError(f"data.dir {data_dir} has no {path.name}: run `smollab data prepare`")
     texts = _read_texts(path, limit)
     if not _splits_at_whitespace(tokenizer):
-        return _encode(texts, tokenizer, prompt_tokens, truncate=True)
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return _prompts(ids, tokenizer.eos_token_id, prompt_tokens)
     n = prompt_tokens - 1  # the first prompt_tokens words: each gives at least one token
     first = re.compile(rf"{_GAP}*{_WORD}(?:{_GAP}+{_WORD}){{{n}}}")
     heads = [m.group(0) if (m := first.match(t)) else t for t in texts]
@@ -82,61 +93,127 @@ def _splits_at_whitespace(tokenizer) -> bool:
     return local(pre)
 
 
-def read_prompt_file(path: str | Path, key: str = "grpo.prompts_file") -> list[str]:
-    """The non-empty lines of a prompts file; a missing, non-UTF-8 or empty one names `key`."""
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{key}: no such file {p}")
-    try:
-        content = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{key}: {p} is not UTF-8 text ({e.reason})") from None
-    texts = [line.strip() for line in content.splitlines() if line.strip()]
-    if not texts:
-        raise UserError(f"{key}: {p} holds no prompts")
-    return texts
-
-
-def check_prompt_files(section, name: str = "grpo") -> None:
-    """A `grpo` or `rft` section's prompts files read before the model and data are looked at,
-    so a bad file given on the command line is what the one line names."""
-    for key in ("prompts_file", "eval_prompts_file"):
-        if path := getattr(section, key):
-            read_prompt_file(path, f"{name}.{key}")
-
-
-def file_prompts(path: str | Path, tokenizer, key: str = "grpo.prompts_file") -> list[list[int]]:
-    """One prompt per non-empty line of a text file, used whole; errors name `key`."""
-    return _encode(read_prompt_file(path, key), tokenizer, None, truncate=False)
-
-
-def _encode(texts, tokenizer, n: int | None, truncate: bool) -> list[list[int]]:
-    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return _prompts(ids, tokenizer.eos_token_id, n, truncate)
-
-
-def _prompts(ids: list[list[int]], eos: int, n: int | None, truncate: bool = True):
-    """[EOS, first n tokens] of each text of at least n tokens (all of it without `truncate`)."""
-    prompts = [[eos, *x[:n]] if truncate else [eos, *x] for x in ids if len(x) >= (n or 1)]
+def _prompts(ids: list[list[int]], eos: int, n: int):
+    """[EOS, first n tokens] of each text of at least n tokens."""
+    prompts = [[eos, *x[:n]] for x in ids if len(x) >= n]
     if not prompts:
         raise UserError(f"no prompt of at least {n} tokens could be made")
     return prompts
 
 
-def eval_prompts(g, data_dir: str | Path, tokenizer, n: int) -> list[list[int]]:
-    """The first `n` evaluation prompts: grpo.eval_prompts_file's, else the first of
-    grpo.prompts_file (which training draws too), else stories of the test split."""
-    if g.eval_prompts_file:
-        return file_prompts(g.eval_prompts_file, tokenizer, "grpo.eval_prompts_file")[:n]
-    if g.prompts_file:
-        return file_prompts(g.prompts_file, tokenizer)[:n]
-    return story_prompts(data_dir, "test", tokenizer, g.prompt_tokens, n)[:n]
+@dataclass
+class PromptSet:
+    """Prompts as token ids, and as the data holds them with their columns (None for story
+    openings, which have no columns: the rewards see their decoded text)."""
+
+    ids: list[list[int]]
+    rows: PromptRows | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def head(self, n: int) -> PromptSet:
+        return PromptSet(self.ids[:n], None if self.rows is None else self.rows.head(n))
+
+    def data(self, picked: Sequence[int]) -> PromptRows | None:
+        """The rows of these prompts (a reward call's `rows`), or None."""
+        return None if self.rows is None else self.rows.select(picked)
+
+    @property
+    def columns(self) -> list[str]:
+        return [] if self.rows is None else list(self.rows.columns)
+
+    @property
+    def source(self) -> str:
+        return "" if self.rows is None else self.rows.source
 
 
-def grpo_prompts(g, data_dir: str | Path, tokenizer) -> tuple[list[list[int]], list[list[int]]]:
-    """(training prompts, evaluation prompts) for the `grpo` section `g`."""
-    if g.prompts_file:
-        train = file_prompts(g.prompts_file, tokenizer)
-    else:
-        train = story_prompts(data_dir, "train", tokenizer, g.prompt_tokens, 20_000)
-    return train, eval_prompts(g, data_dir, tokenizer, g.eval_prompts)
+@dataclass
+class Prompts:
+    """A run's training and held-out prompts, and how they were chosen (for its log)."""
+
+    train: PromptSet
+    held_out: PromptSet
+    note: str
+
+
+class PromptOrder:
+    """Which prompts each GRPO step takes: the steps walk through the prompts epoch after epoch,
+    each epoch a permutation seeded by (run.seed, epoch), and step s takes the next `groups` of
+    them (an epoch's last step may reach into the next). A pure function of (seed, step), so a
+    resumed run continues mid-epoch exactly, and a lane with its seed takes what its run alone
+    takes. `train.epochs` counts passes of this walk."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._perms: dict[tuple[int, int], list[int]] = {}
+
+    def _perm(self, seed: int, epoch: int) -> list[int]:
+        key = (seed, epoch)
+        if key not in self._perms:
+            gen = torch.Generator(device="cpu").manual_seed(stream_seed(seed, epoch, 0))
+            self._perms[key] = torch.randperm(self.n, generator=gen, device="cpu").tolist()
+        return self._perms[key]
+
+    def pick(self, seed: int, step: int, groups: int, steps: int = 1) -> list[int]:
+        """The indices of the prompts of `steps` steps from `step` (0-based), `groups` a step."""
+        return [
+            self._perm(seed, pos // self.n)[pos % self.n]
+            for pos in range(step * groups, (step + steps) * groups)
+        ]
+
+    def steps(self, epochs: float, groups: int) -> int:
+        """The steps `epochs` passes over the prompts take, `groups` prompts a step."""
+        return max(1, math.ceil(epochs * self.n / groups))
+
+
+def encode(rows: PromptRows, tokenizer, model: str, system_prompt: str | None, key: str):
+    return PromptSet(encode_rows(rows, tokenizer, model, system_prompt, key).ids, rows)
+
+
+def same_form(train: PromptRows | None, held: PromptRows | None, key: str) -> None:
+    """Training and held-out prompts in one form, with the same columns: every column reaches
+    every reward, on the held-out prompts too."""
+    if held is None:
+        return
+    if train is not None and train.conversational != held.conversational:
+        forms = ("chat messages", "text") if held.conversational else ("text", "chat messages")
+        raise UserError(
+            f"{key}: the held-out prompts ({held.source}) are {forms[0]} and the training ones "
+            f"{forms[1]}: give both in one form"
+        )
+    mine = [] if train is None else list(train.columns)
+    if sorted(mine) != sorted(held.columns):
+        raise UserError(
+            f"{key}: the held-out prompts ({held.source}) have columns "
+            f"{', '.join(held.columns) or 'none'} and the training ones "
+            f"{', '.join(mine) or 'none'}: the rewards read the same columns on both"
+        )
+
+
+def grpo_prompts(cfg, tokenizer, n_eval: int) -> Prompts:
+    """The training and held-out prompts of a GRPO config (grpo.prompts_file, data.hf_dataset or
+    the data dir's stories; the held-out ones from grpo.eval_prompts_file, data.eval_split,
+    data.eval_fraction, the test split's stories, else the first `n_eval` training prompts)."""
+    g, d = cfg.grpo, cfg.data
+    model = str(cfg.model.path or cfg.model.preset)
+    rows = load_rows(g.prompts_file, "grpo.prompts_file", d)
+    key = "grpo.eval_prompts_file"
+    if rows is None:  # story openings; held out: a file, else the test split's stories
+        held = file_rows(g.eval_prompts_file, key) if g.eval_prompts_file else None
+        same_form(None, held, key)
+        train = PromptSet(story_prompts(d.dir, "train", tokenizer, g.prompt_tokens, 20_000))
+        if held is not None:
+            note = f"stories of {d.dir}; held out: {held.describe()}"
+            return Prompts(train, encode(held, tokenizer, model, None, ""), note)
+        test = story_prompts(d.dir, "test", tokenizer, g.prompt_tokens, n_eval)[:n_eval]
+        return Prompts(train, PromptSet(test), f"stories of {d.dir} (the test split held out)")
+    rows, held, how = held_out(rows, g.eval_prompts_file, key, d)
+    same_form(rows, held, key)
+    train = encode(rows, tokenizer, model, g.system_prompt, "grpo.system_prompt")
+    note = f"prompts: {rows.describe()}; held out: "
+    if held is None:
+        return Prompts(train, train.head(n_eval), note + "none (the first training prompts)")
+    return Prompts(
+        train, encode(held, tokenizer, model, g.system_prompt, "grpo.system_prompt"), note + how
+    )

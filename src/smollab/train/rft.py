@@ -6,9 +6,15 @@ generated and kept), `sft/` (the round's `smollab sft` run, on the scaffold like
 for LoRA `model/` (the adapters merged into full weights: the next round's model). Generation
 samples the last model (round 1: model.path); the round's SFT starts from it
 (`rft.restart_from=last`) or from model.path (`base`, STaR's restart). After each round the
-held-out prompts (`rft.eval_prompts_file`) are sampled and scored: metrics.csv gets one row per
+held-out prompts (`rft.eval_prompts_file`, `data.eval_split` or `data.eval_fraction`) are sampled
+and scored: metrics.csv gets one row per
 round (its `step` is the round; round 0 is the base model), with `accuracy` = the fraction of
 held-out completions whose `rft.accuracy_reward` value is >= 1.
+
+Prompts come from data as GRPO's do (`rft.prompts_file`: .txt one a line, or a .jsonl, .csv or
+.parquet table; `data.hf_dataset`): every column but the prompt reaches every reward, one value per
+completion, and chat-message prompts go through the model's chat template. A round's data.jsonl
+keeps each prompt as the model read it, and the columns a reward reads.
 
 Resume: a round is done when its metrics row is written. A rerun (run.resume=auto) keeps those,
 and a round cut short resumes from its last finished stage: stats.json written (data is kept,
@@ -27,27 +33,50 @@ from pathlib import Path
 from smollab.config import ModelConfig
 from smollab.config import load as config_load
 from smollab.config.rft import RFTConfig
+from smollab.data.prompt_encode import encode_rows
+from smollab.data.prompt_rows import PromptRows, held_out, load_rows
 from smollab.device.runtime import setup_runtime
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.models.loading import build_model, check_model_source
-from smollab.rewards.registry import validate_specs
+from smollab.rewards.registry import check_columns, validate_specs
 from smollab.rundir.atomic import read_json
 from smollab.rundir.columns import RFT as COLUMNS
 from smollab.rundir.runs import ROUNDS, RunView, run_path
 from smollab.train import crash_record, distributed, rft_data, scaffold, sft
 from smollab.train.crash_record import records_failure
+from smollab.train.prompts import same_form
 from smollab.train.seeds import stream_seed
 
 _EVAL_SALT = 0xE7A1  # the held-out draws: the same for every round
 
 
 def run_dir_for(cfg: RFTConfig) -> Path:
-    source = Path(cfg.rft.prompts_file or "rft").stem
+    source = Path(cfg.rft.prompts_file or cfg.data.hf_dataset or "rft").stem
     kind = f"lora{cfg.model.lora.r}" if cfg.model.lora.enabled else "full"
     return run_path(
         cfg.run.dir, "rft", [cfg.run.name or source, kind, f"r{cfg.rft.rounds}", f"s{cfg.run.seed}"]
     )
+
+
+def _prompt_rows(cfg: RFTConfig) -> tuple[PromptRows, PromptRows, str]:
+    """The training and held-out prompts and how the held-out ones were chosen, refused in one
+    line when either is missing."""
+    r = cfg.rft
+    rows = load_rows(r.prompts_file, "rft.prompts_file", cfg.data)
+    if rows is None:
+        raise UserError(
+            "rft.prompts_file or data.hf_dataset: rft needs prompts (a .txt file, one a line, "
+            "or a table with a prompt column)"
+        )
+    rows, held, how = held_out(rows, r.eval_prompts_file, "rft.eval_prompts_file", cfg.data)
+    if held is None:
+        raise UserError(
+            "rft.eval_prompts_file, data.eval_split or data.eval_fraction: rft measures "
+            "accuracy on held-out prompts"
+        )
+    same_form(rows, held, "rft.eval_prompts_file")
+    return rows, held, how
 
 
 def sft_config(cfg: RFTConfig, data: Path, start: str, out: Path):
@@ -121,13 +150,16 @@ def train(cfg: RFTConfig) -> dict:
             "reward: rft scores completions with at least one reward (a checker's "
             "name or module:function)"
         )
-    rewards = validate_specs(cfg.reward)
+    rewards = validate_specs(cfg.reward, columns=None)
     acc_key = r.accuracy_reward or rewards[0].key
-    prompts = rft_data.read_prompts(r.prompts_file, "rft.prompts_file")
-    held_out = rft_data.read_prompts(r.eval_prompts_file, "rft.eval_prompts_file")
-    check_model_source(cfg.model)  # after the files named, before anything is written
-    device = setup_runtime(cfg.perf).device
     base = str(cfg.model.path)
+    train_rows, held_rows, held_note = _prompt_rows(cfg)
+    check_model_source(cfg.model)  # after the prompts named, before anything is written
+    used = check_columns(rewards, list(train_rows.columns), train_rows.source)
+    tokenizer = scaffold.load_tokenizer_for(ModelConfig(preset=None, path=base), None, False)
+    prompts = encode_rows(train_rows, tokenizer, base, r.system_prompt, "rft.system_prompt")
+    held_out = encode_rows(held_rows, tokenizer, base, r.system_prompt, "rft.system_prompt")
+    device = setup_runtime(cfg.perf).device
 
     # ---- run directory: resume or start ---------------------------------------------------
     run, finished = scaffold.open_run(run_dir_for(cfg), cfg, "rft")
@@ -140,15 +172,16 @@ def train(cfg: RFTConfig) -> dict:
     run.open_metrics(COLUMNS, resume_step=done if done >= 0 else None)
     run.update_summary(
         status="running",
-        prompts=len(prompts),
-        eval_prompts=len(held_out),
+        prompts=len(train_rows),
+        eval_prompts=len(held_rows),
         accuracy_reward=acc_key,
         device=str(device),
     )
+    run.log(f"prompts: {train_rows.describe()}; held out: {held_note}", echo=True)
     run.log(
-        f"rft: {r.rounds} rounds of {len(prompts)} prompts x {r.oversample} completions; "
+        f"rft: {r.rounds} rounds of {len(train_rows)} prompts x {r.oversample} completions; "
         f"keep total reward >= {r.keep.threshold} (top {r.keep.top_k or 'all'} per prompt, "
-        f"dedup {r.dedup}); held out: {len(held_out)} prompts x {r.eval_samples}; accuracy "
+        f"dedup {r.dedup}); held out: {len(held_rows)} prompts x {r.eval_samples}; accuracy "
         f"= fraction with {acc_key} >= 1; SFT from the {r.restart_from} model",
         echo=True,
     )
@@ -166,6 +199,7 @@ def train(cfg: RFTConfig) -> dict:
             sampler,
             tokenizer,
             held_out,
+            held_rows,
             rewards,
             n=r.eval_samples,
             batch_prompts=r.gen_batch_size,
@@ -200,6 +234,7 @@ def train(cfg: RFTConfig) -> dict:
                 sampler,
                 tokenizer,
                 prompts,
+                train_rows,
                 rewards,
                 n=r.oversample,
                 batch_prompts=r.gen_batch_size,
@@ -210,13 +245,14 @@ def train(cfg: RFTConfig) -> dict:
             )
             del sampler
             kept = rft_data.select(scored, r.keep.threshold, r.keep.top_k, r.dedup)
-            stats = rft_data.round_stats(scored, kept, len(prompts), gen_s)
-            rft_data.write_records(data, kept)
+            stats = rft_data.round_stats(scored, kept, len(train_rows), gen_s)
+            columns = {k: train_rows.columns[k] for k in sorted(used)}
+            rft_data.write_records(data, kept, columns)
             rft_data.write_stats(stats_path, stats)  # last: marks the data stage finished
             run.log(
                 f"round {n}: generated {stats['generated']} in {gen_s:.1f}s, kept "
                 f"{stats['kept']} ({stats['kept_fraction']:.1%}); prompts with one kept "
-                f"{stats['prompts_with_kept']}/{len(prompts)}; rewards "
+                f"{stats['prompts_with_kept']}/{len(train_rows)}; rewards "
                 f"{stats['reward_histogram']}",
                 echo=True,
             )

@@ -15,11 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from smollab.engine.sample_texts import encode_prompts
-from smollab.errors import UserError
+from smollab.data.prompt_encode import Encoded
+from smollab.data.prompt_rows import PromptRows
 from smollab.rewards.registry import ResolvedReward, compute_rewards
 from smollab.rundir.atomic import atomic_write, atomic_write_json
-from smollab.train.prompts import read_prompt_file
 from smollab.train.seeds import stream_seed
 
 
@@ -34,17 +33,11 @@ class Scored:
     rewards: dict[str, float] = field(default_factory=dict)
 
 
-def read_prompts(path: str | None, key: str) -> list[str]:
-    """Non-empty lines of a UTF-8 text file, stripped; one UserError naming `key` otherwise."""
-    if not path:
-        raise UserError(f"{key}: rft needs a prompts file (one prompt per line)")
-    return read_prompt_file(path, key)
-
-
 def sample_scored(
     sampler,
     tokenizer,
-    prompts: list[str],
+    prompts: Encoded,
+    rows: PromptRows,
     rewards: list[ResolvedReward],
     *,
     n: int,
@@ -56,16 +49,16 @@ def sample_scored(
 ) -> tuple[list[Scored], float]:
     """`n` completions of each prompt (temperature 0: greedy), `batch_prompts` prompts (x n rows)
     per sampler call, each call seeded by (seed, first prompt); returns them scored, prompt by
-    prompt, and the seconds spent sampling (decode only, not scoring)."""
-    ids = encode_prompts(tokenizer, prompts)
+    prompt, and the seconds spent sampling (decode only, not scoring). The rewards see each
+    prompt as `rows` holds it, with its columns; a Scored keeps the text the model read."""
     out: list[Scored] = []
     gen_s = 0.0
-    for start in range(0, len(prompts), batch_prompts):
-        chunk = range(start, min(start + batch_prompts, len(prompts)))
-        rows = [ids[i] for i in chunk for _ in range(n)]
+    for start in range(0, len(prompts.ids), batch_prompts):
+        chunk = range(start, min(start + batch_prompts, len(prompts.ids)))
+        owners = [i for i in chunk for _ in range(n)]
         t0 = time.perf_counter()
         roll = sampler.generate(
-            rows,
+            [prompts.ids[i] for i in owners],
             max_new_tokens,
             temperature=temperature,
             top_p=top_p,
@@ -73,14 +66,18 @@ def sample_scored(
         )
         gen_s += time.perf_counter() - t0
         texts = roll.completion_texts(tokenizer)
-        owners = [i for i in chunk for _ in range(n)]
         values = compute_rewards(
-            rewards, [prompts[i] for i in owners], texts, roll.completion_rows(), offset=len(out)
+            rewards,
+            [prompts.texts[i] for i in owners],
+            texts,
+            roll.completion_rows(),
+            offset=len(out),
+            rows=rows.select(owners),
         )
         for j, (i, text) in enumerate(zip(owners, texts, strict=True)):
             per = {r.key: values[r.key][j] for r in rewards}
             total = sum(r.weight * per[r.key] for r in rewards)
-            out.append(Scored(i, prompts[i], text, total, per))
+            out.append(Scored(i, prompts.texts[i], text, total, per))
     return out, gen_s
 
 
@@ -157,11 +154,14 @@ def round_stats(scored: list[Scored], kept: list[Scored], n_prompts: int, gen_s:
     )
 
 
-def write_records(path: Path, kept: list[Scored]) -> None:
-    """data.jsonl (prompt, completion, reward, and each reward's value), written atomically."""
+def write_records(path: Path, kept: list[Scored], columns: dict[str, list] | None = None) -> None:
+    """data.jsonl (prompt, completion, reward, each reward's value, and the columns of the
+    prompt that a reward reads), written atomically."""
+    columns = columns or {}
     lines = [
         json.dumps(
             dict(prompt=s.prompt, completion=s.completion, reward=s.reward, rewards=s.rewards)
+            | ({"columns": {k: v[s.prompt_index] for k, v in columns.items()}} if columns else {})
         )
         + "\n"
         for s in kept

@@ -216,8 +216,9 @@ def test_a_diverging_lane_ends_alone_and_the_others_are_unaffected(micro_grpo, t
     calm_rows = rows(tmp_path / "calm")
     assert [x["reward_mean"] for x in calm_rows] == [x["reward_mean"] for x in solo]
     # the reference ran on the calm lane's rows alone while the wild one (beta 0) was there
+    # (a KL of 1e-5 is a mean of float32 log-prob differences: its rounding is absolute)
     assert [float(x["kl"]) for x in calm_rows] == pytest.approx(
-        [float(x["kl"]) for x in solo], rel=1e-4
+        [float(x["kl"]) for x in solo], rel=1e-4, abs=1e-8
     )
     assert sorted(s["status"] for s in summaries) == ["completed", "diverged"]
 

@@ -109,7 +109,7 @@ def run_bench(
         forced.append(f"optim.warmup_steps={steps - 1}")
     if kind == "pretrain":
         forced.append("train.max_tokens=null")
-    if kind == "sft":
+    if kind in ("sft", "grpo"):
         forced.append("train.epochs=null")  # the length is train.max_steps
     if kind == "grpo":
         forced.append("failure.action=flag")  # every variant runs all its steps

@@ -262,7 +262,7 @@ class Probe:
             f"train.max_steps={big}",
             f"train.max_time={self.spec.timeout_s:g}",
         ]
-        if self.spec.command == "sft":
+        if self.spec.command in ("sft", "grpo"):
             fixed.append("train.epochs=null")  # the length is max_steps (and max_time)
         return [*self.overrides, *fixed]
 

@@ -178,6 +178,8 @@ def _open(
             rt=shared.rt,
             sampler=policies.name,
             no_replay=policies.no_replay,
+            max_steps=shared.max_steps(cfg),
+            prompts_note=shared.prompts.note,
             path=trial.run_dir,
             lane=name,
         )

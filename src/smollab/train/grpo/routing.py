@@ -23,11 +23,12 @@ from collections.abc import Iterator
 import torch
 
 from smollab.config import RewardSpec, RoutingConfig
+from smollab.data.prompt_rows import PromptRows
 from smollab.device.runtime import release_cache
 from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, reward_keys, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
-from smollab.train.prompts import eval_prompts
+from smollab.train.prompts import PromptSet
 from smollab.train.seeds import stream_seed
 
 _ELIGIBLE, _NOISE, _ABLATE, _EVAL = 11, 12, 13, 14  # salts of the seeded draws (grpo: 0-2)
@@ -47,6 +48,7 @@ class Router:
         det = cfg.detector  # validated like a reward, before any work
         self.detector = validate_specs([RewardSpec(name=det.name, params=det.params)])[0]
         self.prompts: list[list[int]] = []
+        self.rows: PromptRows | None = None  # their data's rows, for the rewards
         self.routed = torch.zeros(0, dtype=torch.bool)
         self.row: dict[str, float] = {}
 
@@ -58,9 +60,11 @@ class Router:
             return "gradient routing's ablated steps (forget adapter off)"
         return None
 
-    def load_eval_prompts(self, g, data_dir: str, tokenizer) -> None:
-        """`eval_prompts` fixed evaluation prompts, from where GRPO's evaluation takes its own."""
-        self.prompts = eval_prompts(g, data_dir, tokenizer, self.cfg.eval_prompts)
+    def use_prompts(self, held_out: PromptSet) -> None:
+        """Its `eval_prompts` fixed evaluation prompts: the first held-out ones, where GRPO's
+        evaluation takes its own."""
+        n = min(self.cfg.eval_prompts, len(held_out))
+        self.prompts, self.rows = held_out.ids[:n], held_out.data(range(n))
 
     def detect(self, prompts: list[str], completions: list[str], rows) -> torch.Tensor:
         """bool [B]: the detector's value >= threshold."""
@@ -154,7 +158,7 @@ class Router:
                 r.prompt_texts(tokenizer),
                 r.completion_rows(),
             )
-            total, per_fn = pool(prompts, texts, rows)
+            total, per_fn = pool(prompts, texts, rows, self.rows)
             row = {"step": step, "mode": mode, "reward_mean": float(total.mean())}
             row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
             row.update(

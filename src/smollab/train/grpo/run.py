@@ -29,7 +29,7 @@ from smollab.train.progress import Progress
 @records_failure
 def train(cfg: GRPOConfig) -> dict:
     t_start = time.time()
-    g, tc = cfg.grpo, cfg.train
+    g = cfg.grpo
     router = Router(g.routing, cfg.run.seed, cfg.reward) if g.routing.enabled else None
     ranks.check(cfg)  # a batch torchrun's ranks cannot split into whole groups
     rt = setup_runtime(cfg.perf)
@@ -40,7 +40,7 @@ def train(cfg: GRPOConfig) -> dict:
     # ---- tokenizer, prompts, policy, sampler, reference, rewards (tried before any write) --
     with Shared.load(cfg, rt, d) as shared:  # closes the reward pool however it ends
         if router:
-            router.load_eval_prompts(g, cfg.data.dir, shared.tokenizer)
+            router.use_prompts(shared.prompts.held_out)
         policies = OnePolicy(cfg, rt, shared.tokenizer, d, router)
         shared.open_rewards(policies)
 
@@ -51,6 +51,8 @@ def train(cfg: GRPOConfig) -> dict:
             rt=rt,
             sampler=policies.name,
             no_replay=policies.no_replay,
+            max_steps=shared.max_steps(cfg),
+            prompts_note=shared.prompts.note,
             router=router,
             started=t_start,
             d=d,
@@ -58,11 +60,11 @@ def train(cfg: GRPOConfig) -> dict:
         if isinstance(state, dict):  # finished already: its summary
             distributed.teardown(d)
             return state
-        progress = Progress(tc.max_steps, enabled=d.main, start=state.step, label="grpo")
+        progress = Progress(state.max_steps, enabled=d.main, start=state.step, label="grpo")
         state.echo = not progress.live
         interrupts = ranks.Interrupts(d)  # torchrun: SIGINT sets a flag, see `leave`
         try:
-            while state.step < tc.max_steps and state.ended is None:
+            while state.step < state.max_steps and state.ended is None:
                 why = ranks.leave(state.out_of_time, interrupts.flag, d)  # all ranks together
                 if why == "interrupted":
                     state.ended = ("interrupted", f"interrupted at step {state.step}")

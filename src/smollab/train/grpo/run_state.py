@@ -73,6 +73,7 @@ class RunState:
     watch: RLWatch
     entropy: EntropyControl  # the entropy bonus's coefficient (adaptive: it moves, and is saved)
     started: float  # time.time() when it started: the rows' wall_s
+    max_steps: int  # train.max_steps, or the steps its train.epochs take
     router: Router | None = None
     lane: str | None = None  # its name as a lane of a lanes worker
     echo: bool = False  # its log lines on stdout too
@@ -87,6 +88,7 @@ class RunState:
     # the batch generated for several optimizer steps (grpo.steps_per_generation; step.Generation)
     generation: Any = None
     row: dict[str, Any] = field(default_factory=dict)  # this step's metrics row
+    columns: dict[str, list[Any]] = field(default_factory=dict)  # this step's, for samples
 
     @classmethod
     def open(
@@ -97,6 +99,8 @@ class RunState:
         rt: Runtime,
         sampler: str,
         no_replay: str | None,
+        max_steps: int,
+        prompts_note: str = "",
         path: Path | None = None,
         lane: str | None = None,
         router: Router | None = None,
@@ -106,7 +110,8 @@ class RunState:
         """The run's optimizer and directory (`path`, default from the config), resumed from its
         newest checkpoint; a run that had already finished comes back as its summary instead.
         sampler, no_replay: what samples it and why its forward is computed (None: replayed),
-        for its log; lane: its name as a lane of a lanes worker."""
+        for its log; max_steps: its length (`Shared.max_steps`); prompts_note: where its prompts
+        come from, for its log; lane: its name as a lane of a lanes worker."""
         oc = cfg.optim
         trainable = [p for p in policy.parameters() if p.requires_grad]
         optimizer = make_adamw(
@@ -140,6 +145,7 @@ class RunState:
             watch=watch,
             entropy=entropy,
             started=started or time.time(),
+            max_steps=max_steps,
             router=router,
             lane=lane,
             step=int(saved.get("step", 0)),
@@ -159,6 +165,10 @@ class RunState:
                 f"{', '.join(_reward_keys(cfg))}; policy forward {forward}",
                 echo=True,
             )
+            if prompts_note:
+                run.log(prompts_note, echo=lane is None)
+            if cfg.train.epochs:
+                run.log(f"train.epochs={cfg.train.epochs:g}: {max_steps} steps", echo=lane is None)
             run.update_summary(
                 status="running",
                 params_total=total,
@@ -171,7 +181,7 @@ class RunState:
 
     # ---- the step's own -------------------------------------------------------------------
     def set_lr(self) -> None:
-        lr = lr_at(self.step, self.cfg.optim, self.cfg.train.max_steps)
+        lr = lr_at(self.step, self.cfg.optim, self.max_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
@@ -181,13 +191,11 @@ class RunState:
 
     @property
     def due_to_end(self) -> bool:
-        return self.ended is not None or self.step >= self.cfg.train.max_steps or self.out_of_time
+        return self.ended is not None or self.step >= self.max_steps or self.out_of_time
 
     def due(self, interval: int) -> bool:
         """Whether a `train.*_interval` falls on this step (or the last one)."""
-        return bool(interval) and (
-            self.step % interval == 0 or self.step == self.cfg.train.max_steps
-        )
+        return bool(interval) and (self.step % interval == 0 or self.step == self.max_steps)
 
     @property
     def base_eval_due(self) -> bool:
@@ -218,6 +226,7 @@ class RunState:
                     "prompt": prompts[i],
                     "completion": completions[i],
                     "reward": float(batch.total[rows][i]),
+                    **{k: v[i] for k, v in self.columns.items()},  # those a reward reads
                 }
                 for i in range(min(self.cfg.grpo.log_samples, len(completions)))
             )
@@ -234,7 +243,7 @@ class RunState:
             self.ended = ("diverged", f"its weights are not finite at step {self.step}")
             self._log(f"diverged: {self.ended[1]}")
             return
-        if run and self.due(tc.save_interval) and self.step < tc.max_steps:
+        if run and self.due(tc.save_interval) and self.step < self.max_steps:
             self.save(tokenizer)
 
     def save(self, tokenizer) -> None:

@@ -8,8 +8,9 @@ and backward (`update.loss_backward`, `num_iterations` passes, PPO-clipped, in `
 micro-batches), each run's optimizer step -> per run: metrics, evaluation, the after-step block.
 With `grpo.steps_per_generation` = k x `train.grad_accum` (one run, one process) the first
 three happen every k steps for k steps' completions, and each step trains on its own slice.
-Prompts and samples are seeded by each run's (seed, step), so a resumed run replays the same
-batches and a lane draws exactly what its run alone would: prompts are picked on the CPU,
+Prompts and samples are seeded by each run's (seed, step) (prompts: each epoch's permutation of
+them, `prompts.PromptOrder`), so a resumed run replays the same batches, mid-epoch too, and a lane
+draws exactly what its run alone would: prompts are picked on the CPU,
 completions drawn on the policy's device by generators the sampler makes there from the seeds.
 """
 
@@ -161,7 +162,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
             eval_reward_mean=ev["reward_mean"], eval_unique_fraction=ev["unique_fraction"]
         )
     for run in runs:
-        if run.router and run.router.due(run.step, run.cfg.train.max_steps):
+        if run.router and run.router.due(run.step, run.max_steps):
             _route_eval(shared, policies, run)
     for run, w in zip(runs, whole, strict=True):
         run.after_step(batch, w, tok, d)
@@ -178,9 +179,10 @@ def _generate(shared: Shared, policies: Policies, runs: list[RunState], size: in
     # 1. rollouts: each run's prompt groups (torchrun: this rank's share), one sampler call
     prompts, picked = [], []
     for run in runs:
-        gen = torch.Generator(device="cpu").manual_seed(stream_seed(run.cfg.run.seed, run.step, 0))
-        pick = torch.randint(len(shared.train_prompts), (size // G,), generator=gen, device="cpu")
-        mine = ranks.my_prompts(pick.tolist(), d)
+        groups, steps = cfg.train.batch_size // G, size // cfg.train.batch_size
+        pick = shared.order.pick(run.cfg.run.seed, run.step, groups, steps)
+        mine = ranks.my_prompts(pick, d)
+        run.columns = shared.sample_columns([i for i in pick for _ in range(G)])  # samples.jsonl
         picked += [i for i in mine for _ in range(G)]
         prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
     seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
@@ -191,7 +193,7 @@ def _generate(shared: Shared, policies: Policies, runs: list[RunState], size: in
     # whole batch (every rank's groups)
     completions, prompt_texts = r.completion_texts(tok), r.prompt_texts(tok)
     token_rows = r.completion_rows()
-    total, per_fn = shared.pool(prompt_texts, completions, token_rows)
+    total, per_fn = shared.pool(prompt_texts, completions, token_rows, shared.rows(picked))
     n = len(prompts) // len(runs)
     rows = [slice(i * n, (i + 1) * n) for i in range(len(runs))]  # each run's rows here
     for run, s in zip(runs, rows, strict=True):
@@ -275,7 +277,9 @@ def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[d
     seeds = [stream_seed(run.cfg.run.seed, -1, 2) for run in runs]
     r = policies.generate(runs, shared.eval_prompts * len(runs), seeds)
     texts = r.completion_texts(tok)
-    total, _ = shared.pool(r.prompt_texts(tok), texts, r.completion_rows())
+    total, _ = shared.pool(
+        r.prompt_texts(tok), texts, r.completion_rows(), shared.eval_rows(len(runs))
+    )
     return [
         {
             "reward_mean": float(total[i * n : (i + 1) * n].mean()),
@@ -308,7 +312,7 @@ def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState])
     for run, ev in zip(fresh, evaluate(shared, policies, fresh) if fresh else [], strict=True):
         run.record_base_eval(ev["reward_mean"])
     for run in runs:
-        if run.router and run.step == 0 and run.router.due(0, run.cfg.train.max_steps):
+        if run.router and run.step == 0 and run.router.due(0, run.max_steps):
             _route_eval(shared, policies, run)
 
 
