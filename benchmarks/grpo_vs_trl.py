@@ -37,6 +37,7 @@ forward, `compute_loss`, and the rest: backward and AdamW).
                                      [--steps 50] [--warmup 3] [--modes full,lora]
                                      [--repeats 1] [--precision fp32|bf16] [--quick]
                                      [--batch 32] [--generations 16] [--lora-r 8]
+                                     [--held-out 64]
 
 `--model` takes any HF model directory (a Qwen2.5-0.5B-shaped replica from
 `tests.replicas.build_replica`, say); its weights load in fp32 on both sides. `--batch`,
@@ -69,7 +70,7 @@ RECIPES = {
 LR = {"full": 1e-5, "lora": 1e-4}
 LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT_POOL = 20_000  # smollab's train prompts: the first 20,000 stories
-HELD_OUT = (64, 16)  # held-out evaluation: test-split prompts x samples each
+HELD_OUT_SAMPLES = 16  # held-out evaluation: samples of each test-split prompt (--held-out)
 IMPLS = ("smollab", "trl")
 
 
@@ -103,7 +104,7 @@ def smollab_cfg(args, mode: str, model_dir: Path, run_dir: Path):
         f"train.max_steps={args.steps}",
         f"train.batch_size={args.batch}",
         "train.log_interval=1",
-        f"train.eval_interval={args.steps}",
+        f"train.eval_interval={args.steps if args.held_out else 0}",  # TRL evaluates nothing
         f"train.save_interval={10**9}",
         "grpo.prompt_tokens=8",
         f"grpo.num_generations={args.generations}",
@@ -158,14 +159,16 @@ class Turns:
         self.t = time.perf_counter()
 
 
-def held_out_reward(model, tokenizer, data_dir: str) -> list[float]:
-    """happy_binary of HELD_OUT samples from the test split's prompts, drawn by one sampler with
-    one seed for every model: the reward after training, compared on the same footing."""
+def held_out_reward(model, tokenizer, data_dir: str, n: int) -> list[float]:
+    """happy_binary of HELD_OUT_SAMPLES samples of each of `n` test-split prompts, drawn by one
+    sampler with one seed for every model: the reward after training, on the same footing."""
     from smollab.engine.sampler import Sampler
     from smollab.rewards.happy import happy_binary
     from smollab.train.prompts import story_prompts
 
-    n, k = HELD_OUT
+    k = HELD_OUT_SAMPLES
+    if n == 0:
+        return []
     prompts = story_prompts(data_dir, "test", tokenizer, 8, n)
     eos = tokenizer.eos_token_id
     r = Sampler(model.eval(), eos_token_id=eos, pad_token_id=eos).generate(
@@ -174,7 +177,7 @@ def held_out_reward(model, tokenizer, data_dir: str) -> list[float]:
     return happy_binary(r.completion_texts(tokenizer))
 
 
-def run_smollab(cfg, turns: Turns) -> dict:
+def run_smollab(cfg, turns: Turns, n_held_out: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -194,7 +197,9 @@ def run_smollab(cfg, turns: Turns) -> dict:
         Path(cfg.run.dir) / "checkpoints" / ("final_merged" if cfg.model.lora.enabled else "final")
     )
     model = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32)
-    held_out = held_out_reward(model, AutoTokenizer.from_pretrained(final), cfg.data.dir)
+    held_out = held_out_reward(
+        model, AutoTokenizer.from_pretrained(final), cfg.data.dir, n_held_out
+    )
     return {k: [r[k] for r in rows] for k in keys} | {"wall_s": turns.wall_s, "held_out": held_out}
 
 
@@ -209,7 +214,7 @@ def trl_prompts(data_dir: str, tokenizer) -> tuple[list[str], float]:
     return texts, same
 
 
-def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dict:
+def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns, n_held_out: int) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -341,7 +346,7 @@ def run_trl(cfg, mode: str, model_dir: Path, out_dir: Path, turns: Turns) -> dic
     timed("_generate_and_score_completions", lambda: "score")
     timed("compute_loss", lambda: "loss")
     trainer.train()
-    held_out = held_out_reward(trainer.model, tokenizer, cfg.data.dir)
+    held_out = held_out_reward(trainer.model, tokenizer, cfg.data.dir, n_held_out)
     return {
         "step_s": inner,
         "wall_s": turns.wall_s,
@@ -389,6 +394,8 @@ def run_pair(args, mode: str, model_dir: Path, tmp: Path, rep: int) -> dict[str,
             str(args.generations),
             "--lora-r",
             str(args.lora_r),
+            "--held-out",
+            str(args.held_out),
             "--out",
             str(outs[impl]),
         ]
@@ -423,9 +430,10 @@ def child(args) -> None:
     turns = Turns()
     with contextlib.redirect_stdout(io.StringIO()):
         if args.child == "smollab":
-            res = run_smollab(cfg, turns)
+            res = run_smollab(cfg, turns, args.held_out)
         else:
-            res = run_trl(cfg, mode, Path(args.model), tmp / f"trl-{Path(args.out).stem}", turns)
+            out = tmp / f"trl-{Path(args.out).stem}"
+            res = run_trl(cfg, mode, Path(args.model), out, turns, args.held_out)
     Path(args.out).write_text(json.dumps(res))
 
 
@@ -480,17 +488,22 @@ def report(
             f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
             f"{length:10.1f}"
         )
-    n_p, k_s = HELD_OUT
+    n_p, k_s = len(base_held_out) // HELD_OUT_SAMPLES, HELD_OUT_SAMPLES
     line = [f"held-out reward after {n} steps ({n_p} test prompts x {k_s}, one sampler and seed):"]
     for name, reps in (
-        ("base", [{"held_out": base_held_out}]),
-        ("smollab", runs["smollab"]),
-        ("TRL", runs["trl"]),
+        ()
+        if not base_held_out
+        else (
+            ("base", [{"held_out": base_held_out}]),
+            ("smollab", runs["smollab"]),
+            ("TRL", runs["trl"]),
+        )
     ):
         vals = reps[0]["held_out"]  # repeats train the same weights: one sample, not several
         se = statistics.pstdev(vals) / len(vals) ** 0.5
         line.append(f"{name} {mean(vals):.3f} +- {se:.3f}")
-    print(" ".join(line[:1]) + " " + ", ".join(line[1:]))
+    if base_held_out:
+        print(" ".join(line[:1]) + " " + ", ".join(line[1:]))
     print(
         f"TRL / smollab seconds per step: {med(t['step_s']) / med(s['step_s']):.2f}x "
         f"(ratio of medians); wall clock per turn, everything included: TRL {med(t['wall_s']):.3f} s, "
@@ -537,6 +550,9 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=16, help="completions per prompt")
     ap.add_argument("--lora-r", type=int, default=8, help="LoRA rank (alpha twice it)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    ap.add_argument(
+        "--held-out", type=int, default=64, help="test prompts of the reward check (0: none)"
+    )
     ap.add_argument("--quick", action="store_true", help="8 steps per implementation")
     ap.add_argument("--child", choices=["smollab", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -570,6 +586,7 @@ def main() -> None:
         AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
         AutoTokenizer.from_pretrained(model_dir),
         args.data_dir,
+        args.held_out,
     )
     tmp = Path(tempfile.mkdtemp(prefix="smollab-bench-grpo-"))
     print(

@@ -37,3 +37,31 @@ def test_replay_blocker_names_the_reason():
     assert why.startswith("HF sampler: LeanLlama reads model_type 'llama'") and "not 'gpt2'" in why
     huge = dict(batch_size=1 << 16, max_new_tokens=64)
     assert "over the budget" in replay_blocker(model, lean, enabled=True, autocast=False, **huge)
+
+
+def test_the_record_budget_grows_with_the_model(monkeypatch):
+    """A record may hold as many numbers as the weights (a 0.5B model's 16 x 64 record replays),
+    never less than the floor."""
+    import smollab.engine.policy as policy_mod
+    from smollab.engine.decode_record import DecodeRecord
+
+    model = micro_llama()
+    lean = Sampler(model, eos_token_id=2, pad_token_id=0)
+    weights = sum(p.numel() for p in model.parameters())
+    monkeypatch.setattr(policy_mod, "RECORD_BUDGET_ELEMS", 1)  # the weights decide
+
+    def rows_within(limit: int) -> int:
+        b = 1
+        while DecodeRecord.elements(lean.lean, 2 * b, 6) <= limit:
+            b *= 2
+        return b
+
+    fits, over = rows_within(weights), 2 * rows_within(weights)
+    assert (
+        replay_blocker(model, lean, enabled=True, autocast=False, batch_size=fits, max_new_tokens=6)
+        is None
+    )
+    why = replay_blocker(
+        model, lean, enabled=True, autocast=False, batch_size=over, max_new_tokens=6
+    )
+    assert f"over the budget of {weights:,}" in why

@@ -37,8 +37,12 @@ def replay_blocker(
     if autocast:
         return "autocast"
     n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens, layer_copies)
-    if n > RECORD_BUDGET_ELEMS:
-        return f"a decode record of {n:,} numbers is over the budget"
+    budget = max(RECORD_BUDGET_ELEMS, sum(p.numel() for p in policy.parameters()))
+    if n > budget:
+        return (
+            f"a decode record of {n:,} numbers is over the budget of {budget:,} (as many as the "
+            f"weights, at least {RECORD_BUDGET_ELEMS:,})"
+        )
     return replay_unsupported(policy)
 
 

@@ -33,7 +33,10 @@ from smollab.models.hf_weights import effective_weight, unwrap_hf
 
 __all__ = ["RECORD_BUDGET_ELEMS", "lanes_logprobs", "replay_logprobs", "replay_unsupported"]
 
-RECORD_BUDGET_ELEMS = 1 << 27  # 512 MB of fp32 a run (a lane): beyond it the forward is computed
+# A run's (a lane's) decode record may hold as many numbers as its model has weights, and at least
+# 512 MB of fp32: beyond that the forward is computed. The training forward it replaces keeps
+# activations of the same order, so a record within the weights' own size at most doubles them.
+RECORD_BUDGET_ELEMS = 1 << 27
 
 
 def replay_unsupported(model: nn.Module) -> str | None:
