@@ -351,3 +351,27 @@ def test_qwen2_sliding_window_set_but_off_is_read():
     assert sampler.backend == "hf" and "dynamic" in sampler.hf_reason
     why = replay_blocker(hf, sampler, enabled=True, autocast=False, batch_size=4, max_new_tokens=4)
     assert why.startswith("HF sampler: LeanLlama does not implement rope_type='dynamic'")
+
+
+def test_a_large_lora_policy_is_its_own_reference(replicas, monkeypatch):
+    """Past the size where a lean copy saves time, a LoRA policy's KL reference is the policy with
+    its adapters off: no copy is built, and its log-probs equal the lean copy's."""
+    import smollab.engine.reference as reference
+
+    policy = with_lora(load(replicas("qwen2.5")), r=4, seed=1)
+    r = Sampler(policy, pad_token_id=0).generate(PROMPTS, 8, seed=3, stop_at_eos=False)
+    with torch.inference_mode():
+        copied = reference.build_reference(policy, lora=True, on_cpu=False)(r, 1.0)
+    assert reference.shares_policy(policy, lora=True, on_cpu=False) is None
+    monkeypatch.setattr(reference, "LEAN_COPY_MAX_PARAMS", 0)
+    assert "over 0 parameters" in reference.shares_policy(policy, lora=True, on_cpu=False)
+    assert reference.shares_policy(policy, lora=True, on_cpu=True) is None  # a CPU copy asked
+    assert reference.shares_policy(policy, lora=False, on_cpu=False) is None
+
+    def no_copy(*a, **k):
+        raise AssertionError("a lean copy was built")
+
+    monkeypatch.setattr(LeanLlama, "from_hf", no_copy)
+    with torch.inference_mode():
+        shared = reference.build_reference(policy, lora=True, on_cpu=False)(r, 1.0)
+    torch.testing.assert_close(shared, copied, atol=1e-5, rtol=1e-5)

@@ -122,6 +122,20 @@ def test_grpo_lora_adapter_loads_with_peft_and_reproduces_logprobs(
     assert (untrained - expected).abs().max() > 1e-4  # three steps moved the adapter
 
 
+def test_a_large_lora_run_uses_its_policy_as_reference(replicas, task_files, tmp_path, monkeypatch):
+    """Past the size where a lean copy of the base saves time, the KL reference of a LoRA run is
+    the policy with its adapters off; the run log says so, and the run trains."""
+    import smollab.engine.reference as reference
+
+    monkeypatch.setattr(reference, "LEAN_COPY_MAX_PARAMS", 0)
+    lora = ["model.lora.enabled=true", "model.lora.r=4", "grpo.beta=0.04"]
+    summary = _grpo(replicas("qwen2.5"), task_files, tmp_path / "grpo", lora)
+    assert summary["status"] == "completed" and summary["steps"] == 3
+    log = _log(tmp_path / "grpo")
+    assert "KL reference: the policy with its adapters off (over 0 parameters" in log
+    assert "policy forward replayed from the decode" in log
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sft_three_steps(replica_dir, task_files, tmp_path):
     run = tmp_path / "sft"

@@ -28,7 +28,7 @@ from smollab.config import GRPOConfig
 from smollab.device.runtime import Runtime, release_cache
 from smollab.engine.lane_llama import LaneLlama
 from smollab.engine.policy import policy_logprobs, replay_blocker
-from smollab.engine.reference import Reference, build_reference
+from smollab.engine.reference import Reference, build_reference, shares_policy
 from smollab.engine.replay import lanes_logprobs
 from smollab.engine.rollout import Rollout
 from smollab.engine.sampler import Sampler
@@ -145,6 +145,9 @@ class OnePolicy:
         self._reference = (
             build_reference(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
         )
+        why = shares_policy(policy, lora or routed, g.ref_on_cpu) if g.beta > 0 else None
+        # said in the run log where the reference is not a copy
+        self.reference_note = why and f"KL reference: the policy with its adapters off ({why})"
 
     def generate(
         self, runs: Sequence[RunState], prompts: list[list[int]], seeds: Sequence[int], record=False

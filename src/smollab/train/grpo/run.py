@@ -60,6 +60,8 @@ def train(cfg: GRPOConfig) -> dict:
         if isinstance(state, dict):  # finished already: its summary
             distributed.teardown(d)
             return state
+        if state.run and policies.reference_note:
+            state.run.log(policies.reference_note)
         progress = Progress(state.max_steps, enabled=d.main, start=state.step, label="grpo")
         state.echo = not progress.live
         interrupts = ranks.Interrupts(d)  # torchrun: SIGINT sets a flag, see `leave`
