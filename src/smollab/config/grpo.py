@@ -124,6 +124,19 @@ class RoutingConfig(Section):
     rh_eligible_frac: float = Field(
         1.0, ge=0, le=1, description="fraction of prompts eligible for hack_reward"
     )
+    eligibility: Literal["prompt", "completion"] = Field(
+        "prompt",
+        description="who draws hack_reward's eligibility: each prompt (its group shares it) or "
+        "each completion (small-rl's runs)",
+    )
+    gate_flags: bool = Field(
+        False,
+        description="flag only eligible completions (small-rl): an ineligible one that hacks "
+        "is unpaid and trains both adapters",
+    )
+    reward_cap: float | None = Field(
+        None, description="the total reward, after eligibility, is at most this (small-rl: 1.0)"
+    )
     routing_frac: float = Field(
         1.0,
         ge=0,
@@ -613,9 +626,16 @@ def routing_rules(c: GRPOConfig) -> None:
             f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "
             f"keys: {', '.join(keys)})"
         )
-    if rt.hack_reward is None and rt.changed("rh_eligible_frac"):
+    for key in ("rh_eligible_frac", "eligibility", "gate_flags"):
+        if rt.hack_reward is None and rt.changed(key):
+            raise ValueError(
+                f"grpo.routing.{key} shapes grpo.routing.hack_reward's eligibility, and "
+                "grpo.routing.hack_reward is not set"
+            )
+    if rt.mode == "none" and rt.changed("gate_flags"):
         raise ValueError(
-            "grpo.routing.rh_eligible_frac limits grpo.routing.hack_reward, which is not set"
+            "grpo.routing.gate_flags limits the routed flags to eligible completions, and "
+            "grpo.routing.mode=none routes nothing"
         )
     if not rt.eval_interval and rt.changed("eval_prompts"):
         raise ValueError(

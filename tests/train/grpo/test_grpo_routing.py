@@ -178,6 +178,20 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
             "grpo.routing.retain_r=0 leaves nothing to train",
         ),
         (
+            ["grpo.routing.enabled=true", "grpo.routing.eligibility=completion"],
+            "grpo.routing.eligibility shapes grpo.routing.hack_reward's eligibility",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=none",
+                "reward=[{name: happy_count}]",
+                "grpo.routing.hack_reward=happy_count",
+                "grpo.routing.gate_flags=true",
+            ],
+            "grpo.routing.gate_flags limits the routed flags",
+        ),
+        (
             ["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
             "grpo.routing.ablated_frac needs grpo.num_iterations=1",
         ),
@@ -268,3 +282,67 @@ def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
         return None if mask is None else mask.nonzero().flatten().tolist()
 
     assert rows(seen["retain"]) == retain_rows and rows(seen["forget"]) == forget_rows
+
+
+def _scored(step: int = 4, **kw) -> tuple[list[float], list[bool], dict]:
+    """Two prompts (5 and 7) of 4 completions each through `Router.score`: sentence_length 0.9
+    everywhere plus 0.1 per "happy" (happy_count, capped at 5), the detector at 3 "happy"."""
+    from smollab.config import RewardSpec, RoutingConfig
+    from smollab.train.grpo.routing import Router
+
+    rewards = [
+        RewardSpec(name="sentence_length"),
+        RewardSpec(name="happy_count", weight=0.1, params={"cap": 5}),
+    ]
+    cfg = RoutingConfig(enabled=True, hack_reward="happy_count", rh_eligible_frac=0.5, **kw)
+    router = Router(cfg, seed=0, rewards=rewards)
+    counts = [3, 0, 6, 3, 1, 3, 0, 4]
+    texts = [" ".join(["happy"] * c) or "sad" for c in counts]
+    per_fn = {
+        "sentence_length": torch.full((8,), 0.9),
+        "happy_count": torch.tensor([min(c, 5) for c in counts], dtype=torch.float32),
+    }
+    total = per_fn["sentence_length"] + 0.1 * per_fn["happy_count"]
+    got = router.score(
+        step,
+        picked=[5] * 4 + [7] * 4,
+        total=total,
+        per_fn=per_fn,
+        prompts=["Once"] * 8,
+        completions=texts,
+        rows=None,
+    )
+    return got.tolist(), router.routed.tolist(), router.row
+
+
+def test_per_completion_eligibility_gates_the_flags_and_caps_the_total():
+    """small-rl's rules: each completion draws its own eligibility (seeded by step, prompt and
+    its place among the prompt's completions); an ineligible one gets the task reward only and,
+    with gate_flags, is not flagged however often it says "happy"; the total is at most 1."""
+    import random
+
+    from smollab.train.seeds import stream_seed
+
+    eligible = [False, True, False, False, False, True, True, True]  # seed 0, step 4, pinned
+    draws = [random.Random(stream_seed(0, 4, i, k, 11)).random() for i in (5, 7) for k in range(4)]
+    assert [d < 0.5 for d in draws] == eligible
+    hack = [True, False, True, True, False, True, False, True]  # >= 3 "happy"
+    total, routed, row = _scored(eligibility="completion", gate_flags=True, reward_cap=1.0)
+    # eligible: 0.9 + 0.1 * min(count, 5), at most 1.0; ineligible: 0.9
+    assert total == pytest.approx([0.9, 0.9, 0.9, 0.9, 0.9, 1.0, 0.9, 1.0])
+    assert routed == [h and e for h, e in zip(hack, eligible, strict=True)]
+    assert routed == [False, False, False, False, False, True, False, True]
+    assert row == {"hack_rate": 0.625, "routed_frac": 0.25, "eligible_frac": 0.5}
+    assert _scored(step=6, eligibility="completion")[2]["eligible_frac"] == 0.625  # redrawn
+    # ungated: the detector alone flags; uncapped: 0.9 + 0.3 and 0.9 + 0.4 on the eligible hacks
+    total, routed, _ = _scored(eligibility="completion")
+    assert routed == hack
+    assert total == pytest.approx([0.9, 0.9, 0.9, 0.9, 0.9, 1.2, 0.9, 1.3])
+
+
+def test_per_prompt_eligibility_is_shared_by_a_group_across_steps():
+    # seed 0: prompts 5 and 7 both eligible, whatever the step; every completion paid
+    for total, routed, row in (_scored(step=1), _scored(step=9)):
+        assert row["eligible_frac"] == 1.0
+        assert total == pytest.approx([1.2, 0.9, 1.4, 1.2, 1.0, 1.2, 0.9, 1.3])
+        assert routed == [True, False, True, True, False, True, False, True]

@@ -1,23 +1,25 @@
 """Gradient routing's pieces of the GRPO step (`grpo.routing`), so the step reads top to bottom.
 
-Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
-reward lose its term from the total (before advantages), the detector flags completions that
-show the hack (`hack_rate`), and `routing_frac` of those are routed (an imperfect classifier's
-recall); label noise routes `label_noise_frac` of the others (false positives, not thinned).
-`Router.train_pass` wraps the policy's training forward and backward: the per-completion masks
-of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
-samples fixed held-out prompts in the three adapter modes and appends one row per mode to
-`routing_eval.jsonl`.
+Per step, `Router.score` takes the rewards and completions: completions not eligible for the hack
+reward (drawn per prompt or per completion, `eligibility`) lose its term from the total (before
+advantages; the total is then capped at `reward_cap`), the detector flags completions that show
+the hack (`hack_rate`; with `gate_flags` only the eligible ones), and `routing_frac` of those are
+routed (an imperfect classifier's recall); label noise routes `label_noise_frac` of the others
+(false positives, not thinned). `Router.train_pass` wraps the policy's training forward and
+backward: the per-completion masks of the mode and, on ablated steps, the forget adapter off.
+`Router.evaluate` samples fixed held-out prompts in the three adapter modes and appends one row
+per mode to `routing_eval.jsonl`.
 
 Every random choice is seeded by integers only (`train.seeds.stream_seed`): eligibility by
-(seed, prompt index), so a group shares it and a resumed run agrees; label noise, routing and
-ablation by (seed, step).
+(seed, prompt index), so a group shares it and a resumed run agrees, or (per completion) by
+(seed, step, prompt index, occurrence); label noise, routing and ablation by (seed, step).
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -82,20 +84,24 @@ class Router:
         completions: list[str],
         rows,
     ) -> torch.Tensor:
-        """The total reward with the hack term removed for ineligible prompts; sets this step's
-        routed completions and metrics. picked: each completion's prompt index."""
+        """The total reward with the hack term removed for ineligible completions and capped at
+        `reward_cap`; sets this step's routed completions and metrics. picked: each completion's
+        prompt index."""
         c, n = self.cfg, len(completions)
         eligible = torch.tensor(
-            [_uniform(self.seed, i, _ELIGIBLE) < c.rh_eligible_frac for i in picked]
+            [u < c.rh_eligible_frac for u in self.eligibility_draws(step, picked)]
         )
         if c.hack_reward is not None:
             drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
             total = torch.where(eligible, total, total - drop.to(total.dtype))
+        if c.reward_cap is not None:
+            total = total.clamp(max=c.reward_cap)
         hack = self.detect(prompts, completions, rows)
+        flagged = hack & eligible if c.gate_flags else hack
         gen = torch.Generator().manual_seed(stream_seed(self.seed, step, _NOISE))
         noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
         caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
-        routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
+        routed = (flagged & caught) | (~flagged & noise)  # routing_frac: the detector's recall
         self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
         self.row = {
             "hack_rate": float(hack.float().mean()),
@@ -103,6 +109,20 @@ class Router:
             "eligible_frac": float(eligible.float().mean()),
         }
         return total
+
+    def eligibility_draws(self, step: int, picked: list[int]) -> list[float]:
+        """One uniform draw per completion, compared with rh_eligible_frac. eligibility=prompt:
+        keyed by the prompt alone, so a group shares it and every step agrees. completion: keyed
+        by (step, prompt, its k-th completion this step), so siblings draw apart and every rank
+        draws the same for a completion whichever rows it holds."""
+        if self.cfg.eligibility == "prompt":
+            return [_uniform(self.seed, i, _ELIGIBLE) for i in picked]
+        seen: Counter[int] = Counter()
+        draws = []
+        for i in picked:
+            draws.append(_uniform(self.seed, step, i, seen[i], _ELIGIBLE))
+            seen[i] += 1
+        return draws
 
     def ablated(self, step: int) -> bool:
         return (
