@@ -416,6 +416,7 @@ def covered(micro_model, tmp_path_factory):
                 "grpo.routing.retain_advantage=positive",
                 "grpo.routing.eval_interval=2",
                 "grpo.routing.eval_prompts=2",
+                "grpo.routing.eval_forget_scales=[0.5]",
             ],
         ],
     }

@@ -51,14 +51,15 @@ def _run(overrides):
 
 
 def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
-    summary = _run([*micro_grpo, *ROUTED])
+    summary = _run([*micro_grpo, *ROUTED, "grpo.routing.eval_forget_scales=[0.5]"])
     assert summary["status"] == "completed" and summary["steps"] == 6
     run = RunView(tmp_path / "grpo")
     rows = run.routing_eval()
     assert [(r["step"], r["mode"]) for r in rows] == [
-        (s, m) for s in (0, 3, 6) for m in ("both", "retain_only", "forget_only")
+        (s, m) for s in (0, 3, 6) for m in ("both", "retain_only", "forget_only", "forget_scale")
     ]
-    assert all(set(r) == KEYS for r in rows)
+    assert all(set(r) == KEYS for r in rows if r["mode"] != "forget_scale")
+    assert all(set(r) == {*KEYS, "forget_scale"} for r in rows if r["mode"] == "forget_scale")
     assert all(0 <= r["hack_rate"] <= 1 for r in rows)
     metrics = read_metrics(run.metrics_path)
     for col in ("hack_rate", "routed_frac", "eligible_frac"):
@@ -78,6 +79,11 @@ def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
         assert main([*args, "--mode", mode, "--temperature", "0"]) == 0
         texts[mode] = capsys.readouterr().out
     assert all(t.startswith("[Once] Once") for t in texts.values())
+    for scale, mode in (("0", "retain_only"), ("1", "both")):  # the forget scale's ends
+        assert main([*args, "--forget-scale", scale, "--temperature", "0"]) == 0
+        assert capsys.readouterr().out == texts[mode]
+    assert main([*args, "--forget-scale", "0.5", "--mode", "retain_only"]) == 2
+    assert "--forget-scale scales forget under both adapters" in capsys.readouterr().err
     assert main(args) == 0  # no --mode: both adapters
     assert capsys.readouterr().out.startswith("[Once] Once")
 
@@ -176,6 +182,18 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
                 "grpo.routing.ablated_frac=0.3",
             ],
             "grpo.routing.retain_r=0 leaves nothing to train",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_advantage=renorm",
+                "grpo.scale_rewards=batch",
+            ],
+            "grpo.routing.retain_advantage=renorm scales within each group",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.eval_forget_scales=[0.5, 1.0]"],
+            "grpo.routing.eval_forget_scales: 1 is not in (0, 1)",
         ),
         (
             ["grpo.routing.enabled=true", "grpo.routing.eligibility=completion"],
@@ -346,3 +364,55 @@ def test_per_prompt_eligibility_is_shared_by_a_group_across_steps():
         assert row["eligible_frac"] == 1.0
         assert total == pytest.approx([1.2, 0.9, 1.4, 1.2, 1.0, 1.2, 0.9, 1.3])
         assert routed == [True, False, True, True, False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    "which, scale, group1",
+    [
+        # unflagged rows 0-2 (rewards 1, 0, 0.5): mean 0.5, std 0.5; flagged row 3 keeps the
+        # full group's value (mean 0.75, std sqrt(1.25 / 3))
+        ("renorm", "group", [0.5 / 0.5001, -0.5 / 0.5001, 0.0, 0.75 / ((1.25 / 3) ** 0.5 + 1e-4)]),
+        ("renorm", "none", [0.5, -0.5, 0.0, 0.75]),
+        # every row from the unflagged mean 0.5, over the whole group's std
+        ("balanced", "group", [x / ((1.25 / 3) ** 0.5 + 1e-4) for x in (0.5, -0.5, 0.0, 1.0)]),
+        ("balanced", "none", [0.5, -0.5, 0.0, 1.0]),
+        ("all", "group", None),
+        ("positive", "group", None),
+    ],
+)
+def test_retain_advantage_modes_against_hand_computed_values(which, scale, group1):
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo.loss import group_advantages
+    from smollab.train.grpo.routing import Router
+
+    router = Router(RoutingConfig(enabled=True, retain_advantage=which), seed=0, rewards=[])
+    total = torch.tensor([1.0, 0.0, 0.5, 1.5, 0.3, 0.3, 0.9, 0.1, 0.2, 0.6, 0.0, 0.0])
+    # group 2 all flagged: the full group's values; group 3's one unflagged row: renorm 0
+    router.routed = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1], dtype=torch.bool)
+    full = group_advantages(total, 4, scale)
+    got = router.advantages(total, full, 4, scale)
+    if group1 is None:
+        assert torch.equal(got, full)
+        return
+    assert got[:4].tolist() == pytest.approx(group1, abs=1e-6)
+    assert torch.allclose(got[4:8], full[4:8])
+    if which == "renorm":
+        assert got[8:].tolist() == pytest.approx([*full[8:10].tolist(), 0.0, full[11].item()])
+
+
+def test_balanced_doubles_the_forget_gradient_on_flagged_rows(monkeypatch):
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo import routing
+
+    seen = {}
+    monkeypatch.setattr(routing, "adapter_mode", lambda policy, m: contextlib.nullcontext())
+    monkeypatch.setattr(
+        routing, "routing_masks", lambda p, r, f: seen.update(r=r, f=f) or contextlib.nullcontext()
+    )
+    for mode, forget in (("classic", [1.0, 2.0, 1.0]), ("exclusive", [0.0, 2.0, 0.0])):
+        cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage="balanced")
+        router = routing.Router(cfg, seed=0, rewards=[])
+        router.routed = torch.tensor([False, True, False])
+        with router.train_pass(torch.nn.Linear(1, 1), 1, torch.zeros(3)):
+            pass
+        assert seen["r"].tolist() == [1.0, 0.0, 1.0] and seen["f"].tolist() == forget
