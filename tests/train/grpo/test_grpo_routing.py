@@ -416,3 +416,29 @@ def test_balanced_doubles_the_forget_gradient_on_flagged_rows(monkeypatch):
         with router.train_pass(torch.nn.Linear(1, 1), 1, torch.zeros(3)):
             pass
         assert seen["r"].tolist() == [1.0, 0.0, 1.0] and seen["f"].tolist() == forget
+
+
+@pytest.mark.parametrize("recipe", ["routing-small-rl", "routing-small-rl-baseline"])
+def test_the_small_rl_recipes_run_scaled_down(micro_grpo, tmp_path, recipe):
+    """Each key the recipes set is honoured together: per-completion eligibility, gated flags,
+    the capped total, the per-sentence token reward, the repetition penalty, the linear decay to
+    0 and the forget-scale evaluation."""
+    from smollab.config.recipes import resolve_recipe
+
+    small = [
+        "grpo.routing.retain_r=2",
+        "grpo.routing.forget_r=2",
+        "grpo.routing.eval_interval=3",
+        "grpo.routing.eval_prompts=2",
+        "train.max_steps=3",
+    ]
+    summary = train(load_config("grpo", resolve_recipe(recipe, "grpo"), [*micro_grpo, *small]))
+    assert summary["status"] == "completed"
+    run = RunView(tmp_path / "grpo")
+    rows = run.routing_eval()
+    scales = [r["forget_scale"] for r in rows if r["mode"] == "forget_scale"]
+    assert scales == [0.25, 0.5, 0.75] * 2  # steps 0 and 3
+    log = run.log_path.read_text()
+    assert "policy forward computed (grpo.repetition_penalty=1.1 (penalized draws))" in log
+    metrics = read_metrics(run.metrics_path)
+    assert all(m["reward_mean"] <= 1.0 for m in metrics)  # reward_cap
