@@ -188,10 +188,12 @@ def sample(
     seed: int = 0,
     device: str = "auto",
     mode: str | None = None,
+    forget_scale: float | None = None,
 ) -> list[dict[str, str]]:
     """Generate from a run or checkpoint directory: `n` samples per prompt, each
     {"prompt", "text"} (the text starts with its prompt). `mode` (both, retain_only,
-    forget_only) picks a gradient-routing run's adapters."""
+    forget_only) picks a gradient-routing run's adapters; `forget_scale` in [0, 1] samples
+    both with the forget adapter scaled (0: retain_only, 1: both)."""
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     if not prompts:
         raise UserError("sample: give at least one prompt")
@@ -215,6 +217,7 @@ def sample(
         seed=seed,
         device=device,
         mode=mode,
+        forget_scale=forget_scale,
     )
     return [{"prompt": p, "text": t} for p, t in pairs]
 

@@ -210,6 +210,13 @@ def _sample(p: argparse.ArgumentParser) -> None:
         help="a gradient-routing run: the adapters to sample with (default both)",
     )
     p.add_argument(
+        "--forget-scale",
+        type=float,
+        metavar="S",
+        help="a gradient-routing run: both adapters, the forget one times S in [0, 1] "
+        "(0: retain_only, 1: both)",
+    )
+    p.add_argument(
         "--wordle-games",
         type=int,
         metavar="N",
@@ -227,6 +234,10 @@ def _sample(p: argparse.ArgumentParser) -> None:
             raise UserError("sample: give --prompt (or --wordle-games N)")
         if a.wordle_out is not None or a.max_turns != 6:
             raise UserError("--wordle-out and --max-turns are read only with --wordle-games")
+        if a.forget_scale is not None and a.mode not in (None, "both"):
+            raise UserError(
+                f"--forget-scale scales forget under both adapters, not --mode {a.mode}"
+            )
         temperature = 1.0 if a.temperature is None else a.temperature
         for s in api.sample(
             a.path,
@@ -239,6 +250,7 @@ def _sample(p: argparse.ArgumentParser) -> None:
             seed=a.seed,
             device=a.device,
             mode=a.mode,
+            forget_scale=a.forget_scale,
         ):
             print(f"[{s['prompt']}] {s['text']}\n")
         return 0
@@ -249,6 +261,8 @@ def _sample(p: argparse.ArgumentParser) -> None:
 def _play_wordle(a: argparse.Namespace) -> int:
     if a.prompt or a.n != 1:
         raise UserError("--wordle-games plays games from its own prompts: drop --prompt and --n")
+    if a.forget_scale is not None:
+        raise UserError("--forget-scale is read with --prompt only, not --wordle-games")
     r = api.wordle_games(
         a.path,
         a.wordle_games,

@@ -53,7 +53,7 @@ def micro_gpt2():
     return transformers.GPT2LMHeadModel(cfg).eval()
 
 
-def hf_greedy(model, prompts, n, eos):
+def hf_greedy(model, prompts, n, eos, repetition_penalty=1.0):
     ids, mask = left_pad(prompts, 0)
     with torch.inference_mode():
         out = model.generate(
@@ -63,6 +63,7 @@ def hf_greedy(model, prompts, n, eos):
             max_new_tokens=n,
             pad_token_id=0,
             eos_token_id=eos,
+            repetition_penalty=repetition_penalty,
         )
     return out[:, ids.shape[1] :]
 
@@ -128,6 +129,26 @@ def test_seeds_reproduce_and_logprobs_match_at_temperature():
     assert torch.equal(a.logprobs, b.logprobs)
     assert not torch.equal(a.completion_ids, c.completion_ids)
     check_logprobs(model, a, 0.7)
+
+
+@pytest.mark.parametrize("make", [micro_llama, micro_gpt2])  # lean and HF backends
+def test_repetition_penalty_is_hfs_and_the_logprobs_stay_the_policys(make):
+    """Greedy with the penalty decodes what HF's generate decodes with it (HF's definition: a
+    seen token's logit divided by p where positive, multiplied where negative); the returned
+    log-probs are a plain forward's of the unpenalized policy, at any temperature, and a
+    penalized decode keeps no record for the replay."""
+    model = make()
+    s = Sampler(model)
+    plain = s.generate(PROMPTS, 12, temperature=0, stop_at_eos=False)
+    r = s.generate(PROMPTS, 12, temperature=0, stop_at_eos=False, repetition_penalty=3.0)
+    assert not torch.equal(r.completion_ids, plain.completion_ids)  # the penalty acts here
+    assert torch.equal(r.completion_ids, hf_greedy(model, PROMPTS, 12, None, 3.0))
+    check_logprobs(model, r, 1.0)
+    a = s.generate(PROMPTS, 10, temperature=0.7, seed=3, repetition_penalty=1.1, record=True)
+    assert a.record is None
+    check_logprobs(model, a, 0.7)
+    with pytest.raises(ValueError, match="repetition_penalty must be > 0"):
+        s.generate(PROMPTS, 2, repetition_penalty=0.0)
 
 
 def test_top_k_one_and_tiny_top_p_are_greedy():

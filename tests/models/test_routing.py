@@ -15,6 +15,7 @@ pytest.importorskip("peft")
 from smollab.config import ModelConfig, RoutingConfig  # noqa: E402
 from smollab.engine.lean_llama import LeanLlama  # noqa: E402
 from smollab.engine.token_logprobs import logprobs  # noqa: E402
+from smollab.errors import UserError  # noqa: E402
 from smollab.models.loading import build_model  # noqa: E402
 from smollab.models.routing import (  # noqa: E402
     adapter_mode,
@@ -122,6 +123,36 @@ def test_adapter_modes_leave_training_state_as_it_was(micro_model):
         torch.testing.assert_close(logprobs(model, ids, mask, P), out["both"])
 
 
+def test_forget_scale_runs_from_retain_only_to_both(micro_model):
+    """The forget adapter times s: at 0 the log-probs are retain_only's, at 1 both's (forward and
+    the lean sampler's copy), in between neither; the scaling comes back on exit."""
+    from smollab.models.routing import forget_scale
+
+    model = _routed(micro_model)
+    ids, mask = _batch()
+    with torch.no_grad():
+        want = {}
+        for mode in ("both", "retain_only"):
+            with adapter_mode(model, mode):
+                want[mode] = logprobs(model, ids, mask, P)
+        for s, mode in ((0.0, "retain_only"), (1.0, "both")):
+            with forget_scale(model, s):
+                torch.testing.assert_close(logprobs(model, ids, mask, P), want[mode])
+                lean = LeanLlama.from_hf(model)
+                torch.testing.assert_close(logprobs(lean, ids, mask, P), want[mode])
+        with forget_scale(model, 0.5):
+            half = logprobs(model, ids, mask, P)
+        assert not torch.allclose(half, want["both"]) and not torch.allclose(
+            half, want["retain_only"]
+        )
+        torch.testing.assert_close(logprobs(model, ids, mask, P), want["both"])
+    with (
+        pytest.raises(UserError, match=r"forget scale must be in \[0, 1\]"),
+        forget_scale(model, 1.5),
+    ):
+        pass
+
+
 @pytest.fixture(scope="module")
 def routed_run(micro_model, micro_data, tmp_path_factory) -> Path:
     """A micro routed GRPO run whose model.path is relative (`run`, from micro_model's parent),
@@ -179,6 +210,9 @@ def test_saved_adapters_load_into_peft_and_reproduce_each_mode(routed_run, tmp_p
             merged = load_routed_dir(final, mode)
             torch.testing.assert_close(logprobs(merged, ids, mask, P), want, rtol=1e-5, atol=1e-5)
         assert not torch.allclose(out["retain_only"], out["forget_only"])  # trained apart
+        zero = load_routed_dir(final, scale=0.0)  # smollab sample --forget-scale 0
+        got = logprobs(zero, ids, mask, P)
+        torch.testing.assert_close(got, out["retain_only"], rtol=1e-5, atol=1e-5)
         whole = build_model(ModelConfig(preset=None, path=str(routed_run)))  # both merged
         torch.testing.assert_close(
             logprobs(whole, ids, mask, P), logprobs(both, ids, mask, P), rtol=1e-5, atol=1e-5

@@ -120,3 +120,20 @@ def test_training_hack_metrics_get_a_panel(tmp_path):
     )
     names = [p.name for p in plot_run(d)]
     assert names == ["reward.png", "hack.png"]  # no routing_eval.jsonl: no routing.png
+
+
+def test_the_forget_scale_curve_runs_from_retain_only_to_both(tmp_path):
+    d = routed_run(tmp_path / "run")
+    scaled = [(0.25, 0.4, 0.1), (0.5, 0.3, 0.5)]  # (scale, sentence_length, hack_rate)
+    with open(d / "routing_eval.jsonl", "a") as f:
+        for scale, task, rate in reversed(scaled):  # read back in scale order
+            row = {"step": 20, "mode": "forget_scale", "forget_scale": scale, "reward_mean": 0.0}
+            row.update({"reward/sentence_length": task, "reward/happy_binary": rate})
+            f.write(json.dumps({**row, "hack_rate": rate}) + "\n")
+    rows = read_routing_eval(d)
+    assert [r.get("forget_scale") for r in rows if r["step"] == 20] == [None, None, None, 0.25, 0.5]
+    assert set(final_by_mode(rows)) == {"both", "retain_only", "forget_only"}
+    text = write_run_report(d).read_text()
+    assert "Forget-scale curve at step 20" in text
+    table = "| 0 | 0.45 | 0 |\n| 0.25 | 0.4 | 0.1 |\n| 0.5 | 0.3 | 0.5 |\n| 1 | 0.5 | 0.9 |"
+    assert table in text

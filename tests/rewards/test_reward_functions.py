@@ -49,6 +49,25 @@ def test_sentence_length_words_mean_of_complete_sentences():
     assert sentence_length([""], target=1, mode="smooth") == pytest.approx([0.8])  # n = 0
 
 
+def test_sentence_length_per_sentence_averages_the_scores():
+    # 9 and 11 words: each 1 away, 0.8 each (the mean length would score 1.0)
+    nine, eleven = " ".join(["a"] * 9) + ".", " ".join(["b"] * 11) + "!"
+    got = sentence_length([f"{nine} {eleven} tail"], target=10, per_sentence=True)
+    assert got == pytest.approx([0.8])
+    # 10 and 16 words: 1.0 and 0.0; no complete sentence: 0.0 (not the whole text's length)
+    ten, sixteen = " ".join(["a"] * 10) + ".", " ".join(["b"] * 16) + "."
+    assert sentence_length([f"{ten} {sixteen}"], per_sentence=True) == pytest.approx([0.5])
+    assert sentence_length([" ".join(["a"] * 10)], per_sentence=True) == [0.0]
+    # tokens: 12 over "Tom ran." (7 non-space chars), "Sue sat down." (11) and "Go" (2): 4.2
+    # and 6.6 tokens, scored 0.96 and 0.48
+    ids = [[0] * 12]
+    text = "Tom ran. Sue sat down. Go"
+    got = sentence_length([text], target=4, unit="tokens", per_sentence=True, completion_ids=ids)
+    assert got == pytest.approx([0.72])
+    with pytest.raises(UserError, match="per_sentence must be true or false"):
+        sentence_length(["a."], per_sentence="yes")
+
+
 def test_sentence_length_tokens():
     # ends at a sentence end: 8 tokens over 2 sentences, n = 4
     ids8 = [[0] * 8]

@@ -124,6 +124,19 @@ class RoutingConfig(Section):
     rh_eligible_frac: float = Field(
         1.0, ge=0, le=1, description="fraction of prompts eligible for hack_reward"
     )
+    eligibility: Literal["prompt", "completion"] = Field(
+        "prompt",
+        description="who draws hack_reward's eligibility: each prompt (its group shares it) or "
+        "each completion (small-rl's runs)",
+    )
+    gate_flags: bool = Field(
+        False,
+        description="flag only eligible completions (small-rl): an ineligible one that hacks "
+        "is unpaid and trains both adapters",
+    )
+    reward_cap: float | None = Field(
+        None, description="the total reward, after eligibility, is at most this (small-rl: 1.0)"
+    )
     routing_frac: float = Field(
         1.0,
         ge=0,
@@ -134,16 +147,23 @@ class RoutingConfig(Section):
     label_noise_frac: float = Field(
         0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
     )
-    retain_advantage: Literal["all", "positive"] = Field(
+    retain_advantage: Literal["all", "positive", "renorm", "balanced"] = Field(
         "all",
-        description="unflagged completions that update retain: all (the classic "
-        "definition) or positive (advantage > 0 only; see docs/architecture.md, gradient routing)",
+        description="what retain learns from unflagged completions: all (the classic "
+        "definition), positive (advantage > 0 only), renorm (advantages within the group's "
+        "unflagged rows), balanced (baseline: the unflagged rows' mean; forget's gradient "
+        "doubled on flagged rows); see docs/architecture.md, gradient routing",
     )
     ablated_frac: float = Field(
         0.0, ge=0, le=1, description="fraction of steps trained with the forget adapter off"
     )
     eval_interval: int = Field(10, ge=0, description="steps between 3-mode evaluations; 0: none")
     eval_prompts: int = Field(32, ge=1, description="held-out prompts per routing evaluation")
+    eval_forget_scales: list[float] = Field(
+        default_factory=list,
+        description="forget scales in (0, 1) each routing evaluation also samples (both "
+        "adapters, forget's times s; 0 is retain_only, 1 both): the forget-scale curve",
+    )
 
 
 class GRPOSection(Section):
@@ -175,6 +195,13 @@ class GRPOSection(Section):
         1.0, gt=0, le=1, description="nucleus sampling: the likeliest tokens up to this mass"
     )
     top_k: int = Field(0, ge=0, description="sample among the k likeliest tokens; 0 disables")
+    repetition_penalty: float = Field(
+        1.0,
+        gt=0,
+        description="HF's, on the rollouts: logits of tokens already in the prompt or "
+        "completion divided by it (multiplied where negative); the loss keeps the unpenalized "
+        "policy's log-probs, so the policy forward is computed, not replayed",
+    )
     beta: float = Field(
         0.02, ge=0, description="KL penalty weight (k3 estimator); 0: no reference model"
     )
@@ -591,6 +618,18 @@ def routing_rules(c: GRPOConfig) -> None:
             "grpo.routing.retain_advantage picks what updates the retain adapter, "
             "and grpo.routing.retain_r=0 has none"
         )
+    if rt.retain_advantage in ("renorm", "balanced") and c.grpo.scale_rewards == "batch":
+        raise ValueError(
+            f"grpo.routing.retain_advantage={rt.retain_advantage} scales within each group "
+            "(grpo.scale_rewards group) or not at all (none), not by the batch's std"
+        )
+    if rt.retain_advantage in ("renorm", "balanced") and (
+        c.grpo.multi_objective_aggregation == "normalize_then_sum"
+    ):
+        raise ValueError(
+            f"grpo.routing.retain_advantage={rt.retain_advantage} re-centres the total "
+            "reward, and grpo.multi_objective_aggregation=normalize_then_sum reads each reward"
+        )
     if rt.ablated_frac > 0 and rt.forget_r == 0:
         raise ValueError(
             "grpo.routing.ablated_frac trains steps with the forget adapter off, "
@@ -613,12 +652,31 @@ def routing_rules(c: GRPOConfig) -> None:
             f"grpo.routing.hack_reward={rt.hack_reward} names no reward entry (the "
             f"keys: {', '.join(keys)})"
         )
-    if rt.hack_reward is None and rt.changed("rh_eligible_frac"):
+    for key in ("rh_eligible_frac", "eligibility", "gate_flags"):
+        if rt.hack_reward is None and rt.changed(key):
+            raise ValueError(
+                f"grpo.routing.{key} shapes grpo.routing.hack_reward's eligibility, and "
+                "grpo.routing.hack_reward is not set"
+            )
+    if rt.mode == "none" and rt.changed("gate_flags"):
         raise ValueError(
-            "grpo.routing.rh_eligible_frac limits grpo.routing.hack_reward, which is not set"
+            "grpo.routing.gate_flags limits the routed flags to eligible completions, and "
+            "grpo.routing.mode=none routes nothing"
         )
-    if not rt.eval_interval and rt.changed("eval_prompts"):
+    for scale in rt.eval_forget_scales:
+        if not 0 < scale < 1:
+            raise ValueError(
+                f"grpo.routing.eval_forget_scales: {scale:g} is not in (0, 1) (0 and 1 are "
+                "retain_only and both, evaluated anyway)"
+            )
+    if rt.eval_forget_scales and rt.forget_r == 0:
         raise ValueError(
-            "grpo.routing.eval_prompts sizes each routing evaluation, and "
-            "grpo.routing.eval_interval=0 turns it off"
+            "grpo.routing.eval_forget_scales scales the forget adapter, and "
+            "grpo.routing.forget_r=0 has none"
         )
+    for key in ("eval_prompts", "eval_forget_scales"):
+        if not rt.eval_interval and rt.changed(key):
+            raise ValueError(
+                f"grpo.routing.{key} shapes each routing evaluation, and "
+                "grpo.routing.eval_interval=0 turns it off"
+            )

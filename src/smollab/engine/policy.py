@@ -27,15 +27,19 @@ def replay_blocker(
     batch_size: int,
     max_new_tokens: int,
     layer_copies: int = 1,
+    repetition_penalty: float = 1.0,
 ) -> str | None:
     """Why each batch's first policy forward must be computed rather than replayed (None: replay).
-    layer_copies: see `DecodeRecord.elements`."""
+    layer_copies: see `DecodeRecord.elements`. A repetition penalty draws from logits that are
+    not the policy's, so the sampler keeps no record (`Sampler.generate`)."""
     if sampler.lean is None:  # first, so the run log says why the lean engine is not used
         return f"HF sampler: {sampler.hf_reason}"
     if not enabled:
         return "grpo.replay=false"
     if autocast:
         return "autocast"
+    if repetition_penalty != 1:
+        return f"grpo.repetition_penalty={repetition_penalty:g} (penalized draws)"
     n = DecodeRecord.elements(sampler.lean, batch_size, max_new_tokens, layer_copies)
     budget = max(RECORD_BUDGET_ELEMS, sum(p.numel() for p in policy.parameters()))
     if n > budget:

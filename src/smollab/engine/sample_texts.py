@@ -14,19 +14,23 @@ from smollab.models.loading import build_model, load_tokenizer_near, resolve_mod
 from smollab.models.routing import load_routed_dir, saved_adapters
 
 
-def load_sampler(path: str, device: str, mode: str | None = None):
+def load_sampler(
+    path: str, device: str, mode: str | None = None, forget_scale: float | None = None
+):
     """(sampler, tokenizer, where) for the model `path` names: a run directory (its final, else
     latest checkpoint), a checkpoint or HF directory, or a hub id; `where` is what was loaded.
-    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
+    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only);
+    forget_scale: both, the forget adapter times it."""
     where = resolve_model_dir(path)
     tokenizer = load_tokenizer_near(where)
-    if mode is not None:
+    if mode is not None or forget_scale is not None:
         if not (isinstance(where, Path) and saved_adapters(where)):
+            flag = "--mode" if forget_scale is None else "--forget-scale"
             raise UserError(
-                f"--mode picks gradient routing's adapters, and {path} holds no "
+                f"{flag} picks gradient routing's adapters, and {path} holds no "
                 "routed checkpoint (retain/, forget/)"
             )
-        model = load_routed_dir(where, mode)
+        model = load_routed_dir(where, mode or "both", scale=forget_scale)
     else:
         model = build_model(ModelConfig(preset=None, path=str(where)))
     model = model.to(pick_device(device)).eval()
@@ -46,10 +50,12 @@ def sample_texts(
     seed: int,
     device: str,
     mode: str | None = None,
+    forget_scale: float | None = None,
 ) -> Iterator[tuple[str, str]]:
     """(prompt, prompt + completion) pairs, `n` per prompt; prompts start after a document break.
-    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only)."""
-    sampler, tokenizer, _ = load_sampler(path, device, mode)
+    mode: a gradient-routing checkpoint's adapters (both, retain_only, forget_only);
+    forget_scale: both, the forget adapter times it (in [0, 1])."""
+    sampler, tokenizer, _ = load_sampler(path, device, mode, forget_scale)
     batch = [x for x in text_ids(tokenizer, prompts) for _ in range(n)]
     r = sampler.generate(
         batch, max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed

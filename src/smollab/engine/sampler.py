@@ -154,6 +154,7 @@ class Sampler:
         seed: int | Sequence[int] | None = None,
         stop_at_eos: bool = True,
         record: bool = False,
+        repetition_penalty: float = 1.0,
     ) -> Rollout:
         """Sample up to `max_new_tokens` per prompt.
 
@@ -165,8 +166,16 @@ class Sampler:
         Runs under `torch.inference_mode()`; the returned tensors are ordinary tensors, usable
         in autograd computations (losses) afterwards.
         record: keep the decode's matmul outputs and draw probabilities in `Rollout.record`, for
-        `engine.replay` (lean backend, temperature > 0, no autocast; otherwise the record is None).
+        `engine.replay` (lean backend, temperature > 0, no autocast, no repetition penalty;
+        otherwise the record is None).
+        repetition_penalty: HF's: before the draw, the logits of tokens already in the prompt or
+        the completion are divided by it where positive, multiplied where negative. The
+        returned log-probs stay the unpenalized policy's (what the loss trains, as small-rl's
+        runs did), so a penalized decode keeps no record: its draw probabilities are not the
+        policy's.
         """
+        if not repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {repetition_penalty}")
         threads = torch.get_num_threads()
         if self.num_threads and self.num_threads != threads:
             torch.set_num_threads(self.num_threads)
@@ -183,6 +192,7 @@ class Sampler:
                     seed,
                     stop_at_eos,
                     record,
+                    repetition_penalty,
                 )
         finally:
             if torch.get_num_threads() != threads:
@@ -202,6 +212,7 @@ class Sampler:
         seed,
         stop_at_eos,
         record,
+        penalty,
     ) -> Rollout:
         device = self.device
         if isinstance(prompts, torch.Tensor):
@@ -216,14 +227,19 @@ class Sampler:
         gen = self._generator(generator, seed)
         if self.lean is None:
             return self._hf_generate(
-                ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos
+                ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos, penalty
             )
         rec = None
-        if record and temperature > 0 and not torch.is_autocast_enabled(device.type):
+        if (
+            record
+            and temperature > 0
+            and penalty == 1
+            and not torch.is_autocast_enabled(device.type)
+        ):
             with torch.inference_mode(False):  # ordinary tensors: autograd may use them later
                 rec = DecodeRecord.empty(self.lean, ids.shape[0], max_new_tokens - 1)
         return self._lean_generate(
-            ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos, rec
+            ids, mask, max_new_tokens, temperature, top_p, top_k, gen, stop_at_eos, rec, penalty
         )
 
     def _get_cache(self, B: int, max_len: int):
@@ -237,7 +253,9 @@ class Sampler:
             c = self._cache = lean.new_cache(B, max_len, dtype=dtype)
         return c
 
-    def _lean_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos, rec):
+    def _lean_generate(
+        self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos, rec, penalty
+    ):
         lean = self.lean
         B, P = ids.shape
         dev = ids.device
@@ -258,9 +276,17 @@ class Sampler:
         check_every = 1 if dev.type == "cpu" else 8  # .all() syncs an accelerator
 
         logits = lean.prefill_logits(ids, mask, cache)
+        seen = None
+        if penalty != 1:  # the prompt's tokens (pads left out), then each drawn one
+            seen = torch.zeros(B, logits.shape[-1], device=dev)
+            seen = seen.scatter_add_(1, ids, mask.to(seen.dtype)) > 0
         steps = T
         for t in range(T):
-            tok, lp = draw(logits, None if rec is None else rec.probs[t])
+            if seen is None:
+                tok, lp = draw(logits, None if rec is None else rec.probs[t])
+            else:
+                tok, lp = penalized_draw(draw, logits, seen, penalty, temperature)
+                seen.scatter_(1, tok, True)
             out_ids[:, t : t + 1] = tok
             out_lp[:, t : t + 1] = lp
             if stop:
@@ -278,7 +304,7 @@ class Sampler:
             r.record = rec
         return r
 
-    def _hf_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos):
+    def _hf_generate(self, ids, mask, T, temperature, top_p, top_k, gen, stop_at_eos, penalty):
         model = self.hf_model
         stop = stop_at_eos and bool(self.eos_ids)
         # Every knob explicit: in transformers 5 an unset (None) field falls back to the model's
@@ -288,7 +314,7 @@ class Sampler:
             min_new_tokens=0,
             num_beams=1,
             num_return_sequences=1,
-            repetition_penalty=1.0,
+            repetition_penalty=penalty,
             no_repeat_ngram_size=0,
             pad_token_id=self.pad_token_id,
             eos_token_id=self.eos_ids if stop else None,
@@ -312,8 +338,23 @@ class Sampler:
                 torch.manual_seed(seed)
             out = model.generate(input_ids=ids, attention_mask=mask, **kw)
         comp = out.sequences[:, ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=1).float()  # [B, T, V] raw (before warpers)
+        # [B, T, V] raw (before the repetition penalty and the warpers): the policy's log-probs
+        logits = torch.stack(out.logits, dim=1).float()
         if temperature > 0 and temperature != 1:
             logits = logits / temperature
         lps = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
         return finish_at_eos(ids, mask, comp, lps, self.eos_ids, self.pad_token_id, stop)
+
+
+def penalized_draw(
+    draw: TokenDraw, logits: torch.Tensor, seen: torch.Tensor, penalty: float, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A token drawn from the logits with HF's repetition penalty on the `seen` tokens [B, V],
+    and its log-prob under the unpenalized policy (at the temperature; greedy: T = 1)."""
+    logits = logits.float()
+    penalized = torch.where(
+        seen, torch.where(logits > 0, logits / penalty, logits * penalty), logits
+    )
+    tok, _ = draw(penalized)
+    scaled = logits if temperature in (0, 1) else logits / temperature
+    return tok, scaled.log_softmax(-1).gather(1, tok)

@@ -33,6 +33,7 @@ __all__ = [
     "MODES",
     "adapter_mode",
     "apply_routing",
+    "forget_scale",
     "load_routed",
     "load_routed_dir",
     "masks_for",
@@ -77,6 +78,29 @@ def apply_routing(model: nn.Module, cfg: RoutingConfig):
             peft.add_adapter(name, pc)
     peft.base_model.set_adapter(routed_adapters(peft))  # both active, both trainable
     return peft
+
+
+@contextlib.contextmanager
+def forget_scale(model: nn.Module, scale: float) -> Iterator[nn.Module]:
+    """The forget adapter's contribution times `scale` in [0, 1] inside (0: retain_only's
+    weights, 1: both's), for evaluating how much of the hack each fraction of forget carries.
+    It scales PEFT's per-adapter `scaling`, which the forward, `merge_and_unload` and
+    `effective_weight` (the lean sampler's copy) all read."""
+    if isinstance(scale, bool) or not 0.0 <= float(scale) <= 1.0:
+        raise UserError(f"the forget scale must be in [0, 1], got {scale!r}")
+    layers = [  # PEFT's LoRA layers (attention modules have a float `scaling` of their own)
+        m
+        for m in model.modules()
+        if isinstance(getattr(m, "scaling", None), dict) and "forget" in m.scaling
+    ]
+    before = [m.scaling["forget"] for m in layers]
+    try:
+        for m, value in zip(layers, before, strict=True):
+            m.scaling["forget"] = value * float(scale)
+        yield model
+    finally:
+        for m, value in zip(layers, before, strict=True):
+            m.scaling["forget"] = value
 
 
 def routed_adapters(model: nn.Module) -> list[str]:
@@ -188,9 +212,15 @@ def load_routed(base_model: nn.Module, directory: str | Path, trainable: bool = 
     return model
 
 
-def load_routed_dir(directory: Path, mode: str = "both", attn_implementation: str = "sdpa"):
+def load_routed_dir(
+    directory: Path,
+    mode: str = "both",
+    attn_implementation: str = "sdpa",
+    scale: float | None = None,
+):
     """A plain HF model of a routed checkpoint in `mode`: the base its adapters name, the mode's
-    adapters merged in (what `build_model` and `smollab sample --mode` use)."""
+    adapters merged in (what `build_model` and `smollab sample --mode` use); scale: mode both
+    with the forget adapter times it (`forget_scale`; `smollab sample --forget-scale`)."""
     from transformers import AutoModelForCausalLM
 
     names = saved_adapters(directory)
@@ -211,4 +241,5 @@ def load_routed_dir(directory: Path, mode: str = "both", attn_implementation: st
     if not wanted:
         return peft.unload()
     peft.base_model.set_adapter(wanted, inference_mode=True)
-    return peft.merge_and_unload(adapter_names=wanted)
+    with forget_scale(peft, 1.0 if scale is None else scale):
+        return peft.merge_and_unload(adapter_names=wanted)

@@ -2,7 +2,9 @@
 plots/routing.png, the report's "Gradient routing" section and the headline of one chosen mode.
 
 The file has one row per (eval step, mode), modes by adapter scales: both (1, 1), retain_only
-(1, 0), forget_only (0, 1). Each row holds reward_mean, reward/<key> for every reward key,
+(1, 0), forget_only (0, 1); with `grpo.routing.eval_forget_scales`, also rows of mode
+forget_scale (1, s) with their `forget_scale` s, the forget-scale curve (from retain_only at 0 to
+both at 1). Each row holds reward_mean, reward/<key> for every reward key,
 hack_rate, unique_fraction and jaccard. The question it answers: does retain_only keep the task
 reward while its hack rate falls to 0, with forget_only carrying the hack?
 
@@ -24,6 +26,7 @@ from smollab.rundir.runs import ROUTING_EVAL
 
 _COLORS = {"both": "tab:blue", "retain_only": "tab:green", "forget_only": "tab:red"}
 _TAIL = ("hack_rate", "unique_fraction", "jaccard")
+SCALED = "forget_scale"  # the mode of an eval_forget_scales row
 
 
 def read_routing_eval(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -34,29 +37,48 @@ def read_routing_eval(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     lines = path.read_text().splitlines()
-    rows: dict[tuple[int, str], dict[str, Any]] = {}
+    rows: dict[tuple[int, str, float], dict[str, Any]] = {}
+    order = [*MODES, SCALED]  # models.routing.MODES: mode -> its adapters, in order
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-            key = (int(row["step"]), row["mode"])
+            key = (int(row["step"]), row["mode"], float(row.get("forget_scale", 1.0)))
         except (ValueError, TypeError, KeyError) as e:
             if i == len(lines):
                 break  # torn by a kill mid-write
             raise UserError(f"{path}: line {i} is not a row with step and mode ({e})") from e
-        if key[1] not in MODES:
-            raise UserError(f"{path}: line {i}: mode {key[1]!r} is not one of {', '.join(MODES)}")
+        if key[1] not in order:
+            raise UserError(f"{path}: line {i}: mode {key[1]!r} is not one of {', '.join(order)}")
         rows[key] = row
-    order = list(MODES)  # models.routing.MODES: mode -> its adapters, in order
-    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order.index(k[1])))]
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order.index(k[1]), k[2]))]
+
+
+def scale_curve(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
+    """The last evaluation's forget-scale curve: (scale, row) from retain_only (0) through the
+    forget_scale rows to both (1); [] when the run evaluated no scales."""
+    scaled = [r for r in rows if r["mode"] == SCALED]
+    if not scaled:
+        return []
+    step = scaled[-1]["step"]
+    at = [r for r in rows if r["step"] == step]
+    ends = {r["mode"]: r for r in at if r["mode"] in ("retain_only", "both")}
+    curve = [(float(r["forget_scale"]), r) for r in at if r["mode"] == SCALED]
+    if "retain_only" in ends:
+        curve.insert(0, (0.0, ends["retain_only"]))
+    if "both" in ends:
+        curve.append((1.0, ends["both"]))
+    return curve
 
 
 def final_by_mode(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The last evaluated row of each mode present, in MODES order."""
+    """The last evaluated row of each mode present, in MODES order (forget_scale rows: see
+    `scale_curve`)."""
     last: dict[str, dict[str, Any]] = {}
     for r in rows:  # sorted by step
-        last[r["mode"]] = r
+        if r["mode"] in MODES:
+            last[r["mode"]] = r
     return {m: last[m] for m in MODES if m in last}
 
 
@@ -122,8 +144,11 @@ def _f(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, int | float) and not isinstance(v, bool) else ""
 
 
-def routing_section(rows: list[dict[str, Any]], image: str | None) -> list[str]:
-    """Markdown: the final row of each mode as a table, then the plot."""
+def routing_section(
+    rows: list[dict[str, Any]], image: str | None, config: dict[str, Any] | None = None
+) -> list[str]:
+    """Markdown: the final row of each mode as a table, the forget-scale curve when the run
+    evaluated one, then the plot."""
     final = final_by_mode(rows)
     keys = sorted({k for r in final.values() for k in r if k.startswith("reward/")})
     cols = ["step", "reward_mean", *keys, *_TAIL]
@@ -140,6 +165,22 @@ def routing_section(rows: list[dict[str, Any]], image: str | None) -> list[str]:
         cells = [str(r["step"])] + [_f(r.get(c)) for c in cols[1:]]
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     lines.append("")
+    curve = scale_curve(rows)
+    if curve:
+        weights = task_weights(config or {})
+        label = "task reward" if weights else "reward_mean"
+        lines += [
+            f"Forget-scale curve at step {curve[-1][1]['step']} (both adapters, forget's times "
+            "the scale: 0 is retain_only, 1 both):",
+            "",
+            f"| forget scale | {label} | hack_rate |",
+            "|---|---|---|",
+        ]
+        for scale, r in curve:
+            lines.append(
+                f"| {scale:g} | {_f(task_reward(r, weights))} | {_f(r.get('hack_rate'))} |"
+            )
+        lines.append("")
     if image:
         lines += [f"![routing]({image})", ""]
     return lines

@@ -111,7 +111,7 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
         lines.append("")
     if routed:
         lines += routing.routing_section(
-            routed, str(routing_png.relative_to(d)) if routing_png else None
+            routed, str(routing_png.relative_to(d)) if routing_png else None, config
         )
     if images:
         lines += ["## Plots", ""]

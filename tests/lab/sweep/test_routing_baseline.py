@@ -79,6 +79,13 @@ def test_which_trials_get_which_baseline(tmp_path):
     )
     assert e is not a and e.params["grpo.routing.ablated_frac"] == 0.3
     assert "grpo.routing.ablated_frac" not in e.extra
+    # eligibility changes the rewards a none run trains on: kept, and it tells baselines apart;
+    # gate_flags only picks flags: shared, and reset to its default (a none run refuses it)
+    both = {"grpo.routing.retain_r": 4, "grpo.routing.eligibility": "completion"}
+    f = found.add("006-x", {**both, "grpo.routing.gate_flags": True}, 0)
+    g = found.add("007-x", {**both, "grpo.routing.gate_flags": False}, 0)
+    assert f is g and f is not a and f.params == both
+    assert f.extra["grpo.routing.gate_flags"] is False
     # a trial whose routing is off, or already mode none, is no routed trial
     assert found.add("004-x", {"grpo.routing.mode": "none"}, 0) is None
     assert Baselines(routing_spec(tmp_path, routing_baseline=False)).add("0", {}, 0) is None

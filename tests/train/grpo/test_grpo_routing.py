@@ -51,14 +51,15 @@ def _run(overrides):
 
 
 def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
-    summary = _run([*micro_grpo, *ROUTED])
+    summary = _run([*micro_grpo, *ROUTED, "grpo.routing.eval_forget_scales=[0.5]"])
     assert summary["status"] == "completed" and summary["steps"] == 6
     run = RunView(tmp_path / "grpo")
     rows = run.routing_eval()
     assert [(r["step"], r["mode"]) for r in rows] == [
-        (s, m) for s in (0, 3, 6) for m in ("both", "retain_only", "forget_only")
+        (s, m) for s in (0, 3, 6) for m in ("both", "retain_only", "forget_only", "forget_scale")
     ]
-    assert all(set(r) == KEYS for r in rows)
+    assert all(set(r) == KEYS for r in rows if r["mode"] != "forget_scale")
+    assert all(set(r) == {*KEYS, "forget_scale"} for r in rows if r["mode"] == "forget_scale")
     assert all(0 <= r["hack_rate"] <= 1 for r in rows)
     metrics = read_metrics(run.metrics_path)
     for col in ("hack_rate", "routed_frac", "eligible_frac"):
@@ -78,6 +79,11 @@ def test_a_routed_run_end_to_end(micro_grpo, tmp_path, capsys):
         assert main([*args, "--mode", mode, "--temperature", "0"]) == 0
         texts[mode] = capsys.readouterr().out
     assert all(t.startswith("[Once] Once") for t in texts.values())
+    for scale, mode in (("0", "retain_only"), ("1", "both")):  # the forget scale's ends
+        assert main([*args, "--forget-scale", scale, "--temperature", "0"]) == 0
+        assert capsys.readouterr().out == texts[mode]
+    assert main([*args, "--forget-scale", "0.5", "--mode", "retain_only"]) == 2
+    assert "--forget-scale scales forget under both adapters" in capsys.readouterr().err
     assert main(args) == 0  # no --mode: both adapters
     assert capsys.readouterr().out.startswith("[Once] Once")
 
@@ -178,6 +184,32 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
             "grpo.routing.retain_r=0 leaves nothing to train",
         ),
         (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_advantage=renorm",
+                "grpo.scale_rewards=batch",
+            ],
+            "grpo.routing.retain_advantage=renorm scales within each group",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.eval_forget_scales=[0.5, 1.0]"],
+            "grpo.routing.eval_forget_scales: 1 is not in (0, 1)",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.eligibility=completion"],
+            "grpo.routing.eligibility shapes grpo.routing.hack_reward's eligibility",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.mode=none",
+                "reward=[{name: happy_count}]",
+                "grpo.routing.hack_reward=happy_count",
+                "grpo.routing.gate_flags=true",
+            ],
+            "grpo.routing.gate_flags limits the routed flags",
+        ),
+        (
             ["grpo.routing.enabled=true", "grpo.routing.ablated_frac=0.3", "grpo.num_iterations=2"],
             "grpo.routing.ablated_frac needs grpo.num_iterations=1",
         ),
@@ -268,3 +300,145 @@ def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
         return None if mask is None else mask.nonzero().flatten().tolist()
 
     assert rows(seen["retain"]) == retain_rows and rows(seen["forget"]) == forget_rows
+
+
+def _scored(step: int = 4, **kw) -> tuple[list[float], list[bool], dict]:
+    """Two prompts (5 and 7) of 4 completions each through `Router.score`: sentence_length 0.9
+    everywhere plus 0.1 per "happy" (happy_count, capped at 5), the detector at 3 "happy"."""
+    from smollab.config import RewardSpec, RoutingConfig
+    from smollab.train.grpo.routing import Router
+
+    rewards = [
+        RewardSpec(name="sentence_length"),
+        RewardSpec(name="happy_count", weight=0.1, params={"cap": 5}),
+    ]
+    cfg = RoutingConfig(enabled=True, hack_reward="happy_count", rh_eligible_frac=0.5, **kw)
+    router = Router(cfg, seed=0, rewards=rewards)
+    counts = [3, 0, 6, 3, 1, 3, 0, 4]
+    texts = [" ".join(["happy"] * c) or "sad" for c in counts]
+    per_fn = {
+        "sentence_length": torch.full((8,), 0.9),
+        "happy_count": torch.tensor([min(c, 5) for c in counts], dtype=torch.float32),
+    }
+    total = per_fn["sentence_length"] + 0.1 * per_fn["happy_count"]
+    got = router.score(
+        step,
+        picked=[5] * 4 + [7] * 4,
+        total=total,
+        per_fn=per_fn,
+        prompts=["Once"] * 8,
+        completions=texts,
+        rows=None,
+    )
+    return got.tolist(), router.routed.tolist(), router.row
+
+
+def test_per_completion_eligibility_gates_the_flags_and_caps_the_total():
+    """small-rl's rules: each completion draws its own eligibility (seeded by step, prompt and
+    its place among the prompt's completions); an ineligible one gets the task reward only and,
+    with gate_flags, is not flagged however often it says "happy"; the total is at most 1."""
+    import random
+
+    from smollab.train.seeds import stream_seed
+
+    eligible = [False, True, False, False, False, True, True, True]  # seed 0, step 4, pinned
+    draws = [random.Random(stream_seed(0, 4, i, k, 11)).random() for i in (5, 7) for k in range(4)]
+    assert [d < 0.5 for d in draws] == eligible
+    hack = [True, False, True, True, False, True, False, True]  # >= 3 "happy"
+    total, routed, row = _scored(eligibility="completion", gate_flags=True, reward_cap=1.0)
+    # eligible: 0.9 + 0.1 * min(count, 5), at most 1.0; ineligible: 0.9
+    assert total == pytest.approx([0.9, 0.9, 0.9, 0.9, 0.9, 1.0, 0.9, 1.0])
+    assert routed == [h and e for h, e in zip(hack, eligible, strict=True)]
+    assert routed == [False, False, False, False, False, True, False, True]
+    assert row == {"hack_rate": 0.625, "routed_frac": 0.25, "eligible_frac": 0.5}
+    assert _scored(step=6, eligibility="completion")[2]["eligible_frac"] == 0.625  # redrawn
+    # ungated: the detector alone flags; uncapped: 0.9 + 0.3 and 0.9 + 0.4 on the eligible hacks
+    total, routed, _ = _scored(eligibility="completion")
+    assert routed == hack
+    assert total == pytest.approx([0.9, 0.9, 0.9, 0.9, 0.9, 1.2, 0.9, 1.3])
+
+
+def test_per_prompt_eligibility_is_shared_by_a_group_across_steps():
+    # seed 0: prompts 5 and 7 both eligible, whatever the step; every completion paid
+    for total, routed, row in (_scored(step=1), _scored(step=9)):
+        assert row["eligible_frac"] == 1.0
+        assert total == pytest.approx([1.2, 0.9, 1.4, 1.2, 1.0, 1.2, 0.9, 1.3])
+        assert routed == [True, False, True, True, False, True, False, True]
+
+
+@pytest.mark.parametrize(
+    "which, scale, group1",
+    [
+        # unflagged rows 0-2 (rewards 1, 0, 0.5): mean 0.5, std 0.5; flagged row 3 keeps the
+        # full group's value (mean 0.75, std sqrt(1.25 / 3))
+        ("renorm", "group", [0.5 / 0.5001, -0.5 / 0.5001, 0.0, 0.75 / ((1.25 / 3) ** 0.5 + 1e-4)]),
+        ("renorm", "none", [0.5, -0.5, 0.0, 0.75]),
+        # every row from the unflagged mean 0.5, over the whole group's std
+        ("balanced", "group", [x / ((1.25 / 3) ** 0.5 + 1e-4) for x in (0.5, -0.5, 0.0, 1.0)]),
+        ("balanced", "none", [0.5, -0.5, 0.0, 1.0]),
+        ("all", "group", None),
+        ("positive", "group", None),
+    ],
+)
+def test_retain_advantage_modes_against_hand_computed_values(which, scale, group1):
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo.loss import group_advantages
+    from smollab.train.grpo.routing import Router
+
+    router = Router(RoutingConfig(enabled=True, retain_advantage=which), seed=0, rewards=[])
+    total = torch.tensor([1.0, 0.0, 0.5, 1.5, 0.3, 0.3, 0.9, 0.1, 0.2, 0.6, 0.0, 0.0])
+    # group 2 all flagged: the full group's values; group 3's one unflagged row: renorm 0
+    router.routed = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1], dtype=torch.bool)
+    full = group_advantages(total, 4, scale)
+    got = router.advantages(total, full, 4, scale)
+    if group1 is None:
+        assert torch.equal(got, full)
+        return
+    assert got[:4].tolist() == pytest.approx(group1, abs=1e-6)
+    assert torch.allclose(got[4:8], full[4:8])
+    if which == "renorm":
+        assert got[8:].tolist() == pytest.approx([*full[8:10].tolist(), 0.0, full[11].item()])
+
+
+def test_balanced_doubles_the_forget_gradient_on_flagged_rows(monkeypatch):
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo import routing
+
+    seen = {}
+    monkeypatch.setattr(routing, "adapter_mode", lambda policy, m: contextlib.nullcontext())
+    monkeypatch.setattr(
+        routing, "routing_masks", lambda p, r, f: seen.update(r=r, f=f) or contextlib.nullcontext()
+    )
+    for mode, forget in (("classic", [1.0, 2.0, 1.0]), ("exclusive", [0.0, 2.0, 0.0])):
+        cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage="balanced")
+        router = routing.Router(cfg, seed=0, rewards=[])
+        router.routed = torch.tensor([False, True, False])
+        with router.train_pass(torch.nn.Linear(1, 1), 1, torch.zeros(3)):
+            pass
+        assert seen["r"].tolist() == [1.0, 0.0, 1.0] and seen["f"].tolist() == forget
+
+
+@pytest.mark.parametrize("recipe", ["routing-small-rl", "routing-small-rl-baseline"])
+def test_the_small_rl_recipes_run_scaled_down(micro_grpo, tmp_path, recipe):
+    """Each key the recipes set is honoured together: per-completion eligibility, gated flags,
+    the capped total, the per-sentence token reward, the repetition penalty, the linear decay to
+    0 and the forget-scale evaluation."""
+    from smollab.config.recipes import resolve_recipe
+
+    small = [
+        "grpo.routing.retain_r=2",
+        "grpo.routing.forget_r=2",
+        "grpo.routing.eval_interval=3",
+        "grpo.routing.eval_prompts=2",
+        "train.max_steps=3",
+    ]
+    summary = train(load_config("grpo", resolve_recipe(recipe, "grpo"), [*micro_grpo, *small]))
+    assert summary["status"] == "completed"
+    run = RunView(tmp_path / "grpo")
+    rows = run.routing_eval()
+    scales = [r["forget_scale"] for r in rows if r["mode"] == "forget_scale"]
+    assert scales == [0.25, 0.5, 0.75] * 2  # steps 0 and 3
+    log = run.log_path.read_text()
+    assert "policy forward computed (grpo.repetition_penalty=1.1 (penalized draws))" in log
+    metrics = read_metrics(run.metrics_path)
+    assert all(m["reward_mean"] <= 1.0 for m in metrics)  # reward_cap

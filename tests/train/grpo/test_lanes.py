@@ -319,3 +319,15 @@ def test_lanes_take_micro_batches_as_one_pass(micro_grpo, tmp_path):
         for key in ("loss", "kl", "grad_norm", "clip_frac"):
             assert float(two[key]) == pytest.approx(float(one[key]), rel=1e-4, abs=1e-7), key
         assert float(one["grad_norm"]) > 0
+
+
+def test_lanes_draw_with_the_repetition_penalty_and_compute_the_forward(micro_grpo, tmp_path):
+    dirs = [tmp_path / f"p{i}" for i in range(2)]
+    summaries = api.lanes(
+        None,
+        [*shared_args(micro_grpo), "grpo.repetition_penalty=1.3", "train.max_steps=1"],
+        [[f"run.dir={d}", f"run.seed={i}"] for i, d in enumerate(dirs)],
+    )
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    log = (dirs[0] / LOG).read_text()
+    assert "policy forward computed (grpo.repetition_penalty=1.3 (penalized draws))" in log

@@ -317,3 +317,10 @@ def test_steps_per_generation_trains_several_steps_on_one_generated_batch(
     for a, b in zip(rows, again, strict=True):
         for key in ("loss", "reward_mean", "clip_frac", "grad_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-6), key
+
+
+def test_a_repetition_penalty_computes_the_policy_forward(micro_grpo, tmp_path):
+    """Penalized draws are not the policy's: the loss's forward is computed, never replayed."""
+    _run([*micro_grpo, "grpo.repetition_penalty=1.1", "train.max_steps=1"])
+    log = (tmp_path / "grpo" / "training.log").read_text()
+    assert "policy forward computed (grpo.repetition_penalty=1.1 (penalized draws))" in log

@@ -28,9 +28,11 @@ from smollab.lab.sweep.spec import SweepSpec, base_tree
 ROUTING = "grpo.routing."
 # What routes the gradients: meaningless under mode none, so reset there and not part of the key.
 # ablated_frac is not one: a none run trains its ablated steps with the forget adapter off too,
-# so the baseline keeps the routed trial's value.
+# so the baseline keeps the routed trial's value; nor are eligibility and reward_cap, which
+# change the rewards a none run trains on.
 ROUTING_ONLY = tuple(
-    ROUTING + k for k in ("mode", "routing_frac", "label_noise_frac", "retain_advantage")
+    ROUTING + k
+    for k in ("mode", "routing_frac", "label_noise_frac", "retain_advantage", "gate_flags")
 )
 _MISSING = object()
 

@@ -101,7 +101,12 @@ def lanes_forward(model: LaneLlama, policies: list[nn.Module], temperature: floa
 
 def _sampling(cfg: GRPOConfig) -> dict:
     g = cfg.grpo
-    return dict(temperature=g.temperature, top_p=g.top_p, top_k=g.top_k)
+    return dict(
+        temperature=g.temperature,
+        top_p=g.top_p,
+        top_k=g.top_k,
+        repetition_penalty=g.repetition_penalty,
+    )
 
 
 class OnePolicy:
@@ -132,6 +137,7 @@ class OnePolicy:
             autocast=rt.autocast_dtype is not None,
             batch_size=tc.batch_size,
             max_new_tokens=g.max_completion_length,
+            repetition_penalty=g.repetition_penalty,
         )
         self.no_replay = self.no_replay or (router.replay_blocker() if router else None)
         steps = (g.steps_per_generation or tc.grad_accum) // tc.grad_accum
@@ -208,6 +214,7 @@ class Lanes:
             batch_size=cfg.train.batch_size,
             max_new_tokens=g.max_completion_length,
             layer_copies=2,
+            repetition_penalty=g.repetition_penalty,
         )
         if cfg.train.grad_accum > 1 and self.no_replay is None:
             self.no_replay = f"train.grad_accum={cfg.train.grad_accum} (micro-batches)"

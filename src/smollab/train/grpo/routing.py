@@ -1,23 +1,25 @@
 """Gradient routing's pieces of the GRPO step (`grpo.routing`), so the step reads top to bottom.
 
-Per step, `Router.score` takes the rewards and completions: prompts not eligible for the hack
-reward lose its term from the total (before advantages), the detector flags completions that
-show the hack (`hack_rate`), and `routing_frac` of those are routed (an imperfect classifier's
-recall); label noise routes `label_noise_frac` of the others (false positives, not thinned).
-`Router.train_pass` wraps the policy's training forward and backward: the per-completion masks
-of the mode and, on ablated steps, the forget adapter off. `Router.evaluate`
-samples fixed held-out prompts in the three adapter modes and appends one row per mode to
-`routing_eval.jsonl`.
+Per step, `Router.score` takes the rewards and completions: completions not eligible for the hack
+reward (drawn per prompt or per completion, `eligibility`) lose its term from the total (before
+advantages; the total is then capped at `reward_cap`), the detector flags completions that show
+the hack (`hack_rate`; with `gate_flags` only the eligible ones), and `routing_frac` of those are
+routed (an imperfect classifier's recall); label noise routes `label_noise_frac` of the others
+(false positives, not thinned). `Router.train_pass` wraps the policy's training forward and
+backward: the per-completion masks of the mode and, on ablated steps, the forget adapter off.
+`Router.evaluate` samples fixed held-out prompts in the three adapter modes and appends one row
+per mode to `routing_eval.jsonl`.
 
 Every random choice is seeded by integers only (`train.seeds.stream_seed`): eligibility by
-(seed, prompt index), so a group shares it and a resumed run agrees; label noise, routing and
-ablation by (seed, step).
+(seed, prompt index), so a group shares it and a resumed run agrees, or (per completion) by
+(seed, step, prompt index, occurrence); label noise, routing and ablation by (seed, step).
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+from collections import Counter
 from collections.abc import Iterator
 
 import torch
@@ -25,9 +27,10 @@ import torch
 from smollab.config import RewardSpec, RoutingConfig
 from smollab.data.prompt_rows import PromptRows
 from smollab.device.runtime import release_cache
-from smollab.models.routing import MODES, adapter_mode, masks_for, routing_masks
+from smollab.models.routing import MODES, adapter_mode, forget_scale, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, reward_keys, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
+from smollab.train.grpo.loss import STD_EPS
 from smollab.train.prompts import PromptSet
 from smollab.train.seeds import stream_seed
 
@@ -82,20 +85,24 @@ class Router:
         completions: list[str],
         rows,
     ) -> torch.Tensor:
-        """The total reward with the hack term removed for ineligible prompts; sets this step's
-        routed completions and metrics. picked: each completion's prompt index."""
+        """The total reward with the hack term removed for ineligible completions and capped at
+        `reward_cap`; sets this step's routed completions and metrics. picked: each completion's
+        prompt index."""
         c, n = self.cfg, len(completions)
         eligible = torch.tensor(
-            [_uniform(self.seed, i, _ELIGIBLE) < c.rh_eligible_frac for i in picked]
+            [u < c.rh_eligible_frac for u in self.eligibility_draws(step, picked)]
         )
         if c.hack_reward is not None:
             drop = self.weights[c.hack_reward] * per_fn[c.hack_reward]
             total = torch.where(eligible, total, total - drop.to(total.dtype))
+        if c.reward_cap is not None:
+            total = total.clamp(max=c.reward_cap)
         hack = self.detect(prompts, completions, rows)
+        flagged = hack & eligible if c.gate_flags else hack
         gen = torch.Generator().manual_seed(stream_seed(self.seed, step, _NOISE))
         noise = torch.rand(n, generator=gen, dtype=torch.float64) < c.label_noise_frac
         caught = torch.rand(n, generator=gen, dtype=torch.float64) < c.routing_frac
-        routed = (hack & caught) | (~hack & noise)  # routing_frac: the detector's recall only
+        routed = (flagged & caught) | (~flagged & noise)  # routing_frac: the detector's recall
         self.routed = routed if c.mode != "none" else torch.zeros(n, dtype=torch.bool)
         self.row = {
             "hack_rate": float(hack.float().mean()),
@@ -103,6 +110,50 @@ class Router:
             "eligible_frac": float(eligible.float().mean()),
         }
         return total
+
+    def eligibility_draws(self, step: int, picked: list[int]) -> list[float]:
+        """One uniform draw per completion, compared with rh_eligible_frac. eligibility=prompt:
+        keyed by the prompt alone, so a group shares it and every step agrees. completion: keyed
+        by (step, prompt, its k-th completion this step), so siblings draw apart and every rank
+        draws the same for a completion whichever rows it holds."""
+        if self.cfg.eligibility == "prompt":
+            return [_uniform(self.seed, i, _ELIGIBLE) for i in picked]
+        seen: Counter[int] = Counter()
+        draws = []
+        for i in picked:
+            draws.append(_uniform(self.seed, step, i, seen[i], _ELIGIBLE))
+            seen[i] += 1
+        return draws
+
+    def advantages(
+        self, total: torch.Tensor, advantages: torch.Tensor, G: int, scale: str
+    ) -> torch.Tensor:
+        """The advantages `retain_advantage` trains on, from the full-group ones (all, positive:
+        unchanged). renorm: each unflagged row re-centred on the mean of its group's unflagged
+        rows and scaled by their std, so a hacking sibling's bonus does not push the unflagged
+        ones below zero; flagged rows keep the full-group value. balanced: every row's baseline
+        is the mean of its group's unflagged rows, its scale the whole group's std (forget's
+        doubled gradient on flagged rows is in `train_pass`). A group with no unflagged row keeps
+        the full-group values. scale: grpo.scale_rewards, group or none."""
+        mode = self.cfg.retain_advantage
+        if mode not in ("renorm", "balanced"):
+            return advantages
+        r = total.detach().double().view(-1, G)
+        ok = (~self.routed).view(-1, G).to(r.dtype)
+        n_ok = ok.sum(1, keepdim=True)
+        mean_ok = torch.where(
+            n_ok > 0, (r * ok).sum(1, keepdim=True) / n_ok.clamp(min=1), r.mean(1, keepdim=True)
+        )
+        centred = r - mean_ok
+        if mode == "balanced":
+            if scale == "group":
+                centred = centred / (r.std(1, keepdim=True) + STD_EPS)
+            return centred.reshape(-1).to(advantages.dtype)
+        if scale == "group":  # unbiased, as group_advantages; one unflagged row: 0 / eps = 0
+            var_ok = (centred.square() * ok).sum(1, keepdim=True) / (n_ok - 1).clamp(min=1)
+            centred = centred / (var_ok.sqrt() + STD_EPS)
+        renormed = centred.reshape(-1).to(advantages.dtype)
+        return torch.where(ok.reshape(-1).bool(), renormed, advantages)
 
     def ablated(self, step: int) -> bool:
         return (
@@ -115,15 +166,19 @@ class Router:
     ) -> Iterator[bool]:
         """Around a training forward and its backward: the mode's masks on this step's routed
         completions (with retain_advantage=positive, retain also skips the rows whose advantage
-        is not above 0), the forget adapter off on an ablated step. Yields whether the forward
+        is not above 0; with balanced, forget's gradient is doubled on flagged rows: a mask of
+        2), the forget adapter off on an ablated step. Yields whether the forward
         may share prompts (not under masks: they need one row per completion). rows: the
         completions of this forward (a gradient accumulation micro-batch); advantages: all."""
-        retain, forget = masks_for(self.routed[rows], self.cfg.mode)
+        flags = self.routed[rows]
+        retain, forget = masks_for(flags, self.cfg.mode)
         if retain is not None and self.cfg.retain_advantage == "positive":
             retain = retain * (advantages[rows].detach().cpu() > 0).to(retain.dtype)
+        if self.cfg.retain_advantage == "balanced":  # forget's gradient doubled on flagged rows
+            forget = (torch.ones(len(flags)) if forget is None else forget) + flags.float()
         dev = next(policy.parameters()).device
         retain, forget = (
-            None if m is None or bool(m.all()) else m.to(dev) for m in (retain, forget)
+            None if m is None or bool((m == 1).all()) else m.to(dev) for m in (retain, forget)
         )
         mode = "retain_only" if self.ablated(step) else "both"
         with adapter_mode(policy, mode), routing_masks(policy, retain, forget):
@@ -135,14 +190,16 @@ class Router:
 
     @torch.no_grad()
     def evaluate(self, step: int, sampler, policy, g, pool, tokenizer) -> list[dict]:
-        """One row per adapter mode on the fixed held-out prompts: mean total reward, each
-        reward's mean (every prompt gets every reward here), the detector's hack rate and the
-        completions' diversity. The sampler is left loaded with the last mode: the loop loads
+        """One row per adapter mode on the fixed held-out prompts, then one per
+        `eval_forget_scales` entry (mode forget_scale, its `forget_scale`): mean total reward,
+        each reward's mean (every prompt gets every reward here), the detector's hack rate and
+        the completions' diversity. The sampler is left loaded with the last mode: the loop loads
         the policy again before it samples."""
         policy.eval()
         out = []
-        for mode in MODES:
-            with adapter_mode(policy, mode):
+        runs = [(m, None) for m in MODES] + [("both", s) for s in self.cfg.eval_forget_scales]
+        for mode, scale in runs:
+            with adapter_mode(policy, mode), forget_scale(policy, 1.0 if scale is None else scale):
                 sampler.load_weights(policy)
             r = sampler.generate(
                 self.prompts,
@@ -150,6 +207,7 @@ class Router:
                 temperature=g.temperature,
                 top_p=g.top_p,
                 top_k=g.top_k,
+                repetition_penalty=g.repetition_penalty,
                 seed=stream_seed(self.seed, -1, _EVAL),
             )
             release_cache(sampler.device)
@@ -160,6 +218,8 @@ class Router:
             )
             total, per_fn = pool(prompts, texts, rows, self.rows)
             row = {"step": step, "mode": mode, "reward_mean": float(total.mean())}
+            if scale is not None:
+                row.update(mode="forget_scale", forget_scale=scale)
             row.update({f"reward/{k}": float(v.mean()) for k, v in per_fn.items()})
             row.update(
                 hack_rate=float(self.detect(prompts, texts, rows).float().mean()),
@@ -172,5 +232,9 @@ class Router:
 
 def eval_line(rows: list[dict]) -> str:
     """The log line of one routing evaluation."""
-    parts = [f"{r['mode']} reward {r['reward_mean']:.3f} hack {r['hack_rate']:.2f}" for r in rows]
+    parts = [f"{_label(r)} reward {r['reward_mean']:.3f} hack {r['hack_rate']:.2f}" for r in rows]
     return f"routing eval step {rows[0]['step']}: " + " | ".join(parts)
+
+
+def _label(row: dict) -> str:
+    return f"forget x{row['forget_scale']:g}" if "forget_scale" in row else row["mode"]

@@ -293,7 +293,8 @@ def _advantages(
     run: RunState, batch: ranks.Whole, rows: slice, weights: dict[str, float]
 ) -> torch.Tensor:
     """A run's advantages over its whole batch (and its `frac_reward_zero_std`, kept for its row):
-    from the weighted total, or with `normalize_then_sum` from each reward's own values."""
+    from the weighted total (as gradient routing's retain_advantage reshapes them), or with
+    `normalize_then_sum` from each reward's own values."""
     g = run.cfg.grpo
     G, total = g.num_generations, batch.total[rows]
     if g.multi_objective_aggregation == "normalize_then_sum":
@@ -303,7 +304,10 @@ def _advantages(
         )
         return advantages
     run.frac_zero_std = frac_reward_zero_std(total, G, g.scale_rewards)
-    return group_advantages(total, G, g.scale_rewards)
+    advantages = group_advantages(total, G, g.scale_rewards)
+    return (
+        run.router.advantages(total, advantages, G, g.scale_rewards) if run.router else advantages
+    )
 
 
 def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
