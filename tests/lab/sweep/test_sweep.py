@@ -418,3 +418,21 @@ def test_bad_input_found_after_the_dir_was_made_leaves_nothing_behind(
         with pytest.raises(UserError, match="no Ray cluster"):
             run_sweep(load_spec(fake_spec(tmp_path, micro_data)))
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sweep").rglob("*")) == kept
+
+
+@pytest.mark.parametrize("spec_plots", [None, True])
+def test_trials_draw_no_plots_unless_the_spec_asks(fake_child, micro_data, tmp_path, spec_plots):
+    """Plots cost a micro trial about its run: off the trials' path by default (the sweep log says
+    so), and a run.plots the spec sets is what its trials get."""
+    extra = {} if spec_plots is None else {"overrides": {"run.plots": spec_plots}}
+    said: list[str] = []
+    run_sweep(load_spec(fake_spec(tmp_path, micro_data, **extra)), out=said.append)
+    (row,) = results(tmp_path / "sweep")
+    argv = json.loads((tmp_path / "sweep" / row["run_dir"] / "summary.json").read_text())["argv"]
+    plots = [a for a in argv if a.startswith("run.plots=")]
+    if spec_plots is None:
+        assert plots == ["run.plots=false"]
+        assert any("trial plots: off" in line for line in said)
+    else:
+        assert plots[-1] == "run.plots=true"  # the spec's comes after the sweep's default
+        assert any("trial plots: run.plots=True (the spec's)" in line for line in said)

@@ -117,7 +117,11 @@ class Sweep:
             self.running,
             self.trials.remaining,
         )
-        overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
+        # A trial draws no end-of-run plots unless the spec asks: matplotlib costs a micro trial
+        # about as much as its run, and the sweep's report draws the curves across trials
+        # (`smollab report <trial dir>` draws one trial's). Any run.plots the spec sets wins.
+        overrides = ["run.plots=false"]
+        overrides += [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
         overrides += [f"{k}={override_value(v)}" for k, v in {**nxt.params, **nxt.extra}.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
         if "run.group" not in self.spec.overrides:  # trackers group the trials by their study
@@ -362,9 +366,14 @@ class Sweep:
                 else f"concurrency {self.concurrency}{over}, "
                 f"{self.total_threads} CPU threads divided among trials"
             )
+            plots = (
+                f"trial plots: run.plots={spec.overrides['run.plots']} (the spec's)"
+                if "run.plots" in spec.overrides
+                else "trial plots: off (run.plots=false: the report draws the sweep's)"
+            )
             self._say(
                 f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
-                f"{at_once}, device {self.device}"
+                f"{at_once}, device {self.device}; {plots}"
             )
             self.trials.settle_previous(spec.stop_timeout_s, self._conclude)
             self.write_results()
