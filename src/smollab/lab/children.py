@@ -339,6 +339,7 @@ class MetricsTail:
         self.path = Path(path)
         self._sig: tuple | None = None
         self.rows: list[dict[str, float | None]] = []
+        self.mtime: float | None = None  # the file's mtime (time.time()) when last read
 
     def read(self) -> list[dict[str, float | None]]:
         try:
@@ -363,6 +364,7 @@ class MetricsTail:
                 continue
         self._sig = sig
         self.rows = rows
+        self.mtime = st.st_mtime
         return rows
 
     def invalidate(self) -> None:

@@ -64,6 +64,18 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
+def first_row_s(rows: list[dict[str, float | None]], mtime: float | None, launched: float) -> float:
+    """Seconds from a trial's launch to its first logged step, from the first time its metrics
+    show rows: the file's mtime is when the last of them was written, and their own `wall_s`
+    clock says how long after the first (a poll can see several rows at once). Without an mtime
+    or `wall_s`, the poll's own time bounds it from above."""
+    t = mtime if mtime is not None else time.time()
+    first, last = rows[0].get("wall_s"), rows[-1].get("wall_s")
+    if mtime is not None and first is not None and last is not None:
+        t -= last - first
+    return max(t - launched, 0.0)
+
+
 @dataclass
 class RunningTrial:
     """What the sweep follows of a launched trial, beside its process (a `children.Child`)."""
@@ -75,6 +87,8 @@ class RunningTrial:
     last_step: int | None = None
     last_reported: tuple[int, float] | None = None  # (step, value) last given to the pruner
     verdict: tuple[str, str] | None = None  # (status, evidence) the sweep gave it: pruned, failed
+    fresh: bool = True  # launched with no metrics.csv yet: its start can be measured
+    start_s: float | None = None  # launch to its first logged step (fresh trials)
 
 
 class Sweep:
@@ -142,6 +156,7 @@ class Sweep:
             tail=ch.MetricsTail(metrics_path),
             reported=set(reported_steps(trial)),
             prior_wall=prior,
+            fresh=not metrics_path.exists(),
         )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
@@ -160,6 +175,7 @@ class Sweep:
         """Report the child's new values to the pruner; stop it (SIGINT) if the pruner says so."""
         rt = self.running[child]
         rows = rt.tail.read()
+        self._note_start(child, rt, rows)
         pm = self.spec.pruner.metric or self.spec.metric.name
         new = False
         for r in rows:
@@ -211,9 +227,16 @@ class Sweep:
             return False
         return now - child.kill_sent > KILL_WAIT_S
 
+    @staticmethod
+    def _note_start(child: ch.Child, rt: RunningTrial, rows: list) -> None:
+        """The trial's start_s, the first time its (fresh) metrics show a row."""
+        if rt.start_s is None and rt.fresh and rows:
+            rt.start_s = first_row_s(rows, rt.tail.mtime, child.started)
+
     def _finish(self, child: ch.Child, code: int | None) -> None:
         """Record a trial whose child exited (`code`), or was given up on (None)."""
         rt = self.running.pop(child)
+        self._note_start(child, rt, rt.tail.read())  # rows written since the last look
         summary = read_summary(child.run_dir)
         wall = rt.prior_wall + (time.time() - child.started)
         status = summary.get("status")
@@ -230,7 +253,7 @@ class Sweep:
                 evidence = f"{summary['evidence']} (stopped: {evidence})"
             summary = set_status(child.run_dir, verdict, evidence)
             status = verdict
-        self._conclude(rt.trial, child.name, status, summary, code, wall)
+        self._conclude(rt.trial, child.name, status, summary, code, wall, rt.start_s)
 
     def _conclude(
         self,
@@ -240,11 +263,14 @@ class Sweep:
         summary: dict[str, Any],
         code: int | None,
         wall: float,
+        start_s: float | None = None,
     ) -> None:
         """Record how a trial ended, say so, give up on a sweep whose every trial fails, and
         refresh results.csv and the report."""
         run_dir = self.trials.run_dir(name)
-        end = self.trials.record(trial, run_dir, status, summary, code, wall, self.stopping)
+        end = self.trials.record(
+            trial, run_dir, status, summary, code, wall, self.stopping, start_s
+        )
         metric_txt = (
             f" {self.spec.metric.label}={fmt(end.metric)}" if end.metric is not None else ""
         )
@@ -267,7 +293,7 @@ class Sweep:
     def _live(self) -> dict[str, Live]:
         now = time.time()
         return {
-            c.name: Live(rt.last_step, rt.prior_wall + now - c.started)
+            c.name: Live(rt.last_step, rt.prior_wall + now - c.started, rt.start_s)
             for c, rt in self.running.items()
         }
 
