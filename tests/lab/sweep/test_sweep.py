@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from smollab.errors import UserError
-from smollab.lab.children import pid_alive, split_threads
-from smollab.lab.sweep.scheduler import first_row_s, run_sweep
+from smollab.lab.children import first_row_s, pid_alive, split_threads
+from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.study import open_study
 

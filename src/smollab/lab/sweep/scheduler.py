@@ -64,18 +64,6 @@ def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
-def first_row_s(rows: list[dict[str, float | None]], mtime: float | None, launched: float) -> float:
-    """Seconds from a trial's launch to its first logged step, from the first time its metrics
-    show rows: the file's mtime is when the last of them was written, and their own `wall_s`
-    clock says how long after the first (a poll can see several rows at once). Without an mtime
-    or `wall_s`, the poll's own time bounds it from above."""
-    t = mtime if mtime is not None else time.time()
-    first, last = rows[0].get("wall_s"), rows[-1].get("wall_s")
-    if mtime is not None and first is not None and last is not None:
-        t -= last - first
-    return max(t - launched, 0.0)
-
-
 @dataclass
 class RunningTrial:
     """What the sweep follows of a launched trial, beside its process (a `children.Child`)."""
@@ -231,7 +219,7 @@ class Sweep:
     def _note_start(child: ch.Child, rt: RunningTrial, rows: list) -> None:
         """The trial's start_s, the first time its (fresh) metrics show a row."""
         if rt.start_s is None and rt.fresh and rows:
-            rt.start_s = first_row_s(rows, rt.tail.mtime, child.started)
+            rt.start_s = ch.first_row_s(rows, rt.tail.mtime, child.started)
 
     def _finish(self, child: ch.Child, code: int | None) -> None:
         """Record a trial whose child exited (`code`), or was given up on (None)."""

@@ -360,7 +360,7 @@ class Trials:
         )
         reason = summary.get("evidence")
         attrs: dict[str, Any] = {"steps": steps, "wall_s": round(wall, 2)}
-        if start_s is not None:  # launch to first logged step (`scheduler.first_row_s`)
+        if start_s is not None:  # launch to first logged step (`children.first_row_s`)
             attrs["start_s"] = round(start_s, 2)
         if status == "completed":
             value = metric_value(rows, self.spec)
