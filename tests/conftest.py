@@ -160,7 +160,8 @@ resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 1
 Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and sleep forever
 before its first step (a child stuck in C code); FAKE_IGNORE_SIGINT=1 makes every child ignore
 SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file once its SIGINT handling is
-set, so a test can check that none is left behind.
+set, so a test can check that none is left behind. FAKE_START_S: seconds it sleeps before
+its first step (a slow start: imports, model loading).
 """
 import csv, json, math, os, resource, signal, sys, time
 from pathlib import Path
@@ -194,6 +195,7 @@ if os.environ.get("FAKE_PIDS_FILE"):  # recorded once its SIGINT handling is in 
     with open(os.environ["FAKE_PIDS_FILE"], "a") as pf: pf.write(f"{os.getpid()}\n")
 if lr == float(os.environ.get("FAKE_HANG_LR", "nan")):
     while True: time.sleep(3600)
+time.sleep(float(os.environ.get("FAKE_START_S", "0")))
 t0 = time.time(); train_s = 0.0
 step = start; status, evidence = "completed", None
 try:

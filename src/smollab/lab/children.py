@@ -330,6 +330,18 @@ def peak_rss_mb(pid: int) -> float | None:
 # ---- tailing metrics.csv ---------------------------------------------------------------------
 
 
+def first_row_s(rows: list[dict[str, float | None]], mtime: float | None, launched: float) -> float:
+    """Seconds from a trial's launch to its first logged step, from the first time its metrics
+    show rows: the file's mtime is when the last of them was written, and their own `wall_s`
+    clock says how long after the first (a poll can see several rows at once). Without an mtime
+    or `wall_s`, the poll's own time bounds it from above."""
+    t = mtime if mtime is not None else time.time()
+    first, last = rows[0].get("wall_s"), rows[-1].get("wall_s")
+    if mtime is not None and first is not None and last is not None:
+        t -= last - first
+    return max(t - launched, 0.0)
+
+
 class MetricsTail:
     """Rows of a growing metrics.csv: re-read when the file changes; a half-written last line is
     left for the next read. A resumed run rewrites the file (rows after its checkpoint dropped),
@@ -339,6 +351,7 @@ class MetricsTail:
         self.path = Path(path)
         self._sig: tuple | None = None
         self.rows: list[dict[str, float | None]] = []
+        self.mtime: float | None = None  # the file's mtime (time.time()) when last read
 
     def read(self) -> list[dict[str, float | None]]:
         try:
@@ -363,6 +376,7 @@ class MetricsTail:
                 continue
         self._sig = sig
         self.rows = rows
+        self.mtime = st.st_mtime
         return rows
 
     def invalidate(self) -> None:

@@ -185,6 +185,15 @@ def write_sweep_report(
     lines += _baseline_section(data)
     roles = any(t.row.get("role") for t in data.trials)
     lines += ["## All trials", ""]
+    starts = [
+        t.row["start_s"] for t in data.trials if isinstance(t.row.get("start_s"), int | float)
+    ]
+    if starts:
+        lines.append(
+            f"Launch to first logged step (start s): median {statistics.median(starts):.2f} s "
+            f"over {len(starts)} trials (min {min(starts):.2f}, max {max(starts):.2f})."
+        )
+        lines.append("")
     lines += _table(
         [
             "trial",
@@ -195,6 +204,7 @@ def write_sweep_report(
             label,
             "steps",
             "wall s",
+            "start s",
         ],
         [
             [
@@ -206,6 +216,7 @@ def write_sweep_report(
                 t.row.get(label),
                 t.row.get("steps"),
                 t.row.get("wall_s"),
+                t.row.get("start_s"),
             ]
             for t in beside_baselines(data.trials)
         ],

@@ -309,7 +309,9 @@ def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
 def test_real_processes_with_controlled_step_times(
     fake_child, workload, micro_model, tmp_path, monkeypatch
 ):
-    """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1))."""
+    """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1)); each sleeps 0.3 s
+    before its first step, which the levels' start_s (launch to first logged step) counts."""
+    monkeypatch.setenv("FAKE_START_S", "0.3")
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_SLOWDOWN", "0.5")
     spec = ProbeSpec(
@@ -321,9 +323,16 @@ def test_real_processes_with_controlled_step_times(
         if not o.startswith(("train.seq_len", "train.batch_size", "model.preset"))
     ]
     overrides += ["train.batch_size=8", "grpo.num_generations=4", f"model.path={micro_model}"]
-    result = run_probe(spec, overrides, out=lambda m: None, device=CPU)
+    said: list[str] = []
+    result = run_probe(spec, overrides, out=said.append, device=CPU)
     steps = {lv["k"]: lv["step_s"] for lv in result["levels"]}
     assert set(steps) == {1, 2, 4}
+    for lv in result["levels"]:
+        assert all(r["start_s"] >= 0.3 for r in lv["runs"]) and lv["start_s"] >= 0.3
+        line = f"k={lv['k']}: step"
+        said_k = [m for m in said if m.startswith(line)]
+        assert any(f"first step {lv['start_s']:.2f} s after launch" in m for m in said_k)
+        assert any(m.startswith(f"{lv['k']:>4} ") and f" {lv['start_s']:8.2f}  " in m for m in said)
     assert steps[1] == pytest.approx(0.02, rel=0.3)
     assert steps[2] == pytest.approx(0.03, rel=0.3)
     assert steps[4] == pytest.approx(0.05, rel=0.3)

@@ -32,7 +32,7 @@ from tests.lab.sweep.test_sweep import (
     write_spec,
 )
 
-TIMING = {"wall_s"}  # columns that differ from run to run
+TIMING = {"wall_s", "start_s"}  # columns that differ from run to run
 PRUNED_AT = re.compile(r" at step \d+: \S+ \S+")
 
 

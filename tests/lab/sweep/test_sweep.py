@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from smollab.errors import UserError
-from smollab.lab.children import pid_alive, split_threads
+from smollab.lab.children import first_row_s, pid_alive, split_threads
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.study import open_study
@@ -418,3 +419,50 @@ def test_bad_input_found_after_the_dir_was_made_leaves_nothing_behind(
         with pytest.raises(UserError, match="no Ray cluster"):
             run_sweep(load_spec(fake_spec(tmp_path, micro_data)))
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "sweep").rglob("*")) == kept
+
+
+@pytest.mark.parametrize("spec_plots", [None, True])
+def test_trials_draw_no_plots_unless_the_spec_asks(fake_child, micro_data, tmp_path, spec_plots):
+    """Plots cost a micro trial about its run: off the trials' path by default (the sweep log says
+    so), and a run.plots the spec sets is what its trials get."""
+    extra = {} if spec_plots is None else {"overrides": {"run.plots": spec_plots}}
+    said: list[str] = []
+    run_sweep(load_spec(fake_spec(tmp_path, micro_data, **extra)), out=said.append)
+    (row,) = results(tmp_path / "sweep")
+    argv = json.loads((tmp_path / "sweep" / row["run_dir"] / "summary.json").read_text())["argv"]
+    plots = [a for a in argv if a.startswith("run.plots=")]
+    if spec_plots is None:
+        assert plots == ["run.plots=false"]
+        assert any("trial plots: off" in line for line in said)
+    else:
+        assert plots[-1] == "run.plots=true"  # the spec's comes after the sweep's default
+        assert any("trial plots: run.plots=True (the spec's)" in line for line in said)
+
+
+def test_first_row_s_counts_back_to_the_first_row():
+    """Three rows seen at once: the file's mtime is the third's, their wall_s says the first came
+    2 s before it."""
+    rows = [
+        {"step": 1.0, "wall_s": 1.0},
+        {"step": 2.0, "wall_s": 2.5},
+        {"step": 3.0, "wall_s": 3.0},
+    ]
+    assert first_row_s(rows, mtime=110.0, launched=100.0) == 8.0
+    assert first_row_s([{"step": 1.0}], mtime=104.0, launched=100.0) == 4.0
+
+
+def test_start_s_per_trial_in_results_and_its_median_in_the_report(
+    fake_child, micro_data, tmp_path, monkeypatch
+):
+    """A trial that sleeps 1 s before its first step: its start_s is at least that, and at most
+    its wall time; the report gives the median."""
+    monkeypatch.setenv("FAKE_START_S", "1")
+    run_sweep(load_spec(fake_spec(tmp_path, micro_data, space={"optim.lr": [0.1, 0.2]})))
+    d = tmp_path / "sweep"
+    rows = results(d)
+    assert len(rows) == 2
+    for r in rows:
+        assert 1.0 <= float(r["start_s"]) <= float(r["wall_s"]) + 0.1  # wall_s is rounded to 0.1
+    median = statistics.median(float(r["start_s"]) for r in rows)
+    report = (d / "report.md").read_text()
+    assert f"Launch to first logged step (start s): median {median:.2f} s over 2 trials" in report

@@ -31,6 +31,7 @@ class RunMeasure:
     peak_mem_mb: float | None = None
     error: str | None = None
     pid: int | None = None
+    start_s: float | None = None  # launch to its first logged step (process levels)
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Level:
     observed_steps_per_s: float | None = None  # counted by the parent over the window
     error: str | None = None
     mps: dict | None = None
+    start_s: float | None = None  # median over runs of launch to first logged step
 
     def summarize(self, units_per_step: float | None) -> Level:
         good = [r for r in self.runs if r.step_s]
@@ -57,6 +59,8 @@ class Level:
             self.units_per_s = self.steps_per_s * units_per_step if units_per_step else None
         mems = [r.peak_mem_mb for r in self.runs if r.peak_mem_mb]
         self.peak_mem_mb = max(mems) if mems else None
+        starts = [r.start_s for r in self.runs if r.start_s is not None]
+        self.start_s = statistics.median(starts) if starts else None
         return self
 
 

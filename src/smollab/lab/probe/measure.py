@@ -78,13 +78,17 @@ class ProcessLevel:
         seen: list[dict[int, float]] = [{} for _ in kids]
         rss: list[float] = [0.0 for _ in kids]
         errors: list[str | None] = [None for _ in kids]
+        starts: list[float | None] = [None for _ in kids]  # launch to first logged step
         start, w0, w1 = time.time(), None, None
         checked_mps = False
         try:
             while True:
                 now = time.time()
                 for i, (c, t) in enumerate(zip(kids, tails, strict=True)):
-                    for r in t.read():
+                    rows = t.read()
+                    if starts[i] is None and rows:
+                        starts[i] = ch.first_row_s(rows, t.mtime, c.started)
+                    for r in rows:
                         if r.get("step") is not None:
                             seen[i].setdefault(int(r["step"]), now)
                     rss[i] = max(rss[i], c.peak_rss_mb() or 0.0)
@@ -137,6 +141,7 @@ class ProcessLevel:
                     peak_mem_mb=mem,
                     error=errors[i],
                     pid=c.pid,
+                    start_s=starts[i],
                 )
             )
         observed = total / (w1 - w0) if w0 and w1 and w1 > w0 else None

@@ -8,8 +8,10 @@ from typing import Any
 
 
 def table(result: dict[str, Any]) -> list[str]:
+    """One line per level; `start s` is the median launch to first logged step (process levels;
+    "-" for lanes and for results cached before it was measured)."""
     unit = result.get("unit") or "units/s"
-    head = f"{'k':>4} {'threads':>7} {'step ms':>9} {'steps/s':>9} {unit:>14} {'MB/run':>9}  note"
+    head = f"{'k':>4} {'threads':>7} {'step ms':>9} {'steps/s':>9} {unit:>14} {'MB/run':>9} {'start s':>8}  note"
     lines = [head, "-" * len(head)]
 
     def key(o):
@@ -29,7 +31,7 @@ def table(result: dict[str, Any]) -> list[str]:
             f"{lv['k']:>4} {f(lv['threads'], '>7')} "
             f"{f(lv['step_s'] * 1000 if lv['step_s'] else None, '>9.1f')} "
             f"{f(lv['steps_per_s'], '>9.2f')} {f(lv['units_per_s'], '>14,.0f')} "
-            f"{f(lv['peak_mem_mb'], '>9,.0f')}  {note}"
+            f"{f(lv['peak_mem_mb'], '>9,.0f')} {f(lv.get('start_s'), '>8.2f')}  {note}"
         )
     return lines
 

@@ -290,6 +290,7 @@ class Probe:
                 f"k={k}: step {lv.step_s * 1000:.1f} ms, {lv.steps_per_s:.2f} steps/s"
                 + (f", {lv.units_per_s:,.0f} {unit_name}" if lv.units_per_s else "")
                 + (f", {lv.peak_mem_mb:,.0f} MB per run" if lv.peak_mem_mb else "")
+                + (f", first step {lv.start_s:.2f} s after launch" if lv.start_s else "")
             )
         return lv
 

@@ -27,6 +27,7 @@ class Live(NamedTuple):
 
     steps: int | None
     wall_s: float
+    start_s: float | None = None  # launch to first logged step, once seen
 
 
 def metric_value(rows: list[dict[str, float | None]], spec: SweepSpec) -> float | None:
@@ -78,6 +79,7 @@ def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]
             status = ua.get("status", t.state.name.lower())
         steps = now.steps if now is not None else ua.get("steps")
         wall = now.wall_s if now is not None else ua.get("wall_s")
+        start = now.start_s if now is not None else ua.get("start_s")
         value = t.value if t.state == TrialState.COMPLETE else None
         row = {
             "trial": name[:3] if name[:3].isdigit() else t.number,
@@ -87,6 +89,7 @@ def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]
             spec.metric.label: value,
             "steps": steps,
             "wall_s": None if wall is None else round(wall, 1),
+            "start_s": None if start is None else round(start, 2),
             "reason": ua.get("reason") if status not in ("running", "completed") else None,
             "run_dir": f"{prefix}/{name}",
         }
@@ -107,6 +110,7 @@ def write_results_csv(trials: Trials, live: Mapping[str, Live]) -> None:
         spec.metric.label,
         "steps",
         "wall_s",
+        "start_s",
         "reason",
         "run_dir",
     ]

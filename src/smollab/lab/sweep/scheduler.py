@@ -75,6 +75,8 @@ class RunningTrial:
     last_step: int | None = None
     last_reported: tuple[int, float] | None = None  # (step, value) last given to the pruner
     verdict: tuple[str, str] | None = None  # (status, evidence) the sweep gave it: pruned, failed
+    fresh: bool = True  # launched with no metrics.csv yet: its start can be measured
+    start_s: float | None = None  # launch to its first logged step (fresh trials)
 
 
 class Sweep:
@@ -117,7 +119,11 @@ class Sweep:
             self.running,
             self.trials.remaining,
         )
-        overrides = [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
+        # A trial draws no end-of-run plots unless the spec asks: matplotlib costs a micro trial
+        # about as much as its run, and the sweep's report draws the curves across trials
+        # (`smollab report <trial dir>` draws one trial's). Any run.plots the spec sets wins.
+        overrides = ["run.plots=false"]
+        overrides += [f"{k}={override_value(v)}" for k, v in self.spec.overrides.items()]
         overrides += [f"{k}={override_value(v)}" for k, v in {**nxt.params, **nxt.extra}.items()]
         overrides += [f"run.seed={nxt.seed}", f"run.dir={run_dir}", "run.resume=auto"]
         if "run.group" not in self.spec.overrides:  # trackers group the trials by their study
@@ -138,6 +144,7 @@ class Sweep:
             tail=ch.MetricsTail(metrics_path),
             reported=set(reported_steps(trial)),
             prior_wall=prior,
+            fresh=not metrics_path.exists(),
         )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
@@ -156,6 +163,7 @@ class Sweep:
         """Report the child's new values to the pruner; stop it (SIGINT) if the pruner says so."""
         rt = self.running[child]
         rows = rt.tail.read()
+        self._note_start(child, rt, rows)
         pm = self.spec.pruner.metric or self.spec.metric.name
         new = False
         for r in rows:
@@ -207,9 +215,16 @@ class Sweep:
             return False
         return now - child.kill_sent > KILL_WAIT_S
 
+    @staticmethod
+    def _note_start(child: ch.Child, rt: RunningTrial, rows: list) -> None:
+        """The trial's start_s, the first time its (fresh) metrics show a row."""
+        if rt.start_s is None and rt.fresh and rows:
+            rt.start_s = ch.first_row_s(rows, rt.tail.mtime, child.started)
+
     def _finish(self, child: ch.Child, code: int | None) -> None:
         """Record a trial whose child exited (`code`), or was given up on (None)."""
         rt = self.running.pop(child)
+        self._note_start(child, rt, rt.tail.read())  # rows written since the last look
         summary = read_summary(child.run_dir)
         wall = rt.prior_wall + (time.time() - child.started)
         status = summary.get("status")
@@ -226,7 +241,7 @@ class Sweep:
                 evidence = f"{summary['evidence']} (stopped: {evidence})"
             summary = set_status(child.run_dir, verdict, evidence)
             status = verdict
-        self._conclude(rt.trial, child.name, status, summary, code, wall)
+        self._conclude(rt.trial, child.name, status, summary, code, wall, rt.start_s)
 
     def _conclude(
         self,
@@ -236,11 +251,14 @@ class Sweep:
         summary: dict[str, Any],
         code: int | None,
         wall: float,
+        start_s: float | None = None,
     ) -> None:
         """Record how a trial ended, say so, give up on a sweep whose every trial fails, and
         refresh results.csv and the report."""
         run_dir = self.trials.run_dir(name)
-        end = self.trials.record(trial, run_dir, status, summary, code, wall, self.stopping)
+        end = self.trials.record(
+            trial, run_dir, status, summary, code, wall, self.stopping, start_s
+        )
         metric_txt = (
             f" {self.spec.metric.label}={fmt(end.metric)}" if end.metric is not None else ""
         )
@@ -263,7 +281,7 @@ class Sweep:
     def _live(self) -> dict[str, Live]:
         now = time.time()
         return {
-            c.name: Live(rt.last_step, rt.prior_wall + now - c.started)
+            c.name: Live(rt.last_step, rt.prior_wall + now - c.started, rt.start_s)
             for c, rt in self.running.items()
         }
 
@@ -362,9 +380,14 @@ class Sweep:
                 else f"concurrency {self.concurrency}{over}, "
                 f"{self.total_threads} CPU threads divided among trials"
             )
+            plots = (
+                f"trial plots: run.plots={spec.overrides['run.plots']} (the spec's)"
+                if "run.plots" in spec.overrides
+                else "trial plots: off (run.plots=false: the report draws the sweep's)"
+            )
             self._say(
                 f"sweep {self.dir}: {spec.total_runs()} trials ({spec.sampler}), "
-                f"{at_once}, device {self.device}"
+                f"{at_once}, device {self.device}; {plots}"
             )
             self.trials.settle_previous(spec.stop_timeout_s, self._conclude)
             self.write_results()

@@ -347,6 +347,7 @@ class Trials:
         code: int | None,
         wall: float,
         stopping: bool,
+        start_s: float | None = None,
     ) -> Ending:
         """Tell Optuna how a trial ended (see the module docstring for the mapping)."""
         from optuna.trial import TrialState
@@ -359,6 +360,8 @@ class Trials:
         )
         reason = summary.get("evidence")
         attrs: dict[str, Any] = {"steps": steps, "wall_s": round(wall, 2)}
+        if start_s is not None:  # launch to first logged step (`children.first_row_s`)
+            attrs["start_s"] = round(start_s, 2)
         if status == "completed":
             value = metric_value(rows, self.spec)
             if value is None or not math.isfinite(value):
