@@ -365,6 +365,9 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sample from a non-run", ["sample", "nomodel", "--prompt", "Once"], "nomodel"),
     ("sample count zero", ["sample", "{model}", "--prompt", "Once", "--n", "0"], "--n"),
     ("report of no directory", ["report", "nope"], "nope"),
+    ("compare level out of range", ["compare", "nope", "--level", "1.5"], "level"),
+    ("compare runs without a metric", ["compare", "nope"], "--metric"),
+    ("compare a non-run", ["compare", "nope", "--metric", "reward"], "nope"),
 ]
 
 

@@ -324,6 +324,30 @@ def bench(
     )
 
 
+def compare(
+    paths: list[str | Path],
+    out: str | Path = "compare",
+    metric: str | None = None,
+    goal: str | None = None,
+    **stats: Any,
+) -> Path:
+    """Configurations across seeds (`smollab.report.seed_stats`): one sweep dir, or run dirs
+    grouped by their config less the seed; writes report.md, results.json and a plot in `out`.
+    `stats`: level, resamples, seed, method, reduce, last_k, leaders, power."""
+    from smollab.report.compare import compare_paths
+    from smollab.report.seed_stats import StatsOptions
+
+    if not 0 < stats.get("level", 0.95) < 1:
+        raise UserError(f"level {stats['level']}: a confidence level is between 0 and 1")
+    if stats.get("resamples", 10000) < 100:
+        raise UserError(f"resamples {stats['resamples']}: at least 100 for a usable interval")
+    if stats.get("leaders", 3) < 2:
+        raise UserError(f"leaders {stats['leaders']}: at least 2 (the best and one other)")
+    if stats.get("last_k", 3) < 1:
+        raise UserError(f"last_k {stats['last_k']}: at least 1")
+    return compare_paths(paths, out, metric, goal, StatsOptions(**stats))
+
+
 def report(path: str | Path, target_loss: float | None = None, mode: str | None = None) -> Path:
     """Plots and report.md for a run, sweep or probe directory; returns the report's path.
     `mode` (both, retain_only, forget_only): the adapter mode a routed GRPO run's headline shows."""

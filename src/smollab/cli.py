@@ -459,6 +459,40 @@ def _sweep(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
+@command("compare", "how sure a comparison across seeds is: a sweep's configurations, or runs")
+def _compare(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="+", help="one sweep directory, or run directories")
+    p.add_argument("--out", default="compare", help="where report.md, results.json and the plot go")
+    p.add_argument("--metric", default=None, help="runs: the metrics.csv column compared")
+    p.add_argument("--goal", choices=["min", "max"], default=None, help="runs: default min")
+    p.add_argument("--level", type=float, default=0.95, help="confidence level of the intervals")
+    p.add_argument("--resamples", type=int, default=10000, help="bootstrap resamples")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's random seed")
+    p.add_argument("--method", choices=["percentile"], default="percentile")
+    p.add_argument("--reduce", choices=["last", "best", "mean_last_k"], default="last")
+    p.add_argument("--last-k", type=int, default=3, help="--reduce mean_last_k: values averaged")
+    p.add_argument("--leaders", type=int, default=3, help="configurations compared with the best")
+
+    def run(a: argparse.Namespace) -> int:
+        path = api.compare(
+            a.paths,
+            out=a.out,
+            metric=a.metric,
+            goal=a.goal,
+            level=a.level,
+            resamples=a.resamples,
+            seed=a.seed,
+            method=a.method,
+            reduce=a.reduce,
+            last_k=a.last_k,
+            leaders=a.leaders,
+        )
+        print(f"report: {path}")
+        return 0
+
+    p.set_defaults(run=run)
+
+
 @command("report", "plots and report.md for a run, sweep or probe directory")
 def _report(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", help="a run directory or a sweep directory")

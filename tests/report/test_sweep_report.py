@@ -117,7 +117,8 @@ def test_lr_sweep_report(tmp_path):
     assert "not the 'edge of stability' of Cohen et al." in text
     assert "Target loss 2.6: met at LR 0.001, 0.01" in text
     assert "| 0.0001 | 0 | too slow |" in text and "| 0.1 | 1 | diverged |" in text
-    assert "### Seed mean and spread" in text and "- **diverged**: 2" in text
+    assert "### Across seeds" in text and "- **diverged**: 2" in text
+    assert (d / "results.json").exists() and "](seed_intervals.png)" in text
     for png in (
         "lr_sweep_comparison.png",
         "lr_vs_final_loss.png",

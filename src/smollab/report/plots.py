@@ -110,3 +110,27 @@ def _plot_panels(plt, rows, run_dir: Path, out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(out_dir / name)
     return written
+
+
+def plot_intervals(s, out_dir: Path, name: str = "seed_intervals.png") -> Path | None:
+    """Each configuration's mean with its bootstrap interval and its seeds as dots, best on top:
+    `s` is a `smollab.report.seed_stats.SeedStats`."""
+    if not s.configs:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(s.configs) + 1.5))
+    for i, c in enumerate(s.configs):
+        y = len(s.configs) - 1 - i
+        if c.ci[0] is not None:
+            ax.plot([c.ci[0], c.ci[1]], [y, y], color="C0", lw=3, alpha=0.6)
+        ax.plot([c.mean], [y], "o", color="C0")
+        ax.plot(c.values, [y] * len(c.values), "x", color="gray", ms=5)
+    ax.set_yticks(range(len(s.configs)))
+    ax.set_yticklabels([c.name for c in reversed(s.configs)], fontsize=8)
+    ax.set_xlabel(f"{s.metric} ({s.goal} is better)")
+    ax.set_title(f"mean and {100 * s.options.level:g}% bootstrap interval; x: seeds")
+    ax.grid(alpha=0.3, axis="x")
+    path = out_dir / name
+    save_figure(fig, path)
+    plt.close(fig)
+    return path

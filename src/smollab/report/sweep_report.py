@@ -6,7 +6,7 @@ For a learning-rate sweep, report.md holds the LR analysis (`smollab.report.lr_a
 
 from __future__ import annotations
 
-import statistics
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -47,9 +47,7 @@ def write_sweep_report(
         curves = lr_curves(data)
         if curves:
             analysis = analyze(curves, target_loss=target_loss)
-            (d / "lr_analysis.json").write_text(
-                __import__("json").dumps(analysis.to_dict(), indent=2)
-            )
+            (d / "lr_analysis.json").write_text(json.dumps(analysis.to_dict(), indent=2))
     if plots:
         p = plot_curves(data, d)
         images += [p] if p else []
@@ -85,6 +83,7 @@ def write_sweep_report(
             f"- sampler {spec.get('sampler')}, seeds {spec.get('seeds')}, metric `{label}` "
             f"({spec.get('metric', {}).get('goal')}), pruner {spec.get('pruner', {}).get('type')}"
         )
+        lines.append(f"- optuna {_optuna_version()}")
     lines.append("")
 
     done = [
@@ -107,16 +106,20 @@ def write_sweep_report(
         lines.append("")
         seeds = spec.get("seeds") or []
         if len(seeds) > 1:
-            lines += ["### Seed mean and spread", ""]
-            groups: dict[tuple, list[float]] = {}
-            for t in done:
-                groups.setdefault(tuple(t.params.values()), []).append(t.row[label])
-            rows = []
-            for key, vals in sorted(groups.items(), key=lambda kv: sign * statistics.fmean(kv[1])):
-                sd = statistics.stdev(vals) if len(vals) > 1 else None
-                rows.append([*key, len(vals), statistics.fmean(vals), sd, min(vals), max(vals)])
-            lines += _table([*data.space, "seeds", f"mean {label}", "std", "min", "max"], rows)
-            lines.append("")
+            from smollab.report.compare import options_from_spec, sweep_groups
+            from smollab.report.seed_stats import compare, stats_lines
+
+            opts = options_from_spec(spec)
+            stats = compare(sweep_groups(data, opts), data.goal, label, opts)
+            lines += ["### Across seeds", ""]
+            lines += stats_lines(stats)
+            results = {"optuna": _optuna_version(), **stats.to_dict()}
+            atomic_write_text(d / "results.json", json.dumps(results, indent=2))
+            if plots:
+                from smollab.report.plots import plot_intervals
+
+                p = plot_intervals(stats, d)
+                images += [p] if p and p not in images else []
 
     if analysis:
         from smollab.report.lr_analysis import DEFINITIONS, summary_lines
@@ -230,6 +233,16 @@ def write_sweep_report(
     path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _optuna_version() -> str:
+    """The Optuna this report was drawn with (the sweep's own is in sweep.json when it wrote it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("optuna")
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def _baseline_section(data: SweepData) -> list[str]:

@@ -81,6 +81,16 @@ class Pruner(SpecSection):
 class ReportOptions(SpecSection):
     target_loss: float | None = Field(None, description="LR sweeps: a loss every good run reaches")
     plots_every_s: float = Field(20.0, ge=0, description="least seconds between live plot redraws")
+    level: float = Field(0.95, gt=0, lt=1, description="seeds: confidence level of the intervals")
+    resamples: int = Field(10000, ge=100, description="seeds: bootstrap resamples")
+    seed: int = Field(0, ge=0, description="seeds: the bootstrap's random seed")
+    method: Literal["percentile"] = Field("percentile", description="seeds: bootstrap kind")
+    reduce: Literal["last", "best", "mean_last_k"] = Field(
+        "last", description="seeds: each trial's value: its objective, its best, or mean of last k"
+    )
+    last_k: int = Field(3, ge=1, description="seeds: reduce mean_last_k: the last k logged values")
+    leaders: int = Field(3, ge=2, description="seeds: configurations compared (the best included)")
+    power: float = Field(0.8, gt=0, lt=1, description="seeds: power of the seeds-needed estimate")
 
 
 class RayOptions(SpecSection):
