@@ -26,7 +26,7 @@ OPTS = StatsOptions(resamples=2000, seed=3)
 
 
 def test_mean_interval_agrees_with_scipy_bootstrap():
-    """scipy is the oracle where it is installed (it is not a smollab dependency)."""
+    """scipy is the oracle (a dev dependency, not one of smollab's)."""
     stats = pytest.importorskip("scipy.stats")
     vals = [0.31, 0.35, 0.29, 0.40, 0.33]
     ref = stats.bootstrap(
