@@ -7,6 +7,7 @@ For a learning-rate sweep, report.md holds the LR analysis (`smollab.report.lr_a
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
