@@ -488,21 +488,19 @@ def report(
             f"{name:10s}{med(steps):8.3f}{q[0]:7.3f}{q[2]:7.3f}{first:13.3f}{last:14.3f}"
             f"{length:10.1f}"
         )
-    n_p, k_s = len(base_held_out) // HELD_OUT_SAMPLES, HELD_OUT_SAMPLES
-    line = [f"held-out reward after {n} steps ({n_p} test prompts x {k_s}, one sampler and seed):"]
-    for name, reps in (
-        ()
-        if not base_held_out
-        else (
+    if base_held_out:  # --held-out 0: no reward check
+        n_p, k_s = len(base_held_out) // HELD_OUT_SAMPLES, HELD_OUT_SAMPLES
+        line = [
+            f"held-out reward after {n} steps ({n_p} test prompts x {k_s}, one sampler and seed):"
+        ]
+        for name, reps in (
             ("base", [{"held_out": base_held_out}]),
             ("smollab", runs["smollab"]),
             ("TRL", runs["trl"]),
-        )
-    ):
-        vals = reps[0]["held_out"]  # repeats train the same weights: one sample, not several
-        se = statistics.pstdev(vals) / len(vals) ** 0.5
-        line.append(f"{name} {mean(vals):.3f} +- {se:.3f}")
-    if base_held_out:
+        ):
+            vals = reps[0]["held_out"]  # repeats train the same weights: one sample, not several
+            se = statistics.pstdev(vals) / len(vals) ** 0.5
+            line.append(f"{name} {mean(vals):.3f} +- {se:.3f}")
         print(" ".join(line[:1]) + " " + ", ".join(line[1:]))
     print(
         f"TRL / smollab seconds per step: {med(t['step_s']) / med(s['step_s']):.2f}x "
