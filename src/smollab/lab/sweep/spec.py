@@ -52,6 +52,39 @@ class Distribution(SpecSection):
         return FloatDistribution(self.low, self.high, log=self.log, step=self.step)
 
 
+class TPEOptions(SpecSection):
+    """`sampler: tpe`, every setting whose default moved between Optuna releases named here
+    (4.x: independent, no constant liar; 5.x: multivariate with a constant liar), so one spec
+    gives the same trials under either."""
+
+    multivariate: bool = Field(
+        True, description="tpe: model the keys jointly (lr x beta interact), not one by one"
+    )
+    constant_liar: bool = Field(
+        True,
+        description="tpe: count running trials as bad, so trials packed at once are not the same "
+        "point",
+    )
+    group: bool = Field(False, description="tpe: split the space into groups (with multivariate)")
+    n_startup_trials: int = Field(10, ge=0, description="tpe: random trials before the model")
+    n_ei_candidates: int = Field(24, ge=1, description="tpe: candidates scored per suggestion")
+
+    @model_validator(mode="after")
+    def _check(self) -> TPEOptions:
+        if self.group and not self.multivariate:
+            raise ValueError("group needs multivariate: true")
+        return self
+
+
+class QMCOptions(SpecSection):
+    """`sampler: qmc`: the sequence and its scrambling, pinned (scrambled draws use sampler_seed)."""
+
+    type: Literal["sobol", "halton"] = Field(
+        "sobol", description="qmc: the low-discrepancy sequence"
+    )
+    scramble: bool = Field(False, description="qmc: randomize the sequence by sampler_seed")
+
+
 class Pruner(SpecSection):
     type: Literal["none", "median", "asha", "threshold"] = Field(
         "none",
@@ -122,6 +155,12 @@ class SweepSpec(SpecSection):
         "grid", description="how points are picked: every combination (grid), or Optuna's sampler"
     )
     sampler_seed: int = Field(0, description="seed of the sampler")
+    tpe: TPEOptions | None = Field(
+        None, description="sampler tpe: its settings, pinned (default: the values shown)"
+    )
+    qmc: QMCOptions | None = Field(
+        None, description="sampler qmc: its sequence and scrambling, pinned"
+    )
     n_trials: int | None = Field(None, ge=1, description="configurations to sample (not grid)")
     seeds: list[int] = Field(
         default_factory=lambda: [0], min_length=1, description="run.seed of each configuration"
@@ -233,6 +272,13 @@ class SweepSpec(SpecSection):
                 f"{self.sampler}: {self.n_trials} configurations x {len(self.seeds)} seed(s)"
             )
             out += [f"  {k}: {v}" for k, v in self.space.items()]
+            pinned = {"tpe": self.tpe or TPEOptions(), "qmc": self.qmc or QMCOptions()}
+            if self.sampler in pinned:
+                settings = pinned[self.sampler].model_dump()
+                out.append(
+                    f"{self.sampler} (seed {self.sampler_seed}): "
+                    + ", ".join(f"{k} {v}" for k, v in settings.items())
+                )
         if self.routing_baseline:
             out.append(self._describe_baselines())
         at_once = (

@@ -262,6 +262,11 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         check_metric(spec.command, spec.pruner.metric, "pruner.metric")
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"sweep key seeds: repeated seeds {spec.seeds}")
+    for key in ("tpe", "qmc"):
+        if getattr(spec, key) is not None and spec.sampler != key:
+            raise UserError(
+                f"sweep key {key}: set only with sampler: {key} (the sampler is {spec.sampler})"
+            )
     if spec.sampler == "grid":
         if spec.n_trials is not None:
             raise UserError(

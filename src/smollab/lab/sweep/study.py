@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.errors import UserError
-from smollab.lab.sweep.spec import Distribution, Pruner, SweepSpec
+from smollab.lab.sweep.spec import Distribution, Pruner, QMCOptions, SweepSpec, TPEOptions
 from smollab.rundir.atomic import read_json
 from smollab.rundir.runs import SWEEP_META
 
@@ -37,6 +37,11 @@ def _grid_sampler_cls():
 
 
 def make_sampler(spec: SweepSpec):
+    """The spec's sampler with every setting passed explicitly: Optuna 5 changed TPE's defaults
+    (multivariate, constant_liar), and a default left to the library would give a spec other
+    trials after an upgrade."""
+    import warnings
+
     import optuna
 
     if spec.sampler == "grid":
@@ -45,9 +50,26 @@ def make_sampler(spec: SweepSpec):
         return _grid_sampler_cls()(space, seed=spec.sampler_seed)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=spec.sampler_seed)
-    if spec.sampler == "qmc":
-        return optuna.samplers.QMCSampler(seed=spec.sampler_seed, warn_independent_sampling=False)
-    return optuna.samplers.TPESampler(seed=spec.sampler_seed)
+    with warnings.catch_warnings():  # Optuna marks QMC, and 4.x TPE's multivariate, experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        if spec.sampler == "qmc":
+            q = spec.qmc or QMCOptions()
+            return optuna.samplers.QMCSampler(
+                qmc_type=q.type,
+                scramble=q.scramble,
+                seed=spec.sampler_seed,
+                independent_sampler=optuna.samplers.RandomSampler(seed=spec.sampler_seed),
+                warn_independent_sampling=False,
+            )
+        t = spec.tpe or TPEOptions()
+        return optuna.samplers.TPESampler(
+            seed=spec.sampler_seed,
+            multivariate=t.multivariate,
+            constant_liar=t.constant_liar,
+            group=t.group,
+            n_startup_trials=t.n_startup_trials,
+            n_ei_candidates=t.n_ei_candidates,
+        )
 
 
 def make_pruner(spec: SweepSpec):
