@@ -154,7 +154,8 @@ FAKE_CHILD = r'''
 """Stands in for `python -m smollab pretrain|grpo ...` in lab tests.
 
 optim.lr picks the behaviour: >= 100 crashes, >= 10 diverges (NaN at step 3), else the loss
-falls as 5 * exp(-lr * step). Each step sleeps FAKE_STEP_S x (1 + FAKE_SLOWDOWN x (k - 1)),
+falls as 5 * exp(-lr * step); a grpo one also writes 8 held-out prompts' rewards (-loss plus a
+per-prompt offset) to eval_prompts.jsonl every 2 steps. Each step sleeps FAKE_STEP_S x (1 + FAKE_SLOWDOWN x (k - 1)),
 k being the fake children alive in the same parent directory. It checkpoints every 5 steps,
 resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 130).
 Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and sleep forever
@@ -213,6 +214,9 @@ try:
                {"step": step, "tokens": step * 128, "wall_s": time.time() - t0, "train_s": train_s, "lr": lr,
                 "train_loss": loss, "val_loss": loss + 0.1 if step % 5 == 0 or step == max_steps else "", "peak_mem_mb": mem})
         w.writerow(row); f.flush()
+        if command == "grpo" and step % 2 == 0 and math.isfinite(loss):  # 8 held-out prompts
+            with open(run / "eval_prompts.jsonl", "a") as ef:
+                ef.write(json.dumps({"step": step, "rewards": [-loss + 0.1 * (i % 3) for i in range(8)]}) + "\n")
         if not math.isfinite(loss):
             status, evidence = "diverged", f"loss is nan at step {step}"; break
         if step % 5 == 0:

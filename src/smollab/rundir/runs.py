@@ -27,6 +27,7 @@ SUMMARY = "summary.json"  # status, final metrics, environment
 LOG = "training.log"  # human log: command, environment, code version, progress
 SAMPLES = "samples.jsonl"  # generation tasks: prompt, completion, reward at log steps
 ROUTING_EVAL = "routing_eval.jsonl"  # gradient routing: one row per adapter mode per evaluation
+EVAL_PROMPTS = "eval_prompts.jsonl"  # GRPO: each held-out prompt's reward, a line per evaluation
 WORDLE_GAMES = "wordle_games.json"  # `smollab sample RUN --wordle-games N`: solve rate, guesses
 CHECKPOINTS = "checkpoints"  # step_<N>/, best/, final/ in HF layout
 ROUNDS = "rounds"  # `smollab rft`: rounds/<N>/ (data.jsonl, stats.json, sft/, model/)
@@ -50,6 +51,7 @@ RUN_FILES = (
     LOG,
     SAMPLES,
     ROUTING_EVAL,
+    EVAL_PROMPTS,
     WORDLE_GAMES,
     CHECKPOINTS,
     ROUNDS,
@@ -114,6 +116,7 @@ class RunView:
     plots_dir = property(lambda self: self.path / PLOTS)
     checkpoints_dir = property(lambda self: self.path / CHECKPOINTS)
     routing_eval_path = property(lambda self: self.path / ROUTING_EVAL)
+    eval_prompts_path = property(lambda self: self.path / EVAL_PROMPTS)
 
     def is_run(self) -> bool:
         """Whether anything of a run is here yet (a config, a summary or metrics)."""
@@ -130,12 +133,12 @@ class RunView:
 
     def routing_eval(self) -> list[dict[str, Any]]:
         """routing_eval.jsonl's rows (a line a kill cut short is skipped); [] without routing."""
-        rows = []
-        with contextlib.suppress(FileNotFoundError), open(self.routing_eval_path) as f:
-            for line in f:
-                with contextlib.suppress(ValueError):
-                    rows.append(json.loads(line))
-        return rows
+        return _jsonl(self.routing_eval_path)
+
+    def eval_prompts(self) -> list[dict[str, Any]]:
+        """eval_prompts.jsonl's rows ({step, rewards: one per held-out prompt}), a line a kill
+        cut short skipped; [] for a run that writes none (not GRPO, or no evaluations yet)."""
+        return _jsonl(self.eval_prompts_path)
 
     def status(self) -> str | None:
         return self.summary().get("status")
@@ -158,3 +161,13 @@ class RunView:
             return self.log_path.read_text(errors="replace").splitlines()
         except OSError:
             return []
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    """A jsonl file's whole records (a line a kill cut short is skipped); [] when it is absent."""
+    rows = []
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        for line in f:
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows

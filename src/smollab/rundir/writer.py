@@ -33,6 +33,7 @@ from smollab.rundir.rows import Metrics, cut_samples
 from smollab.rundir.runs import (
     CHECKPOINTS,
     CONFIG,
+    EVAL_PROMPTS,
     FINISHED,
     LOG,
     METRICS,
@@ -167,10 +168,11 @@ class RunDir:
 
     def open_metrics(self, columns: list[str], resume_step: int | None) -> Metrics:
         """Open metrics.csv for appending. Every append-only file of the run (metrics.csv,
-        samples.jsonl, routing_eval.jsonl) is cut back to `resume_step` first, or emptied on a
+        samples.jsonl, routing_eval.jsonl, eval_prompts.jsonl) is cut back to `resume_step` first, or emptied on a
         fresh start, so a resumed run logs each step once."""
         cut_samples(self.path / SAMPLES, resume_step)
         cut_samples(self.path / ROUTING_EVAL, resume_step)
+        cut_samples(self.path / EVAL_PROMPTS, resume_step)
         self.metrics = Metrics(
             self.path / METRICS, columns, resume_step, on_row=self.sink.row if self.sink else None
         )
@@ -185,6 +187,13 @@ class RunDir:
         """Add gradient routing's evaluation rows (step, mode, rewards, hack rate, diversity)."""
         with writing(self.path / ROUTING_EVAL), open(self.path / ROUTING_EVAL, "a") as f:
             f.writelines(json.dumps(r, default=_json_default) + "\n" for r in rows)
+
+    def append_eval_prompts(self, step: int, rewards: list[float]) -> None:
+        """Add one evaluation's reward per held-out prompt (in prompt order): a sweep's Wilcoxon
+        pruner pairs them prompt by prompt with the best trial's."""
+        line = json.dumps({"step": step, "rewards": rewards}, default=_json_default) + "\n"
+        with writing(self.path / EVAL_PROMPTS), open(self.path / EVAL_PROMPTS, "a") as f:
+            f.write(line)
 
     def update_summary(self, **fields: Any) -> dict[str, Any]:
         if "status" in fields and fields["status"] not in STATUSES:

@@ -1,4 +1,5 @@
 import json
+import statistics
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from smollab.cli import main
 from smollab.config.load import load_config
 from smollab.errors import RunFailed
 from smollab.rundir.rows import read_metrics
+from smollab.rundir.runs import RunView
 from smollab.train.grpo import run_state
 from smollab.train.grpo import step as grpo_step
 from smollab.train.grpo.run import train
@@ -45,6 +47,18 @@ def test_full_finetune_end_to_end(micro_grpo, tmp_path):
     for plot in ("reward.png", "kl.png", "diversity.png"):
         assert (run / "plots" / plot).exists()
     assert summary["base_eval_reward"] is not None
+    # each held-out prompt's reward, per evaluation (the base model's at step 0): their mean is
+    # the logged one, so a sweep's Wilcoxon pruner pairs the same numbers prompt by prompt
+    per_prompt = RunView(run).eval_prompts()
+    evals = {
+        int(r["step"]): r["eval_reward_mean"] for r in rows if r["eval_reward_mean"] is not None
+    }
+    assert [e["step"] for e in per_prompt] == [0, *evals]
+    assert per_prompt[0]["rewards"] and statistics.fmean(per_prompt[0]["rewards"]) == pytest.approx(
+        summary["base_eval_reward"]
+    )
+    for e in per_prompt[1:]:
+        assert statistics.fmean(e["rewards"]) == pytest.approx(evals[e["step"]], abs=1e-5)
 
 
 def test_lora_saves_adapter_and_merged_export(micro_grpo, tmp_path):
@@ -85,6 +99,8 @@ def test_resume_after_crash_is_exact(micro_grpo, tmp_path, monkeypatch, lora):
     assert _run([*micro_grpo, *extra])["status"] == "completed"
     rows = read_metrics(tmp_path / "grpo" / "metrics.csv")
     assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    # the per-prompt rewards of the evaluations, each once, as the uninterrupted run wrote them
+    assert RunView(tmp_path / "grpo").eval_prompts() == RunView(tmp_path / "ref").eval_prompts()
     name = "adapter_model.safetensors" if lora else "model.safetensors"
     a = load_file(tmp_path / "ref" / "checkpoints" / "final" / name)
     b = load_file(tmp_path / "grpo" / "checkpoints" / "final" / name)

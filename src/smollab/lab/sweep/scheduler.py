@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 import time
@@ -30,6 +29,7 @@ from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
 from smollab.lab.sweep import resources
 from smollab.lab.sweep.lock import SweepLock
+from smollab.lab.sweep.pruning import intermediate_values
 from smollab.lab.sweep.setup import check_models, preflight_data, write_meta
 from smollab.lab.sweep.spec import SweepSpec
 from smollab.lab.sweep.study import (
@@ -38,6 +38,7 @@ from smollab.lab.sweep.study import (
     open_study,
     ping_storage,
     prune_evidence,
+    prunes,
     repair_journal,
     study_name,
 )
@@ -164,21 +165,20 @@ class Sweep:
         rt = self.running[child]
         rows = rt.tail.read()
         self._note_start(child, rt, rows)
-        pm = self.spec.pruner.metric or self.spec.metric.name
-        new = False
-        for r in rows:
-            step, v = r.get("step"), r.get(pm)
-            if step is None:
-                continue
-            rt.last_step = int(step)
-            if v is None or not math.isfinite(v) or int(step) in rt.reported or child.stop_sent:
-                continue
-            rt.trial.report(float(v), int(step))
-            rt.reported.add(int(step))
-            rt.last_reported = (int(step), float(v))
-            new = True
+        steps = [r["step"] for r in rows if r.get("step") is not None]
+        if steps:
+            rt.last_step = int(steps[-1])
         pruner = self.spec.pruner
-        if new and pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
+        pm = pruner.metric or self.spec.metric.name
+        new = False
+        for step, v in intermediate_values(pruner, pm, rows, child.run_dir):
+            if step in rt.reported or child.stop_sent:
+                continue
+            rt.trial.report(v, step)
+            rt.reported.add(step)
+            rt.last_reported = (step, v)
+            new = True
+        if new and prunes(pruner) and not child.stop_sent and rt.trial.should_prune():
             step, value = rt.last_reported
             evidence = prune_evidence(pruner, pm, step, value)
             self._stop(child, "pruned", evidence)

@@ -86,10 +86,11 @@ class QMCOptions(SpecSection):
 
 
 class Pruner(SpecSection):
-    type: Literal["none", "median", "asha", "threshold"] = Field(
+    type: Literal["none", "median", "asha", "threshold", "wilcoxon"] = Field(
         "none",
         description="early stopping by Optuna's pruners: median, asha (successive halving), "
-        "threshold (lower/upper), or none",
+        "threshold (lower/upper), wilcoxon (grpo: each held-out prompt's reward paired with the "
+        "best trial's), or none",
     )
     metric: str | None = Field(None, description="intermediate metric (default: metric.name)")
     n_startup_trials: int = Field(2, ge=0, description="median: trials before pruning starts")
@@ -101,6 +102,27 @@ class Pruner(SpecSection):
     )
     lower: float | None = Field(None, description="threshold: prune a trial below this value")
     upper: float | None = Field(None, description="threshold: prune a trial above this value")
+    patience: int | None = Field(
+        None,
+        ge=0,
+        description="prune only a trial whose reported value has not improved for this many "
+        "reports (Optuna's PatientPruner around the pruner; with type none, patience alone)",
+    )
+    min_delta: float = Field(
+        0.0, ge=0, description="patience: the least change that counts as an improvement"
+    )
+    smooth: int | None = Field(
+        None,
+        ge=1,
+        description="report the moving mean of the last k logged values, not each raw value "
+        "(a jittery RL curve)",
+    )
+    p_threshold: float | None = Field(
+        None, gt=0, lt=1, description="wilcoxon: prune below this p-value (default 0.1)"
+    )
+    n_startup_steps: int | None = Field(
+        None, ge=0, description="wilcoxon: prompt rewards paired before pruning (default 2)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Pruner:
@@ -108,6 +130,19 @@ class Pruner(SpecSection):
             raise ValueError("asha needs an explicit min_resource (steps of the first rung)")
         if self.type == "threshold" and self.lower is None and self.upper is None:
             raise ValueError("threshold needs lower or upper")
+        if self.min_delta and self.patience is None:
+            raise ValueError("min_delta needs patience")
+        if self.type != "wilcoxon":
+            for key in ("p_threshold", "n_startup_steps"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} is for type wilcoxon (the type is {self.type})")
+        else:
+            for key in ("patience", "smooth", "metric"):
+                if getattr(self, key) is not None:
+                    raise ValueError(
+                        f"{key} acts on a logged curve; wilcoxon pairs each held-out "
+                        f"prompt's reward instead"
+                    )
         return self
 
 

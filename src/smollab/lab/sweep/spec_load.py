@@ -260,6 +260,8 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     check_metric(spec.command, spec.metric.name, "metric.name")
     if spec.pruner.metric:
         check_metric(spec.command, spec.pruner.metric, "pruner.metric")
+    if spec.pruner.type == "wilcoxon":
+        _check_wilcoxon(spec)
     if len(set(spec.seeds)) != len(spec.seeds):
         raise UserError(f"sweep key seeds: repeated seeds {spec.seeds}")
     for key in ("tpe", "qmc"):
@@ -339,6 +341,34 @@ def _check_executor(spec: SweepSpec) -> None:
         raise UserError(
             "sweep key threads: not with executor: ray (a trial's threads are its "
             "ray.cpu, rounded up)"
+        )
+
+
+def _check_wilcoxon(spec: SweepSpec) -> None:
+    """The Wilcoxon pruner pairs each held-out prompt's reward with the best trial's: only GRPO
+    trials write them (eval_prompts.jsonl), at the same evaluations and prompts in every trial,
+    and a better trial is one with a higher objective, as a higher reward is better."""
+    if spec.command != "grpo":
+        raise UserError(
+            f"sweep key pruner.type: wilcoxon needs each held-out prompt's reward, which only "
+            f"grpo trials write; a {spec.command} trial logs a curve (use median, asha or "
+            f"threshold, with patience or smooth)"
+        )
+    for key in ("train.eval_interval", "grpo.eval_prompts"):
+        if key in spec.space:
+            raise UserError(
+                f"sweep key space.{key}: not with pruner wilcoxon, which pairs the same "
+                f"evaluations and prompts across trials"
+            )
+    if resolve_config(spec, {}, spec.seeds[0]).train.eval_interval == 0:
+        raise UserError(
+            "sweep key pruner.type: wilcoxon needs held-out evaluations "
+            "(train.eval_interval > 0), whose per-prompt rewards it pairs"
+        )
+    if spec.metric.goal != "max":
+        raise UserError(
+            f"sweep key pruner.type: wilcoxon ranks prompt rewards (higher is better) against "
+            f"the best trial; the objective {spec.metric.name} has goal min"
         )
 
 

@@ -73,32 +73,67 @@ def make_sampler(spec: SweepSpec):
 
 
 def make_pruner(spec: SweepSpec):
+    """The spec's pruner, inside Optuna's PatientPruner when it sets `patience`: a jittery RL
+    curve then has to stall for that many reports before the pruner's verdict counts."""
+    import warnings
+
     import optuna
 
-    p = spec.pruner
+    with warnings.catch_warnings():  # Optuna marks the patient and Wilcoxon pruners experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return _pruner(spec.pruner)
+
+
+def _pruner(p: Pruner):
+    import optuna
+
     if p.type == "median":
-        return optuna.pruners.MedianPruner(
+        pruner = optuna.pruners.MedianPruner(
             n_startup_trials=p.n_startup_trials,
             n_warmup_steps=p.n_warmup_steps,
             interval_steps=p.interval_steps,
         )
-    if p.type == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(
+    elif p.type == "asha":
+        pruner = optuna.pruners.SuccessiveHalvingPruner(
             min_resource=p.min_resource, reduction_factor=p.reduction_factor
         )
-    if p.type == "threshold":
-        return optuna.pruners.ThresholdPruner(
+    elif p.type == "threshold":
+        pruner = optuna.pruners.ThresholdPruner(
             lower=p.lower,
             upper=p.upper,
             n_warmup_steps=p.n_warmup_steps,
             interval_steps=p.interval_steps,
         )
-    return optuna.pruners.NopPruner()
+    elif p.type == "wilcoxon":
+        return optuna.pruners.WilcoxonPruner(
+            p_threshold=0.1 if p.p_threshold is None else p.p_threshold,
+            n_startup_steps=2 if p.n_startup_steps is None else p.n_startup_steps,
+        )
+    else:
+        pruner = None
+    if p.patience is not None:
+        return optuna.pruners.PatientPruner(pruner, patience=p.patience, min_delta=p.min_delta)
+    return pruner or optuna.pruners.NopPruner()
+
+
+def prunes(p: Pruner) -> bool:
+    """Whether the spec's pruner can stop a trial at all (type none without patience cannot)."""
+    return p.type != "none" or p.patience is not None
 
 
 def prune_evidence(p: Pruner, metric: str, step: int, value: float) -> str:
     """Why the pruner stopped a trial, in words for its summary and results.csv."""
-    evidence = f"{p.type} pruner at step {step}: {metric} {value:.4g}"
+    what = (
+        f"{metric} {value:.4g}"
+        if p.smooth is None
+        else f"{metric} {value:.4g} (mean of {p.smooth})"
+    )
+    if p.type == "wilcoxon":
+        return (
+            f"wilcoxon pruner after {step + 1} held-out prompt rewards: worse than the best "
+            f"trial's, paired prompt by prompt (p < {p.p_threshold or 0.1:g})"
+        )
+    evidence = f"{p.type} pruner at step {step}: {what}"
     if p.type == "threshold" and p.upper is not None and value > p.upper:
         evidence += f" above the upper bound {p.upper:g}"
     elif p.type == "threshold" and p.lower is not None and value < p.lower:
@@ -107,6 +142,13 @@ def prune_evidence(p: Pruner, metric: str, step: int, value: float) -> str:
         evidence += " worse than the median of earlier trials at this step"
     elif p.type == "asha":
         evidence += f" not in the top 1/{p.reduction_factor} of its rung"
+    if p.patience is not None:
+        evidence = evidence.replace(
+            f"{p.type} pruner",
+            "patient pruner" if p.type == "none" else f"patient {p.type} pruner",
+            1,
+        )
+        evidence += f"; no improvement over {p.min_delta:g} in its last {p.patience} reports"
     return evidence
 
 

@@ -158,6 +158,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     due = [run for run in runs if run.run is not None and run.due(run.cfg.train.eval_interval)]
     for run, ev in zip(due, evaluate(shared, policies, due) if due else [], strict=True):
         run.eval_reward = ev["reward_mean"]
+        run.run.append_eval_prompts(run.step, ev["rewards"])
         run.row.update(
             eval_reward_mean=ev["reward_mean"], eval_unique_fraction=ev["unique_fraction"]
         )
@@ -271,8 +272,9 @@ def metrics_row(
 
 @torch.no_grad()
 def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[dict]:
-    """Each run's mean reward and diversity on the held-out prompts (one completion each), in
-    one sampler call, each run drawing from its own fixed evaluation stream."""
+    """Each run's mean reward and diversity on the held-out prompts (one completion each), and
+    each prompt's reward, in one sampler call, each run drawing from its own fixed evaluation
+    stream."""
     n, tok = len(shared.eval_prompts), shared.tokenizer
     seeds = [stream_seed(run.cfg.run.seed, -1, 2) for run in runs]
     r = policies.generate(runs, shared.eval_prompts * len(runs), seeds)
@@ -283,6 +285,7 @@ def evaluate(shared: Shared, policies: Policies, runs: list[RunState]) -> list[d
     return [
         {
             "reward_mean": float(total[i * n : (i + 1) * n].mean()),
+            "rewards": total[i * n : (i + 1) * n].tolist(),
             "unique_fraction": unique_fraction(texts[i * n : (i + 1) * n]),
         }
         for i in range(len(runs))
@@ -315,6 +318,7 @@ def _before_first_step(shared: Shared, policies: Policies, runs: list[RunState])
     fresh = [run for run in runs if run.base_eval_due]
     for run, ev in zip(fresh, evaluate(shared, policies, fresh) if fresh else [], strict=True):
         run.record_base_eval(ev["reward_mean"])
+        run.run.append_eval_prompts(0, ev["rewards"])
     for run in runs:
         if run.router and run.step == 0 and run.router.due(0, run.max_steps):
             _route_eval(shared, policies, run)
