@@ -443,6 +443,14 @@ def _sweep(p: argparse.ArgumentParser) -> None:
         "space.optim.lr=[1e-3,1e-2], overrides.train.max_steps=50)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+    p.add_argument(
+        "--measure",
+        type=int,
+        metavar="N",
+        default=None,
+        help="once the search ends, rerun its best measure.top_k (3) configurations with N fresh "
+        "seeds and compare them (the spec key measure.seeds)",
+    )
     if isinstance(p, Parser):
         p.keys = spec_keys(
             "smollab.lab.sweep.spec",
@@ -453,6 +461,8 @@ def _sweep(p: argparse.ArgumentParser) -> None:
 
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config(a.args)
+        if a.measure is not None:
+            overrides = [*overrides, f"measure.seeds={a.measure}"]
         api.sweep(path, overrides, dry_run=a.dry_run)
         return 0
 

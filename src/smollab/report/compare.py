@@ -29,13 +29,16 @@ def config_name(params: dict[str, Any]) -> str:
     return ", ".join(f"{_short(k)}={_f(v)}" for k, v in params.items()) or "(base)"
 
 
-def sweep_groups(data: SweepData, opts: StatsOptions) -> dict[str, tuple[dict, list[float]]]:
-    """Completed trials (not baselines) grouped by their parameters. `last` is the results.csv
-    value (the sweep's own objective); `best` and `mean_last_k` read each trial's logged curve."""
+def sweep_groups(
+    data: SweepData, opts: StatsOptions, measured: bool = False
+) -> dict[str, tuple[dict, list[float]]]:
+    """Completed trials (not baselines) grouped by their parameters: the search's, or with
+    `measured` the measure step's runs. `last` is the results.csv value (the sweep's own
+    objective); `best` and `mean_last_k` read each trial's logged curve."""
     name = data.spec.get("metric", {}).get("name", data.metric_label)
     groups: dict[str, tuple[dict, list[float]]] = {}
     for t in data.trials:
-        if t.status != "completed" or t.is_baseline:
+        if t.status != "completed" or t.is_baseline or t.is_measure != measured:
             continue
         if opts.reduce == "last":
             v = t.row.get(data.metric_label)

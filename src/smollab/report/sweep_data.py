@@ -48,6 +48,11 @@ class Trial:
         """A routing sweep's matched mode=none run, not a point of the space."""
         return self.row.get("role") == "baseline"
 
+    @property
+    def is_measure(self) -> bool:
+        """A run of the measure step: a best configuration on a seed the search did not use."""
+        return self.row.get("role") == "measure"
+
 
 @dataclass
 class SweepData:

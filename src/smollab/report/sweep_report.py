@@ -105,22 +105,38 @@ def write_sweep_report(
             + f" (seed {b.seed}, `{b.row.get('run_dir')}`)"
         )
         lines.append("")
-        seeds = spec.get("seeds") or []
-        if len(seeds) > 1:
-            from smollab.report.compare import options_from_spec, sweep_groups
-            from smollab.report.seed_stats import compare, stats_lines
+        from smollab.report.plots import plot_intervals
+        from smollab.report.seed_stats import stats_lines
 
-            opts = options_from_spec(spec)
-            stats = compare(sweep_groups(data, opts), data.goal, label, opts)
+        seeds = spec.get("seeds") or []
+        results: dict[str, Any] = {}
+        if len(seeds) > 1:
+            stats = _across_seeds(data, spec, measured=False)
             lines += ["### Across seeds", ""]
             lines += stats_lines(stats)
-            results = {"optuna": _optuna_version(), **stats.to_dict()}
-            atomic_write_text(d / "results.json", json.dumps(results, indent=2))
+            results.update(stats.to_dict())
             if plots:
-                from smollab.report.plots import plot_intervals
-
                 p = plot_intervals(stats, d)
                 images += [p] if p and p not in images else []
+        measured = _across_seeds(data, spec, measured=True)
+        if measured.configs:
+            m = spec.get("measure") or {}
+            fresh = sorted({t.seed for t in data.trials if t.is_measure and t.seed is not None})
+            lines += ["## Measured on fresh seeds", ""]
+            lines.append(
+                f"The search's best {m.get('top_k', '?')} configuration(s) rerun with seeds "
+                f"{fresh}, none of which the search used: the search's own values were picked "
+                "for being best, so these are the unbiased comparison."
+            )
+            lines.append("")
+            lines += stats_lines(measured)
+            results["measure"] = measured.to_dict()
+            if plots:
+                p = plot_intervals(measured, d, name="measure_intervals.png")
+                images += [p] if p and p not in images else []
+        if results:
+            results = {"optuna": _optuna_version(), **results}
+            atomic_write_text(d / "results.json", json.dumps(results, indent=2))
 
     if analysis:
         from smollab.report.lr_analysis import DEFINITIONS, summary_lines
@@ -234,6 +250,15 @@ def write_sweep_report(
     path = d / REPORT
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def _across_seeds(data: SweepData, spec: dict[str, Any], measured: bool):
+    """The search's configurations compared across seeds, or (`measured`) the measure step's."""
+    from smollab.report.compare import options_from_spec, sweep_groups
+    from smollab.report.seed_stats import compare
+
+    opts = options_from_spec(spec)
+    return compare(sweep_groups(data, opts, measured), data.goal, data.metric_label, opts)
 
 
 def _optuna_version() -> str:

@@ -135,49 +135,61 @@ class Baselines:
         self, trials_dir: Path, runs: dict[str, BaselineTrial], live: Mapping[str, Any]
     ) -> list[dict[str, Any]]:
         """A results.csv row per baseline with a run dir: `role` baseline, `baseline_of` the
-        trial ids of its routed trials. Its status is the record of this sweep process (`runs`;
-        `live` the running ones' progress), else its run's own summary."""
-        from smollab.lab.sweep.trials import TRIALS, metric_value, read_summary
-        from smollab.rundir.runs import FINISHED, RunView
+        trial ids of its routed trials."""
+        return [
+            {
+                **side_row(self.spec, trials_dir, b, runs, live, "baseline"),
+                "baseline_of": " ".join(r[:3] for r in b.of),
+            }
+            for _, b in sorted(self.by_name.items())
+            if (trials_dir / b.name).exists()
+        ]
 
-        out = []
-        for name, b in sorted(self.by_name.items()):
-            run_dir = trials_dir / name
-            if not run_dir.exists():
-                continue
-            attrs = runs[name].user_attrs if name in runs else {}
-            summary = read_summary(run_dir)
-            now = live.get(name)
-            status = "running" if now is not None else attrs.get("status") or summary.get("status")
-            if now is None and status not in FINISHED and status != "failed":
-                status = "interrupted" if status else None
-            value = attrs.get("metric")
-            if value is None and status == "completed":
-                value = metric_value(RunView(run_dir).metrics(), self.spec)
-            steps = now.steps if now is not None else attrs.get("steps", summary.get("steps"))
-            wall = now.wall_s if now is not None else attrs.get("wall_s")
-            params = {k: b.params.get(k, b.extra.get(k)) for k in self.spec.space}
-            reason = attrs.get("reason") or summary.get("evidence")
-            out.append(
-                {
-                    "trial": name.split("-")[0],
-                    **params,
-                    "seed": b.seed,
-                    "status": status or "queued",
-                    self.spec.metric.label: value,
-                    "steps": steps,
-                    "wall_s": None if wall is None else round(wall, 1),
-                    "reason": reason if status not in ("running", "completed") else None,
-                    "run_dir": f"{TRIALS}/{name}",
-                    "role": "baseline",
-                    "baseline_of": " ".join(r[:3] for r in b.of),
-                }
-            )
-        return out
+
+def side_row(
+    spec: SweepSpec,
+    trials_dir: Path,
+    b: Baseline,
+    runs: dict[str, BaselineTrial],
+    live: Mapping[str, Any],
+    role: str,
+) -> dict[str, Any]:
+    """The results.csv row of a run that is not an Optuna trial (a baseline, a measured run).
+    Its status is the record of this sweep process (`runs`; `live` the running ones' progress),
+    else its run's own summary."""
+    from smollab.lab.sweep.trials import TRIALS, metric_value, read_summary
+    from smollab.rundir.runs import FINISHED, RunView
+
+    name, run_dir = b.name, trials_dir / b.name
+    attrs = runs[name].user_attrs if name in runs else {}
+    summary = read_summary(run_dir)
+    now = live.get(name)
+    status = "running" if now is not None else attrs.get("status") or summary.get("status")
+    if now is None and status not in FINISHED and status != "failed":
+        status = "interrupted" if status else None
+    value = attrs.get("metric")
+    if value is None and status == "completed":
+        value = metric_value(RunView(run_dir).metrics(), spec)
+    steps = now.steps if now is not None else attrs.get("steps", summary.get("steps"))
+    wall = now.wall_s if now is not None else attrs.get("wall_s")
+    params = {k: b.params.get(k, b.extra.get(k)) for k in spec.space}
+    reason = attrs.get("reason") or summary.get("evidence")
+    return {
+        "trial": name.split("-")[0],
+        **params,
+        "seed": b.seed,
+        "status": status or "queued",
+        spec.metric.label: value,
+        "steps": steps,
+        "wall_s": None if wall is None else round(wall, 1),
+        "reason": reason if status not in ("running", "completed") else None,
+        "run_dir": f"{TRIALS}/{name}",
+        "role": role,
+    }
 
 
 class BaselineTrial:
-    """Stands in for an Optuna trial while a baseline runs: the scheduler reports to it and asks
+    """Stands in for an Optuna trial while a baseline (or a measured run) runs: the scheduler reports to it and asks
     it to prune like any trial; it keeps the attributes and reports to, and prunes, nothing."""
 
     def __init__(self, baseline: Baseline):

@@ -114,7 +114,7 @@ def write_results_csv(trials: Trials, live: Mapping[str, Live]) -> None:
         "reason",
         "run_dir",
     ]
-    if trials.baselines.enabled:
+    if trials.baselines.enabled or trials.measure.by_name:
         fields += ["role", "baseline_of"]
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore", lineterminator="\n")

@@ -29,6 +29,7 @@ from smollab.lab import children as ch
 from smollab.lab.spec_common import override_value
 from smollab.lab.sweep import resources
 from smollab.lab.sweep.lock import SweepLock
+from smollab.lab.sweep.measure import fresh_seeds
 from smollab.lab.sweep.pruning import intermediate_values
 from smollab.lab.sweep.setup import check_models, preflight_data, write_meta
 from smollab.lab.sweep.spec import SweepSpec
@@ -393,6 +394,8 @@ class Sweep:
             self.write_results()
             with self.stop.installed():
                 self._loop()
+                if spec.measure and not self.stop and not self.abort:
+                    self._measure()
         self.write_results()
         self.write_report(plots=True)
         counts: dict[str, int] = {}
@@ -442,6 +445,22 @@ class Sweep:
                 self.write_results()
         if self.stop and self.running:
             self._stop_children()
+
+    def _measure(self) -> None:
+        """The measure step, once the search has ended: the best configurations on fresh seeds,
+        launched and packed as the search's trials were (`smollab.lab.sweep.measure`)."""
+        try:
+            total, queued = self.trials.plan_measure(self.spec.stop_timeout_s)
+        except UserError as e:  # nothing to measure: said once the results are written
+            self.abort = str(e)
+            return
+        m = self.spec.measure
+        self._say(
+            f"measure: the best {m.top_k} configuration(s) x fresh seeds "
+            f"{fresh_seeds(self.spec)}: {total} run(s), {queued} to run"
+        )
+        self.write_results()
+        self._loop()
 
     def _stop_children(self) -> None:
         self.stopping = True

@@ -124,6 +124,17 @@ class Pruner(SpecSection):
         None, ge=0, description="wilcoxon: prompt rewards paired before pruning (default 2)"
     )
 
+    def label(self) -> str:
+        """The pruner in a few words: `median (patience 3, min_delta 0.02, smooth 5)`."""
+        extra = {
+            "patience": self.patience,
+            "min_delta": self.min_delta or None,
+            "smooth": self.smooth,
+            "p_threshold": self.p_threshold,
+        }
+        shown = ", ".join(f"{k} {v:g}" for k, v in extra.items() if v is not None)
+        return f"{self.type} ({shown})" if shown else self.type
+
     @model_validator(mode="after")
     def _check(self) -> Pruner:
         if self.type == "asha" and self.min_resource is None:
@@ -144,6 +155,14 @@ class Pruner(SpecSection):
                         f"prompt's reward instead"
                     )
         return self
+
+
+class MeasureOptions(SpecSection):
+    """The measure step (`smollab.lab.sweep.measure`): after the search, its best configurations
+    on fresh seeds."""
+
+    top_k: int = Field(3, ge=1, description="measure: the search's best configurations rerun")
+    seeds: int = Field(ge=1, description="measure: fresh seeds per configuration (--measure N)")
 
 
 class ReportOptions(SpecSection):
@@ -245,6 +264,11 @@ class SweepSpec(SpecSection):
         "baseline, once per distinct baseline (smollab.lab.sweep.baseline)",
     )
     report: ReportOptions = Field(default_factory=ReportOptions)
+    measure: MeasureOptions | None = Field(
+        None,
+        description="once the search ends, rerun its best top_k configurations with `seeds` "
+        "fresh seeds (not the search's) and compare them across those",
+    )
 
     # ---- derived ---------------------------------------------------------------------------
 
@@ -316,6 +340,12 @@ class SweepSpec(SpecSection):
                 )
         if self.routing_baseline:
             out.append(self._describe_baselines())
+        if self.measure:
+            first = max(self.seeds) + 1
+            out.append(
+                f"measure: then the best {self.measure.top_k} configuration(s) x fresh seeds "
+                f"{list(range(first, first + self.measure.seeds))}"
+            )
         at_once = (
             f"lanes: {self.lanes}"
             + (f"; lane_workers: {self.lane_workers}" if self.lane_workers is not None else "")
@@ -323,7 +353,7 @@ class SweepSpec(SpecSection):
             else f"concurrency: {self.concurrency}"
         )
         out.append(
-            f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.type}; "
+            f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.label()}; "
             f"{at_once}; executor: {self.executor}"
         )
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}

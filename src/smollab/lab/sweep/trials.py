@@ -35,6 +35,7 @@ from typing import Any
 
 from smollab.lab import children as ch
 from smollab.lab.sweep.baseline import Baseline, Baselines, BaselineTrial
+from smollab.lab.sweep.measure import Measure
 from smollab.lab.sweep.results import (
     Live,
     metric_value,
@@ -151,6 +152,7 @@ class Trials:
         self.baselines = Baselines(spec)  # routing_baseline: the routed trials' baselines
         self.baseline_queue: list[Baseline] = []
         self.baseline_runs: dict[str, BaselineTrial] = {}  # launched by this sweep process
+        self.measure = Measure(spec)  # the measure step's runs, once planned
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -212,7 +214,8 @@ class Trials:
     def progress(self) -> tuple[int, int]:
         done = sum(1 for t in self.latest_by_dir(own=False).values() if t.state.is_finished())
         done += sum(1 for r in self._baseline_rows({}) if r["status"] in FINISHED)
-        return done, max(self.spec.total_runs() + len(self.baselines.by_name), done)
+        side = len(self.baselines.by_name) + len(self.measure.by_name)
+        return done, max(self.spec.total_runs() + side, done)
 
     # ---- routing baselines ----------------------------------------------------------------
 
@@ -231,6 +234,23 @@ class Trials:
         if stop_timeout is not None and ch.reap_stale(self.run_dir(b.name), stop_timeout):
             self.say(f"baseline {b.name}: stopped a child left by the previous sweep process")
         self.baseline_queue.append(b)
+
+    # ---- the measure step -----------------------------------------------------------------
+
+    def plan_measure(self, stop_timeout: float) -> tuple[int, int]:
+        """Queue the measure step's runs that have not finished (a failed one only when
+        `retry_failed`), run as baselines are; (runs in all, runs queued). A child a previous
+        parent left in one of their run dirs is stopped first."""
+        planned = self.measure.plan(result_rows(self, {}))
+        for b in planned:
+            status = read_summary(self.run_dir(b.name)).get("status")
+            done = status in FINISHED or (status == "failed" and not self.spec.retry_failed)
+            if done or b.name in self.baseline_runs or b in self.baseline_queue:
+                continue
+            if ch.reap_stale(self.run_dir(b.name), stop_timeout):
+                self.say(f"measure {b.name}: stopped a child left by the previous sweep process")
+            self.baseline_queue.append(b)
+        return len(planned), len(self.baseline_queue)
 
     # ---- what runs next -------------------------------------------------------------------
 
@@ -408,7 +428,10 @@ class Trials:
         return result_rows(self, live) + self._baseline_rows(live)
 
     def _baseline_rows(self, live: Mapping[str, Live]) -> list[dict[str, Any]]:
-        return self.baselines.rows(self.trials_dir, self.baseline_runs, live)
+        """The rows of the runs that are not study trials: routing baselines, measured runs."""
+        return self.baselines.rows(self.trials_dir, self.baseline_runs, live) + self.measure.rows(
+            self.trials_dir, self.baseline_runs, live
+        )
 
     def write_results(self, live: Mapping[str, Live]) -> None:
         write_results_csv(self, live)
