@@ -168,6 +168,7 @@ BAD = [
     (dict(pruner={"type": "median", "patience": -1}), "pruner.patience: .*greater than or equal"),
     (dict(pruner={"type": "median", "smooth": 0}), "pruner.smooth: .*greater than or equal to 1"),
     (dict(pruner={"type": "median", "min_delta": 0.1}), "min_delta needs patience"),
+    (dict(pruner={"smooth": 3}), "smooth needs a pruner"),
     (dict(pruner={"type": "median", "p_threshold": 0.05}), "p_threshold is for type wilcoxon"),
     (dict(pruner={"type": "wilcoxon", "smooth": 3}), "smooth acts on a logged curve"),
     (dict(pruner={"type": "wilcoxon", "patience": 2}), "patience acts on a logged curve"),

@@ -143,6 +143,8 @@ class Pruner(SpecSection):
             raise ValueError("threshold needs lower or upper")
         if self.min_delta and self.patience is None:
             raise ValueError("min_delta needs patience")
+        if self.smooth is not None and self.type == "none" and self.patience is None:
+            raise ValueError("smooth needs a pruner to smooth for (a type, or patience)")
         if self.type != "wilcoxon":
             for key in ("p_threshold", "n_startup_steps"):
                 if getattr(self, key) is not None:
