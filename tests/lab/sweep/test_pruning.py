@@ -197,3 +197,15 @@ def test_pruner_bad_input_is_one_line(fields, message):
     with pytest.raises(UserError, match=message) as e:
         validate_spec(tree)
     assert "\n" not in str(e.value)
+
+
+def test_the_evidence_names_patience_smoothing_and_the_wilcoxon_test():
+    from smollab.lab.sweep.study import prune_evidence
+
+    p = grpo_spec(type="median", patience=3, smooth=5).pruner
+    said = prune_evidence(p, "reward_mean", 12, 0.25)
+    assert said.startswith("patient median pruner at step 12: reward_mean 0.25 (mean of 5)")
+    assert "its best of its last 4 reports is worse than its best before" in said
+    assert prune_evidence(grpo_spec(patience=2).pruner, "r", 3, 1.0).startswith("patient pruner")
+    said = prune_evidence(grpo_spec(type="wilcoxon").pruner, "reward_mean", 9, 0.1)
+    assert said.startswith("wilcoxon pruner after 10 held-out prompt rewards") and "p < 0.1" in said

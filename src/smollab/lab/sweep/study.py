@@ -148,7 +148,10 @@ def prune_evidence(p: Pruner, metric: str, step: int, value: float) -> str:
             "patient pruner" if p.type == "none" else f"patient {p.type} pruner",
             1,
         )
-        evidence += f"; no improvement over {p.min_delta:g} in its last {p.patience} reports"
+        evidence += (
+            f"; its best of its last {p.patience + 1} reports is worse than its best before "
+            f"(min_delta {p.min_delta:g})"
+        )
     return evidence
 
 
