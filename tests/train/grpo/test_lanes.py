@@ -17,7 +17,7 @@ from smollab.engine.reference import build_reference
 from smollab.engine.sampler import Sampler
 from smollab.errors import UserError
 from smollab.rundir.inbox import Inbox, LaneTrial
-from smollab.rundir.runs import LOG
+from smollab.rundir.runs import LOG, RunView
 from smollab.train.grpo.loss import LossOptions
 from smollab.train.grpo.policies import lanes_forward, policy_forward
 from smollab.train.grpo.run_state import RunState
@@ -62,6 +62,11 @@ def test_lanes_write_the_run_directories_of_process_runs(micro_grpo, tmp_path):
         assert [int(x["step"]) for x in rows(d)] == [1, 2, 3, 4, 5, 6]
         assert json.loads((d / "checkpoints/final/adapter_config.json").read_text())["r"] == r
         assert (d / "checkpoints/final/adapter_model.safetensors").exists()
+        # each lane's held-out prompt rewards, for a sweep's Wilcoxon pruner over lanes
+        evals = RunView(d).eval_prompts()
+        assert [e["step"] for e in evals] == [0, 3, 6] and all(
+            len(e["rewards"]) == 4 for e in evals
+        )
     # a finished lane is found finished when the same command runs again
     again = api.lanes(None, shared_args(micro_grpo), [[f"run.dir={a}", "optim.lr=1e-3"]])
     assert again[0]["status"] == "completed"
