@@ -223,3 +223,17 @@ def test_start_cold_and_refusals(fake_child, micro_data, tmp_path):
     assert any("trial start: cold (start: cold)" in s for s in said)
     with pytest.raises(UserError, match="sweep key start: warm is for executor local"):
         load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="lanes"))
+
+
+def test_macos_starts_cold_and_refuses_warm(fake_child, micro_data, tmp_path, monkeypatch):
+    from smollab.lab.sweep import resources
+
+    spec = load_spec(fake_spec(tmp_path, micro_data))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    said: list[str] = []
+    assert resources.start_server(spec, tmp_path, None, said.append) is None
+    assert said == [
+        "trial start: cold (start: auto on darwin: fork after torch's imports is unsafe)"
+    ]
+    with pytest.raises(UserError, match="sweep key start: warm needs Linux"):
+        load_spec(fake_spec(tmp_path, micro_data, start="warm"))

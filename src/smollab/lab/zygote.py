@@ -325,7 +325,8 @@ class Zygote:
             if text.startswith("x "):
                 _, pid, code = text.split()
                 self.exits[int(pid)] = int(code)
-                self._send({"reap": int(pid)})
+                with contextlib.suppress(ZygoteError):  # a dead server's end of file follows
+                    self._send({"reap": int(pid)})
             else:
                 self._answers.append(text)
 
