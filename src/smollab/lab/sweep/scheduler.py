@@ -133,6 +133,9 @@ class Sweep:
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
+        metrics_path = RunView(run_dir).metrics_path
+        # Before the launch: a warm trial can write its first rows before launch() returns.
+        resuming = metrics_path.exists()
         self.launched = True
         grace = self.spec.stop_timeout_s
         try:
@@ -155,18 +158,17 @@ class Sweep:
             return
         trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
-        metrics_path = RunView(run_dir).metrics_path
         self.running[child] = RunningTrial(
             trial=trial,
             tail=ch.MetricsTail(metrics_path),
             reported=set(reported_steps(trial)),
             prior_wall=prior,
-            fresh=not metrics_path.exists(),
+            fresh=not resuming,
         )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
         )
-        resumed = " (resuming)" if metrics_path.exists() else ""
+        resumed = " (resuming)" if resuming else ""
         where = (
             f"a lane of worker pid {child.pid}"
             if self.spec.executor == "lanes"
