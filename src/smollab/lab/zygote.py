@@ -25,7 +25,11 @@ A forked trial is its own process with its own pid, session and process group, a
 a state a fresh interpreter would have, as far as a trial can tell (`become_trial`): a new
 session; every signal handler back to Python's defaults and no signal blocked; stdin on
 /dev/null, stdout and stderr appended to its log; every other inherited descriptor closed; the
-request's cwd and environment; its CPU affinity and torch's thread count. RNG: Python's `random`
+request's cwd and environment; its CPU affinity and torch's thread count. What a preloaded
+library read from the environment at import (huggingface_hub's HF_HUB_OFFLINE and HF_HOME, for
+one) is the server's, started with the sweep's environment, which a trial's extends only with
+smollab's own variables, thread counts (set again here) and the MPS daemon's (read by CUDA, which
+initializes in the trial). RNG: Python's `random`
 is reseeded by `os.fork` itself; torch's and numpy's global streams are inherited, and every loop
 seeds torch from `run.seed` before it draws (`torch.manual_seed(cfg.run.seed)`), as a cold trial
 depends on too. It then runs its command line as the interpreter would (`-m`, `-c` or a script
@@ -269,6 +273,7 @@ class Zygote:
         # numpy's and scipy's OpenBLAS size their pools at import, from here; torch's threads are
         # set per trial. One thread each keeps a trial's numpy off its siblings' cores.
         server_env["OPENBLAS_NUM_THREADS"] = "1"
+        server_env.setdefault("TOKENIZERS_PARALLELISM", "false")  # as `children.launch` sets it
         out = open(log, "ab") if log else subprocess.DEVNULL
         try:
             self.proc = subprocess.Popen(
