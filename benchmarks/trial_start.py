@@ -1,26 +1,34 @@
-"""Where a micro trial's start goes: launch to first logged step, cold process vs warm fork (never
-run by CI).
+"""Where a micro trial's start goes, and what warm starts win: launch to first logged step cold
+vs warm, then whole sweeps cold vs warm vs lanes (never run by CI).
 
 Measured, each `--repeats` times, for a micro `smollab pretrain` and a micro `smollab grpo` (the
 tests' micro model, 1 thread, a metrics row every step, no plots):
 
 - cold: the command as a fresh process (`python -m smollab ...`), launched as a sweep launches a
   trial (`children.launch`: its own session, child.log), to the first row of its metrics.csv;
-- warm: this process, having imported torch, transformers, peft and smollab's training modules
-  once, forks and runs the same command line in the child (`cli.main`), to the same row. This is
-  the best a fork server could do: the gap to cold is what warm starts can win.
+- warm: the same launch forked from smollab's warm start server (`smollab.lab.zygote`, started
+  once and ready before the first launch; its one-off import time is printed), to the same row.
+
+With `--sweeps`, in the same invocation:
+- a micro pretraining sweep (`--trials` trials of 3 steps, concurrency 2) with `start: cold`
+  and `start: warm`: the median of results.csv's `start_s` and the sweep's wall time;
+- an 8-trial GRPO sweep of `--grpo-steps`-step trials (the happy task's recipe, lr x beta as in
+  configs/sweeps/happy-full-lanes.yaml, on a micro base pretrained here): as processes cold, as
+  processes warm, and as lanes (2 workers x 4 lanes), each the sweep's wall time and the median
+  `start_s` of its trials.
 
 Also printed: the CPU and load, the wall time of importing the heavy libraries in a fresh
-interpreter (`python -X importtime`, the top cumulative entries), and a cProfile of one in-process
-pretrain step's start (top cumulative functions).
+interpreter (`python -X importtime`, the top cumulative entries), and with `--profile` a cProfile
+of one in-process pretrain step's start (top cumulative functions).
 
-    PYTHONPATH=src python benchmarks/trial_start.py [--repeats 5] [--profile]
+    PYTHONPATH=src python benchmarks/trial_start.py [--repeats 5] [--sweeps] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import os
 import statistics
@@ -30,8 +38,13 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from smollab.device.mfu import cpu_model_name
 from smollab.lab import children as ch
+from smollab.lab.sweep.scheduler import run_sweep
+from smollab.lab.sweep.spec_load import validate_spec
+from smollab.lab.zygote import Zygote
 
 DATA = ["data.num_stories=400", "data.vocab_size=256"]
 HEAVY = "import torch, transformers, peft, smollab.train.pretrain, smollab.train.grpo"
@@ -91,39 +104,78 @@ def cold(command: str, overrides: list[str], run: Path) -> float:
     return took
 
 
-def warm(command: str, overrides: list[str], run: Path) -> float:
-    """Fork this (already warm) process and run the command in the child, in its own session,
-    output to child.log, as a fork server would."""
-    from smollab import cli
+def warm(zygote: Zygote):
+    def run_it(command: str, overrides: list[str], run: Path) -> float:
+        t0 = time.perf_counter()
+        argv = ch.smollab_argv(command, None, overrides)
+        child = ch.launch(run.name, argv, run, threads=1, zygote=zygote)
+        took = wait_first_row(run, t0, child.poll)
+        child.wait()
+        return took
 
-    run.mkdir(parents=True, exist_ok=True)
+    return run_it
+
+
+def load(label: str) -> str:
+    return f"{label} load {os.getloadavg()[0]:.2f}"
+
+
+def sweep_figures(tree: dict, label: str) -> tuple[float, float | None, str]:
+    """Run one sweep in this process: its wall time, the median start_s of its trials, and the
+    load average (1 min) when it ended."""
     t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:  # the trial
-        code = 1
-        try:
-            os.setsid()
-            fd = os.open(run / ch.CHILD_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            code = cli.main([command, *overrides]) or 0
-        finally:
-            os._exit(code)
-    status: list[int] = []
+    counts = run_sweep(validate_spec(tree), out=lambda _: None)
+    wall = time.perf_counter() - t0
+    with open(Path(tree["dir"]) / "results.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    starts = [float(r["start_s"]) for r in rows if r.get("start_s")]
+    done = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    return wall, statistics.median(starts) if starts else None, f"{done}; {load(label)}"
 
-    def alive() -> int | None:
-        if status:
-            return status[0]
-        done, st = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status.append(os.waitstatus_to_exitcode(st))
-            return status[0]
-        return None
 
-    took = wait_first_row(run, t0, alive)
-    if not status:
-        os.waitpid(pid, 0)
-    return took
+def sweeps(tmp: Path, data: Path, model: Path, trials: int, grpo_steps: int) -> list[str]:
+    micro = {
+        "command": "pretrain",
+        "overrides": {
+            k: yaml.safe_load(v)
+            for k, v in (o.split("=", 1) for o in pretrain_overrides(data, tmp / "x"))
+            if k not in ("run.dir", "perf.threads")  # the sweep sets each trial's threads
+        },
+        "space": {"optim.lr": [round(1e-3 * (i + 1), 6) for i in range(trials)]},
+        "metric": {"name": "train_loss"},
+        "concurrency": 2,
+    }
+    grpo = {
+        "command": "grpo",
+        "base": "configs/grpo/happy.yaml",
+        "overrides": {
+            "model.path": str(model),
+            "data.dir": str(data),
+            "train.max_steps": grpo_steps,
+            "train.eval_interval": grpo_steps,
+            "train.save_interval": grpo_steps,
+            "run.plots": False,
+        },
+        "space": {"optim.lr": [1e-5, 3e-5, 1e-4, 3e-4], "grpo.beta": [0.0, 0.02]},
+        "metric": {"name": "eval_reward_mean", "goal": "max"},
+    }
+    out = [f"micro pretraining sweep, {trials} trials of 3 steps, concurrency 2:"]
+    for start in ("cold", "warm"):
+        tree = {**micro, "start": start, "dir": str(tmp / f"sweep-micro-{start}")}
+        wall, med, note = sweep_figures(tree, start)
+        out.append(f"  start {start:4s}: median start_s {med:.2f} s, sweep {wall:.1f} s ({note})")
+    out.append(f"GRPO sweep, 8 trials of {grpo_steps} steps (happy recipe, micro base):")
+    layouts = {
+        "processes cold": {"concurrency": 2, "start": "cold"},
+        "processes warm": {"concurrency": 2, "start": "warm"},
+        "lanes 2x4": {"executor": "lanes", "lanes": 4, "lane_workers": 2},
+    }
+    for label, how in layouts.items():
+        tree = {**grpo, **how, "dir": str(tmp / f"sweep-grpo-{label.replace(' ', '-')}")}
+        wall, med, note = sweep_figures(tree, label.split()[-1])
+        shown = f"median start_s {med:.2f} s, " if med is not None else ""
+        out.append(f"  {label:15s}: {shown}sweep {wall:.1f} s ({note})")
+    return out
 
 
 def import_figures() -> tuple[float, list[str]]:
@@ -162,6 +214,9 @@ def profile_start(data: Path, run: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--sweeps", action="store_true", help="also the sweeps cold/warm/lanes")
+    ap.add_argument("--trials", type=int, default=6, help="micro pretraining sweep's trials")
+    ap.add_argument("--grpo-steps", type=int, default=25, help="steps of each GRPO trial")
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of the start")
     a = ap.parse_args()
     from smollab.config import DataConfig
@@ -177,30 +232,36 @@ def main() -> None:
         train(load_config("pretrain", None, pretrain_overrides(data, model, steps=30)))
 
     import_s, top = import_figures()
-    exec(HEAVY)  # this process becomes the warm parent: what a fork server would hold
-
+    zygote = Zygote()
+    server_s = zygote.ready()
     results: dict[str, list[float]] = {}
     overrides = {
         "pretrain": lambda run: pretrain_overrides(data, run),
         "grpo": lambda run: grpo_overrides(model, data, run),
     }
     for cmd, over in overrides.items():
-        for how, run_it in (("cold", cold), ("warm", warm)):
+        for how, run_it in (("cold", cold), ("warm", warm(zygote))):
             key = f"{cmd} {how}"
             runs = [tmp / f"{cmd}-{how}-{i}" for i in range(a.repeats + 1)]
             times = [run_it(cmd, over(run), run) for run in runs]
             results[key] = times[1:]  # the first warms the page cache
+    zygote.close()
+    loads = load("after the launches:")
 
-    print(f"cpu: {cpu_model_name()}; load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"cpu: {cpu_model_name()}; load average at the end: {os.getloadavg()}")
     print(f"fresh interpreter, `{HEAVY}`: {import_s:.2f} s; top cumulative imports:")
     for line in top:
         print(f"  {line}")
-    print(f"launch to first logged step, median of {a.repeats} (each):")
+    print(f"warm start server: ready {server_s:.2f} s after it started (once per sweep)")
+    print(f"launch to first logged step, median of {a.repeats} (each); {loads}:")
     for key, xs in results.items():
         print(f"  {key:14s} {statistics.median(xs):6.2f} s ({', '.join(f'{x:.2f}' for x in xs)})")
     for cmd in ("pretrain", "grpo"):
         c, w = (statistics.median(results[f"{cmd} {h}"]) for h in ("cold", "warm"))
-        print(f"  {cmd}: warm fork saves {c - w:.2f} s of {c:.2f} s ({c / w:.1f}x)")
+        print(f"  {cmd}: warm start saves {c - w:.2f} s of {c:.2f} s ({c / w:.1f}x)")
+    if a.sweeps:
+        for line in sweeps(tmp, data, model, a.trials, a.grpo_steps):
+            print(line, flush=True)
     if a.profile:
         print(profile_start(data, tmp / "profiled"))
 

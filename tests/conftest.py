@@ -162,7 +162,8 @@ Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and
 before its first step (a child stuck in C code); FAKE_IGNORE_SIGINT=1 makes every child ignore
 SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file once its SIGINT handling is
 set, so a test can check that none is left behind. FAKE_START_S: seconds it sleeps before
-its first step (a slow start: imports, model loading).
+its first step (a slow start: imports, model loading). FAKE_GRANDCHILD=1: it starts a `sleep`
+in its own process group first and writes its pid to <run dir>/grandchild.pid.
 """
 import csv, json, math, os, resource, signal, sys, time
 from pathlib import Path
@@ -185,6 +186,9 @@ if start and (run / "metrics.csv").exists():
 with open(run / "metrics.csv", "w", newline="") as f:
     w = csv.DictWriter(f, fieldnames=cols); w.writeheader(); w.writerows(rows)
 alive = run / ".alive"; alive.write_text(str(os.getpid()))
+if os.environ.get("FAKE_GRANDCHILD"):
+    import subprocess
+    (run / "grandchild.pid").write_text(str(subprocess.Popen(["sleep", "600"]).pid))
 def write_summary(**kw):
     summary.update(kw); tmp = run / ".s.tmp"; tmp.write_text(json.dumps(summary)); os.replace(tmp, summary_path)
 write_summary(status="running", command=command, argv=sys.argv[1:])
@@ -232,10 +236,11 @@ sys.exit(130 if status == "interrupted" else 0)
 
 @pytest.fixture
 def fake_child(tmp_path, monkeypatch):
-    """Make the lab launch the fake child above instead of `python -m smollab`."""
+    """Make the lab launch the fake child above instead of `python -m smollab`; a sweep's warm
+    start server (`start: auto` on Linux) then imports nothing it would not need."""
     import sys
 
-    from smollab.lab import children
+    from smollab.lab import children, zygote
 
     script = tmp_path / "fake_child.py"
     script.write_text(FAKE_CHILD)
@@ -244,4 +249,5 @@ def fake_child(tmp_path, monkeypatch):
         return [sys.executable, str(script), command, *([base] if base else []), *overrides]
 
     monkeypatch.setattr(children, "smollab_argv", argv)
+    monkeypatch.setattr(zygote, "WARM_MODULES", ())
     return script

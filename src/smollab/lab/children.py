@@ -30,6 +30,7 @@ from pathlib import Path
 
 from smollab.device.mfu import LAB_CHILD_ENV
 from smollab.lab import reaper
+from smollab.lab.zygote import WarmProc, Zygote
 from smollab.rundir.atomic import atomic_write_text
 from smollab.rundir.runs import CHILD_LOG, CHILD_PID, RunView
 
@@ -89,7 +90,7 @@ class Child:
     run_dir: Path
     argv: list[str]
     threads: int | None
-    proc: subprocess.Popen
+    proc: subprocess.Popen | WarmProc
     started: float = field(default_factory=time.time)
     stop_reason: str | None = None  # why the parent asked it to stop (prune, sweep stopping)
     stop_sent: float | None = None
@@ -147,7 +148,7 @@ class Child:
 _LIVE: set[Child] = set()
 
 
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(proc: subprocess.Popen | WarmProc, sig: int) -> None:
     if proc.poll() is not None:
         return
     try:
@@ -166,12 +167,15 @@ def launch(
     cpus: Sequence[int] | None = None,
     grace: float = 60.0,
     log_name: str = CHILD_LOG,
+    zygote: Zygote | None = None,
 ) -> Child:
     """Start `argv` in its own session; stdout and stderr append to `<run_dir>/<log_name>`
     (child.log; a lanes worker's is its inbox's worker.log).
 
     `grace`: seconds the reaper leaves the child between SIGINT and SIGKILL once this process
-    is gone."""
+    is gone. `zygote`: fork the child from that warm start server instead of starting a fresh
+    interpreter (`smollab.lab.zygote`); it is the same process for everything here. Its parent is
+    the server, so the kernel sends it nothing when this process dies: the reaper's SIGINT does."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
@@ -181,12 +185,14 @@ def launch(
     if threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             child_env[var] = str(threads)
-    log = open(run_dir / log_name, "ab")
-    log.write(f"\n$ {' '.join(argv)}\n".encode())
-    log.flush()
+    with open(run_dir / log_name, "ab") as log:
+        log.write(f"\n$ {' '.join(argv)}\n".encode())
+    watcher = reaper.current()  # before the child, so that it never outlives us unwatched
+    if zygote is not None:
+        proc = zygote.launch(argv, run_dir / log_name, child_env, threads=threads, cpus=cpus)
+        return _started(name, run_dir, argv, threads, proc, watcher, grace, pdeath=False)
     parent = os.getpid()
     pdeath = _pdeathsig(parent)
-    watcher = reaper.current()  # before the child, so that it never outlives us unwatched
 
     def preexec() -> None:
         if pdeath:
@@ -195,7 +201,7 @@ def launch(
             with contextlib.suppress(AttributeError, OSError):
                 os.sched_setaffinity(0, cpus)
 
-    try:
+    with open(run_dir / log_name, "ab") as log:
         proc = subprocess.Popen(
             argv,
             stdout=log,
@@ -205,11 +211,23 @@ def launch(
             start_new_session=True,
             preexec_fn=preexec if (pdeath or cpus) else None,
         )
-    finally:
-        log.close()
+    return _started(name, run_dir, argv, threads, proc, watcher, grace, pdeath is not None)
+
+
+def _started(
+    name: str,
+    run_dir: Path,
+    argv: list[str],
+    threads: int | None,
+    proc: subprocess.Popen | WarmProc,
+    watcher: reaper.Watcher | None,
+    grace: float,
+    pdeath: bool,
+) -> Child:
+    """Register a started child: with the reaper, for `stop_all` at exit, and in its run dir."""
     child = Child(name=name, run_dir=run_dir, argv=argv, threads=threads, proc=proc)
     _LIVE.add(child)
-    reaper.watch(watcher, proc.pid, grace, pdeath is not None)
+    reaper.watch(watcher, proc.pid, grace, pdeath)
     with contextlib.suppress(OSError):
         atomic_write_text(run_dir / CHILD_PID, f"{proc.pid}\n{socket.gethostname()}\n")
     return child
@@ -269,7 +287,13 @@ def pid_alive(pid: int, must_contain: str | None = None) -> bool:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             return True  # no /proc: trust the pid
-        return must_contain in cmdline
+        if must_contain in cmdline:
+            return True
+        # A trial forked from a warm start server has the server's command line; its stdout is
+        # its child.log in its run dir, as a cold child's is.
+        with contextlib.suppress(OSError):
+            return must_contain in os.readlink(f"/proc/{pid}/fd/1")
+        return False
     return True
 
 

@@ -53,6 +53,7 @@ from smollab.lab.sweep.trials import (
     read_summary,
     reported_steps,
 )
+from smollab.lab.zygote import Zygote, ZygoteError
 from smollab.rundir.runs import CHILD_LOG, FINISHED, REPORT, SWEEP_RESULTS, RunView, set_status
 
 KILL_WAIT_S = 30.0  # after SIGKILL: a child still not gone is stuck in the kernel; give up on it
@@ -103,6 +104,7 @@ class Sweep:
         self.env: dict[str, str] | None = None
         self.executor: Any = None  # a RayExecutor (ray_executor) or LanesExecutor (lanes_executor)
         self.launched = False  # a trial was started: from then on, the dir holds results
+        self.zygote: Zygote | None = None  # the warm start server trials fork from
 
     # ---- setup ----------------------------------------------------------------------------
 
@@ -133,31 +135,59 @@ class Sweep:
         if threads:
             overrides.append(f"perf.threads={threads}")
         argv = ch.smollab_argv(self.spec.command, self.spec.base, overrides)
-        launch = self.executor.launch if self.executor else ch.launch
+        metrics_path = RunView(run_dir).metrics_path
+        # Before the launch: a warm trial can write its first rows before launch() returns.
+        resuming = metrics_path.exists()
         self.launched = True
-        child = launch(
-            nxt.name, argv, run_dir, threads=threads, env=self.env, grace=self.spec.stop_timeout_s
-        )
+        grace = self.spec.stop_timeout_s
+        try:
+            if self.executor:
+                child = self.executor.launch(
+                    nxt.name, argv, run_dir, threads=threads, env=self.env, grace=grace
+                )
+            else:
+                child = ch.launch(
+                    nxt.name,
+                    argv,
+                    run_dir,
+                    threads=threads,
+                    env=self.env,
+                    grace=grace,
+                    zygote=self.zygote,
+                )
+        except ZygoteError as e:  # left RUNNING in the study: a rerun launches it
+            self._server_failed(str(e))
+            return
         trial = nxt.trial
         prior = trial.user_attrs.get("wall_s", 0.0) if hasattr(trial, "user_attrs") else 0.0
-        metrics_path = RunView(run_dir).metrics_path
         self.running[child] = RunningTrial(
             trial=trial,
             tail=ch.MetricsTail(metrics_path),
             reported=set(reported_steps(trial)),
             prior_wall=prior,
-            fresh=not metrics_path.exists(),
+            fresh=not resuming,
         )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
         )
-        resumed = " (resuming)" if metrics_path.exists() else ""
+        resumed = " (resuming)" if resuming else ""
         where = (
             f"a lane of worker pid {child.pid}"
             if self.spec.executor == "lanes"
             else f"{threads or 'default'} thread(s), pid {child.pid}"
         )
         self._say(f"trial {nxt.name}: started{resumed} {shown} seed={nxt.seed}, {where}")
+
+    def _server_failed(self, why: str) -> None:
+        """The warm start server died or refused a trial: say so in one line and stop the sweep
+        (its running trials stop cleanly and resume on a rerun) rather than start trials
+        another way than the spec and this log say."""
+        self.abort = (
+            f"trial start: {why}; the sweep stops, a rerun resumes it (start: cold uses no server)"
+        )
+        self._say(self.abort)
+        if self.running:
+            self._stop_children()
 
     # ---- watching, pruning and finishing --------------------------------------------------
 
@@ -326,6 +356,8 @@ class Sweep:
                     close_study(self.study)
                 if self.executor:
                     self.executor.close()
+                if self.zygote is not None:
+                    self.zygote.close()
                 self.lock.release()
                 if refused and fresh is not None:
                     shutil.rmtree(fresh, ignore_errors=True)
@@ -357,6 +389,7 @@ class Sweep:
         if self.executor:  # else local children divide spec.threads or every CPU thread
             self.total_threads = resources.executor_threads(spec, self.executor, self.concurrency)
         resources.prepare_peaks(spec, self.device, self.concurrency, self.total_threads, self._say)
+        self.zygote = resources.start_server(spec, self.dir, self.env, self._say)
         spec.study_name = study_name(spec, self.dir)
         self.owner = write_meta(self.dir, spec, self.concurrency, self.total_threads, self.device)
         if not spec.storage:
@@ -441,6 +474,8 @@ class Sweep:
                 code = child.poll()
                 if code is not None or gone:
                     self._finish(child, code)
+            if self.zygote is not None and not self.abort and self.zygote.died():
+                self._server_failed(f"the warm start server {self.zygote.gone}")
             if time.time() - self._last_results > 10:
                 self.write_results()
         if self.stop and self.running:

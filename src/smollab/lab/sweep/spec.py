@@ -240,6 +240,12 @@ class SweepSpec(SpecSection):
     executor: Literal["local", "ray", "lanes"] = Field(
         "local", description="child processes, Ray, or lanes of one GRPO worker"
     )
+    start: Literal["auto", "warm", "cold"] = Field(
+        "auto",
+        description="how a trial's process starts (executor local): warm (forked from a server "
+        "that imported torch, transformers, peft and smollab once), cold (a fresh interpreter); "
+        "auto: warm on Linux, cold elsewhere (fork after Apple's frameworks load is unsafe)",
+    )
     lanes: int | Literal["auto"] | None = Field(
         None,
         description="executor lanes: trials trained at once as lanes of one worker (N, or "
@@ -357,6 +363,7 @@ class SweepSpec(SpecSection):
         out.append(
             f"metric: {self.metric.label} ({self.metric.goal}); pruner: {self.pruner.label()}; "
             f"{at_once}; executor: {self.executor}"
+            + (f"; start: {self.start}" if self.executor == "local" else "")
         )
         limits = {"trial timeout": self.trial_timeout_s, "stall timeout": self.stall_timeout_s}
         out.append(
