@@ -324,3 +324,22 @@ def test_a_repetition_penalty_computes_the_policy_forward(micro_grpo, tmp_path):
     _run([*micro_grpo, "grpo.repetition_penalty=1.1", "train.max_steps=1"])
     log = (tmp_path / "grpo" / "training.log").read_text()
     assert "policy forward computed (grpo.repetition_penalty=1.1 (penalized draws))" in log
+
+
+def test_each_phase_mark_waits_for_the_device(micro_grpo, monkeypatch):
+    """gen_s, reward_s, ref_s and train_s each end at a synchronize of the run's device, so an
+    accelerator's queued kernels land in the phase that queued them."""
+    import time
+    import types
+
+    events = []
+
+    def mark():
+        events.append("mark")
+        return time.perf_counter()
+
+    monkeypatch.setattr(grpo_step, "synchronize", lambda device: events.append(device.type))
+    monkeypatch.setattr(grpo_step, "time", types.SimpleNamespace(perf_counter=mark, time=time.time))
+    _run([*micro_grpo, "train.max_steps=2"])
+    step = ["mark"] + ["cpu", "mark"] * 4  # start, then generated, rewarded, referenced, trained
+    assert events == step * 2
