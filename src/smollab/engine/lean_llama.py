@@ -26,7 +26,7 @@ Conventions
 - Left padding. Positions default to `cumsum(attention_mask) - 1` (what HF `generate` uses), so a
   left-padded row gets the same logits as the unpadded row. HF's plain `forward` without
   `position_ids` uses `arange` instead; pass `position_ids` to it to compare.
-- The KV cache holds `k` and `v` [layers, B, kv_heads, max_len, head_dim] and the additive
+- The KV cache holds per layer `k` and `v` [B, kv_heads, max_len, head_dim] and the additive
   padding mask of its slots. Slots are shared by all rows (slot s holds column s of the padded
   batch); a row's padding slots are masked.
 - Weights are copied, never shared: `load_from_hf` can run every training step (~1M parameters).

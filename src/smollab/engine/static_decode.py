@@ -29,7 +29,8 @@ DECODES = ("auto", "eager", "static", "compiled")
 _AUTO = {
     "cpu": (
         "eager",
-        "auto on cpu: the eager step measured fastest (benchmarks/static_decode.py)",
+        "auto on cpu: the eager step measured fastest, the static one 1.02x and the compiled "
+        "one 1.11x its time on the 1.25M model (benchmarks/static_decode.py)",
     ),
 }
 _AUTO_OTHER = ("eager", "auto: no faster decode measured on this device yet")

@@ -343,3 +343,23 @@ def test_each_phase_mark_waits_for_the_device(micro_grpo, monkeypatch):
     _run([*micro_grpo, "train.max_steps=2"])
     step = ["mark"] + ["cpu", "mark"] * 4  # start, then generated, rewarded, referenced, trained
     assert events == step * 2
+
+
+def test_the_static_decode_trains_like_the_eager_one_and_the_log_says_which(micro_grpo, tmp_path):
+    rows = {}
+    for decode in ("eager", "static"):
+        run = tmp_path / decode
+        _run([*micro_grpo, f"grpo.decode={decode}", f"run.dir={run}", "train.max_steps=2"])
+        rows[decode] = read_metrics(run / "metrics.csv")
+        log = (run / "training.log").read_text()
+        assert f"sampler decode: {decode} (decode={decode} as configured)" in log
+    for eager, static in zip(rows["eager"], rows["static"], strict=True):  # the same tokens
+        assert eager["reward_mean"] == static["reward_mean"]
+        assert eager["completion_len"] == static["completion_len"]
+        assert eager["unique_fraction"] == static["unique_fraction"]
+    eager, static = rows["eager"][0], rows["static"][0]  # step 1: the same weights too
+    for key in ("loss", "kl", "grad_norm"):
+        assert eager[key] == pytest.approx(static[key], rel=1e-4, abs=1e-7), key
+    auto = tmp_path / "auto"
+    _run([*micro_grpo, f"run.dir={auto}", "train.max_steps=1"])
+    assert "sampler decode: eager (auto on cpu: " in (auto / "training.log").read_text()
