@@ -298,6 +298,12 @@ class GRPOSection(Section):
         description="first policy forward of a batch replays the sampler's "
         "decode (no matmuls); off: computed",
     )
+    decode: Literal["auto", "eager", "static", "compiled"] = Field(
+        "auto",
+        description="the lean sampler's decode step: eager, static (fixed shapes, the cache "
+        "slot on the device), compiled (static through torch.compile); auto: the measured "
+        "best on the device (the run log says which and why)",
+    )
     reward_workers: int = Field(
         0, ge=0, description="processes computing rewards; 0: computed inline"
     )

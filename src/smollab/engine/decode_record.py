@@ -43,18 +43,36 @@ class DecodeRecord:
     probs: torch.Tensor
     steps: int = 0
     _views: list | None = field(default=None, init=False, repr=False)
+    _scratch: tuple | None = field(default=None, init=False, repr=False)
 
-    def step_views(self, step: int) -> list[tuple[torch.Tensor, ...]]:
+    def step_views(self, step: int | torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
         """Per layer, the [B, width] slices (qkv, gu, x_attn, x_mlp) that decode step `step` fills.
 
         Made once, by one `unbind` a buffer and layer, instead of four slicing ops a layer in
-        every step.
+        every step. A static step (`step` a [1] long tensor) fills fixed scratch buffers instead,
+        the same every step, and `commit(step)` copies them into the step's column.
         """
+        if isinstance(step, torch.Tensor):
+            return [tuple(buf[i] for buf in self.scratch()) for i in range(self.qkv.shape[0])]
         if self._views is None:
             bufs = (self.qkv, self.gu, self.x_attn, self.x_mlp)
             per_layer = [[t[i].unbind(0) for t in bufs] for i in range(self.qkv.shape[0])]
             self._views = [[tuple(b[s] for b in bl) for bl in per_layer] for s in range(self.T)]
         return self._views[step]
+
+    def scratch(self) -> tuple[torch.Tensor, ...]:
+        """The static step's buffers (qkv, gu, x_attn, x_mlp), [layers, B, width] each."""
+        if self._scratch is None:
+            bufs = (self.qkv, self.gu, self.x_attn, self.x_mlp)
+            self._scratch = tuple(torch.empty_like(b[:, 0]) for b in bufs)
+        return self._scratch
+
+    def commit(self, step: torch.Tensor) -> None:
+        """A static step's outputs from the scratch buffers into column `step` ([1] long)."""
+        for buf, s in zip(
+            (self.qkv, self.gu, self.x_attn, self.x_mlp), self.scratch(), strict=True
+        ):
+            buf[:, step] = s.unsqueeze(1)  # index_put_: in place when compiled (`KVCache.write`)
 
     @property
     def T(self) -> int:

@@ -285,12 +285,13 @@ class LaneLlama(LeanLlama):
         cos: torch.Tensor,
         sin: torch.Tensor,
         cache: KVCache,
-        slot: int,
+        slot: int | torch.Tensor,
         record: DecodeRecord | None = None,
-        step: int = 0,
+        step: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """`LeanLlama.decode` through the lanes: one batched matmul per weight for all lanes;
-        with a `record`, its matmul outputs written to the record's column `step`."""
+        with a `record`, its matmul outputs written to the record's column `step`. Tensor slot
+        and step: the static step, as there."""
         B = tokens.shape[0]
         N, b = self.num_lanes, self._rows(B)
         Hq, Hkv, D, Im, H = (
@@ -300,14 +301,12 @@ class LaneLlama(LeanLlama):
             self.mlp_width,
             self.hidden_size,
         )
-        nqk, G, half, cur = Hq + Hkv, Hq // Hkv, D // 2, slot + 1
+        nqk, G, half = Hq + Hkv, Hq // Hkv, D // 2
         scale = D**-0.5
-        mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
+        mask = cache.decode_mask(slot)
         outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = self.embedded(tokens)
-        for i, ((k, v), (o_qkv, o_gu, o_attn, o_mlp)) in enumerate(
-            zip(cache.layers, outs, strict=True)
-        ):
+        for i, (o_qkv, o_gu, o_attn, o_mlp) in enumerate(outs):
             qkv = self._linear(self.normalized(x), i, 0, out=o_qkv).view(B, Hq + 2 * Hkv, D)
             qk = qkv[:, :nqk]
             if self._heads[i][0] is not None:  # the record keeps the projection
@@ -315,11 +314,8 @@ class LaneLlama(LeanLlama):
             if self._heads[i][1]:
                 rot = qk.roll(half, -1)
                 qk.mul_(cos).addcmul_(rot, sin)
-            k.select(2, slot).copy_(qk[:, Hq:])
-            v.select(2, slot).copy_(qkv[:, nqk:])
-            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
-            kc = k[:, :, :cur].view(B * Hkv, cur, D)
-            vc = v[:, :, :cur].view(B * Hkv, cur, D)
+            kc, vc = cache.write(i, slot, qk[:, Hq:], qkv[:, nqk:])
+            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(kc.dtype)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(N, b, Hq * D)
             x = self._linear(a, i, 1, x, o_attn)

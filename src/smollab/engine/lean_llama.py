@@ -26,7 +26,7 @@ Conventions
 - Left padding. Positions default to `cumsum(attention_mask) - 1` (what HF `generate` uses), so a
   left-padded row gets the same logits as the unpadded row. HF's plain `forward` without
   `position_ids` uses `arange` instead; pass `position_ids` to it to compare.
-- The KV cache holds `k` and `v` [layers, B, kv_heads, max_len, head_dim] and the additive
+- The KV cache holds per layer `k` and `v` [B, kv_heads, max_len, head_dim] and the additive
   padding mask of its slots. Slots are shared by all rows (slot s holds column s of the padded
   batch); a row's padding slots are masked.
 - Weights are copied, never shared: `load_from_hf` can run every training step (~1M parameters).
@@ -301,9 +301,9 @@ class LeanLlama(nn.Module):
     # ------------------------------------------------------------------ cache
     def new_cache(self, batch_size: int, max_len: int, dtype=None, device=None) -> KVCache:
         """An uninitialized cache; every slot is written before it is read."""
-        shape = (self.num_layers, batch_size, self.num_kv_heads, max_len, self.head_dim)
         kw = {"dtype": dtype or self.embed.dtype, "device": device or self.embed.device}
-        return KVCache(torch.empty(shape, **kw), torch.empty(shape, **kw))
+        shape = (self.num_layers, batch_size, self.num_kv_heads, max_len, self.head_dim)
+        return KVCache.empty(*shape, **kw)
 
     def prefill_distinct(
         self, u_ids: torch.Tensor, u_mask: torch.Tensor, rows: torch.Tensor, cache: KVCache
@@ -487,9 +487,9 @@ class LeanLlama(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         cache: KVCache,
-        slot: int,
+        slot: int | torch.Tensor,
         record: DecodeRecord | None = None,
-        step: int = 0,
+        step: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         """One decode step, the sampler's hot path. Returns logits [B, V].
 
@@ -498,6 +498,9 @@ class LeanLlama(nn.Module):
         reads slots [0, slot] with the cache's padding mask. Slots after the prompt count as
         tokens, so the prompt must have gone through `forward(..., cache=cache)` first.
         record: when given, the matmuls write their outputs into its column `step` (no autocast).
+        slot and step as [1] long tensors make the static step (`engine.static_decode`): every
+        slot read, the unwritten ones masked (`KVCache.decode_mask`), the record's outputs
+        written to its fixed scratch buffers (`DecodeRecord.step_views`).
 
         Attention is two batched matmuls over [B * kv_heads] with the G query heads of a kv
         head as G query rows (GQA without repeating k/v): measured faster than SDPA's CPU
@@ -505,20 +508,25 @@ class LeanLlama(nn.Module):
         """
         B = tokens.shape[0]
         Hq, Hkv, D, Im = self.num_heads, self.num_kv_heads, self.head_dim, self.mlp_width
-        nqk, G, half, cur = Hq + Hkv, Hq // Hkv, D // 2, slot + 1
+        nqk, G, half = Hq + Hkv, Hq // Hkv, D // 2
         scale = D**-0.5
-        mask = cache.mask.view(B * Hkv, 1, -1)[..., :cur]
+        mask = cache.decode_mask(slot)
         fused = not torch.is_autocast_enabled(tokens.device.type)
         if record is not None and not fused:
             raise ValueError("decode: a DecodeRecord cannot be written under autocast")
         outs = [(None,) * 4] * self.num_layers if record is None else record.step_views(step)
         x = F.embedding(tokens, self.embed)  # [B, H]
-        for (wqkv_t, wo_t, wgu_t, wd_t), (b_qkv, b_o, b_gu, b_d), (qk_w, rotate), (k, v), (
-            o_qkv,
-            o_gu,
-            o_attn,
-            o_mlp,
-        ) in zip(self._layers, self._biases, self._heads, cache.layers, outs, strict=True):
+        for i, (
+            (wqkv_t, wo_t, wgu_t, wd_t),
+            (b_qkv, b_o, b_gu, b_d),
+            (qk_w, rotate),
+            (
+                o_qkv,
+                o_gu,
+                o_attn,
+                o_mlp,
+            ),
+        ) in enumerate(zip(self._layers, self._biases, self._heads, outs, strict=True)):
             n = self.normalized(x)
             if b_qkv is None:
                 qkv = torch.mm(n, wqkv_t, out=o_qkv).view(B, Hq + 2 * Hkv, D)
@@ -529,11 +537,8 @@ class LeanLlama(nn.Module):
             if rotate:
                 rot = qk.roll(half, -1)
                 qk.mul_(cos).addcmul_(rot, sin)
-            k.select(2, slot).copy_(qk[:, Hq:])
-            v.select(2, slot).copy_(qkv[:, nqk:])
-            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(k.dtype)
-            kc = k[:, :, :cur].view(B * Hkv, cur, D)
-            vc = v[:, :, :cur].view(B * Hkv, cur, D)
+            kc, vc = cache.write(i, slot, qk[:, Hq:], qkv[:, nqk:])
+            q = qk[:, :Hq].reshape(B * Hkv, G, D).to(kc.dtype)
             att = torch.baddbmm(mask, q, kc.transpose(1, 2), alpha=scale).softmax(-1)
             a = torch.bmm(att, vc).view(B, Hq * D)
             x = torch.addmm(x, a, wo_t, out=o_attn) if fused else x + a @ wo_t

@@ -37,6 +37,7 @@ from smollab.engine.decode_record import DecodeRecord
 from smollab.engine.lean_config import check_lean_compatible
 from smollab.engine.lean_llama import LeanLlama, positions_from_mask
 from smollab.engine.rollout import Rollout, finish_at_eos, left_pad
+from smollab.engine.static_decode import choose_decode, compiled_step, static_step
 from smollab.engine.token_draw import TokenDraw
 from smollab.models.hf_weights import unwrap_hf
 
@@ -57,6 +58,7 @@ class Sampler:
         backend: str = "auto",
         adapters: bool = True,
         num_threads: int | None = None,
+        decode: str = "auto",
     ):
         """model: HF causal LM, PEFT model of one, or a `LeanLlama` (used as is).
 
@@ -66,6 +68,9 @@ class Sampler:
         num_threads: torch intra-op threads while generating (restored after); None leaves the
         process setting. On a CPU shared with other busy processes, 1 avoids OpenMP stalls that
         made 2-thread decoding 5-20x slower on the dev machine.
+        decode: the lean engine's decode step, "eager", "static", "compiled" (the static step
+        through torch.compile) or "auto" (the measured best on the device): `engine.static_decode`;
+        which one and why in `decode_reason`.
         """
         if backend not in ("auto", "lean", "hf"):
             raise ValueError(f"backend must be auto, lean or hf, not {backend!r}")
@@ -93,6 +98,9 @@ class Sampler:
                 self.hf_model = model
                 self.hf_reason = self.hf_reason or "backend='hf'"
         self.backend = "lean" if self.lean is not None else "hf"
+        self.decode, self.decode_reason = choose_decode(decode, self.device)
+        if self.lean is None:
+            self.decode_reason = f"HF generate decodes ({self.hf_reason})"
         gen_cfg = getattr(model, "generation_config", None)
         if eos_token_id is None:
             eos_token_id = getattr(gen_cfg, "eos_token_id", None)
@@ -244,6 +252,8 @@ class Sampler:
 
     def _get_cache(self, B: int, max_len: int):
         lean = self.lean
+        if self.decode != "eager":  # the static step's shapes: nearby prompt lengths share them
+            max_len = -(-max_len // 16) * 16
         dtype = lean.embed.dtype
         dev = lean.embed.device
         if torch.is_autocast_enabled(dev.type):
@@ -276,6 +286,22 @@ class Sampler:
         check_every = 1 if dev.type == "cpu" else 8  # .all() syncs an accelerator
 
         logits = lean.prefill_logits(ids, mask, cache)
+        if self.decode == "eager":
+
+            def decode(t, tok):
+                return lean.decode(tok.view(B), cos[t], sin[t], cache, P + t, rec, t)
+
+        else:
+            cache.start_static(P)
+            step = torch.zeros(1, dtype=torch.long, device=dev)
+            slot = torch.full((1,), P, dtype=torch.long, device=dev)
+            if rec is not None:
+                rec.scratch()  # made before a compiled step reads it
+            run = compiled_step() if self.decode == "compiled" else static_step
+
+            def decode(t, tok):
+                return run(lean, tok.view(B), cos, sin, cache, rec, step, slot)
+
         seen = None
         if penalty != 1:  # the prompt's tokens (pads left out), then each drawn one
             seen = torch.zeros(B, logits.shape[-1], device=dev)
@@ -295,7 +321,7 @@ class Sampler:
                     steps = t + 1
                     break
             if t + 1 < T:
-                logits = lean.decode(tok.view(B), cos[t], sin[t], cache, P + t, rec, t)
+                logits = decode(t, tok)
         r = finish_at_eos(
             ids, mask, out_ids[:, :steps], out_lp[:, :steps], self.eos_ids, self.pad_token_id, stop
         )

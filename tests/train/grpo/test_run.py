@@ -340,3 +340,42 @@ def test_a_repetition_penalty_computes_the_policy_forward(micro_grpo, tmp_path):
     _run([*micro_grpo, "grpo.repetition_penalty=1.1", "train.max_steps=1"])
     log = (tmp_path / "grpo" / "training.log").read_text()
     assert "policy forward computed (grpo.repetition_penalty=1.1 (penalized draws))" in log
+
+
+def test_each_phase_mark_waits_for_the_device(micro_grpo, monkeypatch):
+    """gen_s, reward_s, ref_s and train_s each end at a synchronize of the run's device, so an
+    accelerator's queued kernels land in the phase that queued them."""
+    import time
+    import types
+
+    events = []
+
+    def mark():
+        events.append("mark")
+        return time.perf_counter()
+
+    monkeypatch.setattr(grpo_step, "synchronize", lambda device: events.append(device.type))
+    monkeypatch.setattr(grpo_step, "time", types.SimpleNamespace(perf_counter=mark, time=time.time))
+    _run([*micro_grpo, "train.max_steps=2"])
+    step = ["mark"] + ["cpu", "mark"] * 4  # start, then generated, rewarded, referenced, trained
+    assert events == step * 2
+
+
+def test_the_static_decode_trains_like_the_eager_one_and_the_log_says_which(micro_grpo, tmp_path):
+    rows = {}
+    for decode in ("eager", "static"):
+        run = tmp_path / decode
+        _run([*micro_grpo, f"grpo.decode={decode}", f"run.dir={run}", "train.max_steps=2"])
+        rows[decode] = read_metrics(run / "metrics.csv")
+        log = (run / "training.log").read_text()
+        assert f"sampler decode: {decode} (decode={decode} as configured)" in log
+    for eager, static in zip(rows["eager"], rows["static"], strict=True):  # the same tokens
+        assert eager["reward_mean"] == static["reward_mean"]
+        assert eager["completion_len"] == static["completion_len"]
+        assert eager["unique_fraction"] == static["unique_fraction"]
+    eager, static = rows["eager"][0], rows["static"][0]  # step 1: the same weights too
+    for key in ("loss", "kl", "grad_norm"):
+        assert eager[key] == pytest.approx(static[key], rel=1e-4, abs=1e-7), key
+    auto = tmp_path / "auto"
+    _run([*micro_grpo, f"run.dir={auto}", "train.max_steps=1"])
+    assert "sampler decode: eager (auto on cpu: " in (auto / "training.log").read_text()

@@ -80,6 +80,7 @@ def train_lanes(
         policies = Lanes(first, rt, shared.tokenizer)
         shared.open_rewards(policies)
         print(rt.describe(), flush=True)
+        print(policies.decode_note, flush=True)
         try:
             while True:
                 if box:  # new trials, and stop requests for running ones

@@ -109,6 +109,11 @@ def _sampling(cfg: GRPOConfig) -> dict:
     )
 
 
+def decode_note(sampler: Sampler) -> str:
+    """The run log's line on how the sampler decodes, and why."""
+    return f"sampler decode: {sampler.decode} ({sampler.decode_reason})"
+
+
 class OnePolicy:
     """One trainable policy and its sampler."""
 
@@ -128,8 +133,9 @@ class OnePolicy:
             policy.activation_checkpointing_enable()  # the name since transformers 5
         eos = tokenizer.eos_token_id
         self.cfg, self.rt, self.policy = cfg, rt, policy
-        self.sampler = Sampler(policy, eos_token_id=eos, pad_token_id=eos)
+        self.sampler = Sampler(policy, eos_token_id=eos, pad_token_id=eos, decode=g.decode)
         self.name = self.sampler.backend
+        self.decode_note = decode_note(self.sampler)
         self.no_replay = replay_blocker(
             policy,
             self.sampler,
@@ -202,8 +208,9 @@ class Lanes:
                 f"Llama-shaped model the lean engine reads ({e})"
             ) from None
         eos = tokenizer.eos_token_id
-        self.sampler = Sampler(self.model, eos_token_id=eos, pad_token_id=eos)
+        self.sampler = Sampler(self.model, eos_token_id=eos, pad_token_id=eos, decode=g.decode)
         self.name = "lanes"
+        self.decode_note = decode_note(self.sampler)
         # per lane, the budget its run alone has (lanes stand for that many processes): its
         # share of the decode record and of the lane-major copy the replay reads
         self.no_replay = replay_blocker(

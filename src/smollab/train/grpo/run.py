@@ -60,6 +60,8 @@ def train(cfg: GRPOConfig) -> dict:
         if isinstance(state, dict):  # finished already: its summary
             distributed.teardown(d)
             return state
+        if state.run:
+            state.run.log(policies.decode_note)
         if state.run and policies.reference_note:
             state.run.log(policies.reference_note)
         progress = Progress(state.max_steps, enabled=d.main, start=state.step, label="grpo")

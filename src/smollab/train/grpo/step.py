@@ -188,6 +188,8 @@ def _generate(shared: Shared, policies: Policies, runs: list[RunState], size: in
         prompts += [shared.train_prompts[i] for i in mine for _ in range(G)]
     seeds = [ranks.rollout_seed(run.cfg.run.seed, run.step, d) for run in runs]
     r = policies.generate(runs, prompts, seeds, record=policies.no_replay is None)
+    # each phase's time in its own column: an accelerator's queued kernels finish before the mark
+    synchronize(rt.device)
     t_gen = time.perf_counter()
 
     # 2. rewards in one call (routing: eligibility, flags, routes), advantages per run over its
@@ -222,10 +224,12 @@ def _generate(shared: Shared, policies: Policies, runs: list[RunState], size: in
         ]
     )
     advantages = advantages[batch.rows].to(rt.device)
+    synchronize(rt.device)
     t_rew = time.perf_counter()
 
     # 3. reference log-probs (no grad) of the rows of the runs with a KL term
     ref_logp = _reference_logprobs(policies, r, runs, rows, g.temperature)
+    synchronize(rt.device)
     t_ref = time.perf_counter()
     return Generation(r, mask, batch, advantages, ref_logp, rows, whole, (t0, t_gen, t_rew, t_ref))
 
