@@ -11,7 +11,7 @@ Per lane, optim.lr picks the behaviour as in the fake child: >= 100 fails at onc
 resumes from its checkpoint, and ends on its `.stop` (status interrupted, exit 130) unless
 FAKE_IGNORE_STOP is set. FAKE_DIE_AT=n: the worker dies (exit 3) when a lane reaches step n (with FAKE_DIE_ONCE=path,
 only while that file does not exist; dying creates it; with FAKE_DIE_IN=text, only a worker whose
---inbox path ends with that text).
+--inbox path ends with that text; with FAKE_DIE_AFTER=path, only once that path exists).
 FAKE_UNTIL_DONE=n: a lane with train.max_steps >= 1000 completes once n sibling run dirs have.
 The worker prints `lanes: a b c` whenever its set of lanes changes.
 """
@@ -107,6 +107,7 @@ class Lane:
             and self.step >= int(os.environ["FAKE_DIE_AT"])
             and not (once and os.path.exists(once))
             and str(INBOX).endswith(os.environ.get("FAKE_DIE_IN", ""))
+            and os.path.exists(os.environ.get("FAKE_DIE_AFTER", os.curdir))
         ):
             if once:
                 Path(once).write_text("died")

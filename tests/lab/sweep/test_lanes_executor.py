@@ -240,6 +240,8 @@ def test_a_dying_worker_ends_only_its_own_lanes(tmp_path, spec_file, fake_lanes,
     monkeypatch.setenv("FAKE_DIE_AT", "3")
     monkeypatch.setenv("FAKE_DIE_ONCE", str(tmp_path / "died"))
     monkeypatch.setenv("FAKE_DIE_IN", "w0")
+    # w0 dies only once w1 has started, whatever the machine's load, so w1 holds the survivor.
+    monkeypatch.setenv("FAKE_DIE_AFTER", str(tmp_path / "sweep" / "lanes" / "w1" / "worker.log"))
     spec = load_spec(
         spec_file(
             tmp_path,
