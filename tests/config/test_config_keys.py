@@ -425,7 +425,7 @@ def covered(micro_model, tmp_path_factory):
                 f"model.path={micro_model}",
                 f"data.dir={tmp / 'g1'}",
                 "data.num_stories=400",
-                f"run.dir={tmp / 'grpo4'}",
+                f"run.dir={tmp / 'grpo_penalty'}",
                 "grpo.routing.enabled=true",
                 "grpo.routing.retain_r=2",
                 "grpo.routing.forget_r=2",
