@@ -418,6 +418,21 @@ def covered(micro_model, tmp_path_factory):
                 "grpo.routing.eval_prompts=2",
                 "grpo.routing.eval_forget_scales=[0.5]",
             ],
+            # gradient routing's penalty mode: its own key, read by its two passes
+            [
+                "grpo",
+                *grpo,
+                f"model.path={micro_model}",
+                f"data.dir={tmp / 'g1'}",
+                "data.num_stories=400",
+                f"run.dir={tmp / 'grpo_penalty'}",
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_r=2",
+                "grpo.routing.forget_r=2",
+                "grpo.routing.retain_advantage=penalty",
+                "grpo.routing.retain_penalty=0.5",
+                "grpo.routing.eval_interval=0",
+            ],
         ],
     }
     runs["grpo"] += _grpo_data_runs(tmp, micro_model, grpo)

@@ -9,7 +9,13 @@ import pytest
 
 from smollab.cli import main
 from smollab.errors import UserError
-from smollab.report.routing import final_by_mode, read_routing_eval, task_reward, task_weights
+from smollab.report.routing import (
+    final_by_mode,
+    read_routing_eval,
+    scale_curve,
+    task_reward,
+    task_weights,
+)
 from smollab.report.run_report import write_run_report
 from tests.report.test_sweep_report import fake_run
 
@@ -81,6 +87,7 @@ def test_run_report_has_routing_section_plot_and_headline(tmp_path):
     d = routed_run(tmp_path / "run")
     text = write_run_report(d).read_text()
     assert (d / "plots" / "routing.png").stat().st_size > 0
+    assert not (d / "plots" / "routing_scales.png").exists()  # no forget-scale rows
     assert "## Gradient routing" in text and "![routing](plots/routing.png)" in text
     assert text.count("plots/routing.png") == 1  # in its section, not again under Plots
     head = "- adapter mode **both** (step 20): task reward 0.5, reward mean 0.95, hack rate 0.9"
@@ -136,4 +143,10 @@ def test_the_forget_scale_curve_runs_from_retain_only_to_both(tmp_path):
     text = write_run_report(d).read_text()
     assert "Forget-scale curve at step 20" in text
     table = "| 0 | 0.45 | 0 |\n| 0.25 | 0.4 | 0.1 |\n| 0.5 | 0.3 | 0.5 |\n| 1 | 0.5 | 0.9 |"
-    assert table in text
+    image = "![forget scales](plots/routing_scales.png)"
+    assert f"{table}\n\n{image}\n" in text  # the plot beside its table, not again under Plots
+    assert text.count("plots/routing_scales.png") == 1
+    assert (d / "plots" / "routing_scales.png").stat().st_size > 0
+    # each evaluation's curve is its own: step 10 sampled no scales
+    assert [s for s, _ in scale_curve(rows, 10)] == []
+    assert [s for s, _ in scale_curve(rows, 20)] == [0.0, 0.25, 0.5, 1.0]

@@ -147,12 +147,19 @@ class RoutingConfig(Section):
     label_noise_frac: float = Field(
         0.0, ge=0, le=1, description="unflagged completions routed at random (false positives)"
     )
-    retain_advantage: Literal["all", "positive", "renorm", "balanced"] = Field(
+    retain_advantage: Literal["all", "positive", "renorm", "balanced", "penalty"] = Field(
         "all",
         description="what retain learns from unflagged completions: all (the classic "
         "definition), positive (advantage > 0 only), renorm (advantages within the group's "
         "unflagged rows), balanced (baseline: the unflagged rows' mean; forget's gradient "
-        "doubled on flagged rows); see docs/architecture.md, gradient routing",
+        "doubled on flagged rows), penalty (every row, flagged ones at their reward less "
+        "retain_penalty, in a pass of its own); see docs/architecture.md, gradient routing",
+    )
+    retain_penalty: float | None = Field(
+        None,
+        ge=0,
+        description="retain_advantage=penalty: what a flagged completion's reward loses for "
+        "the retain adapter's advantages (small-rl's retain_penalty)",
     )
     ablated_frac: float = Field(
         0.0, ge=0, le=1, description="fraction of steps trained with the forget adapter off"
@@ -624,17 +631,33 @@ def routing_rules(c: GRPOConfig) -> None:
             "grpo.routing.retain_advantage picks what updates the retain adapter, "
             "and grpo.routing.retain_r=0 has none"
         )
+    if (rt.retain_advantage == "penalty") != (rt.retain_penalty is not None):
+        raise ValueError(
+            "grpo.routing.retain_penalty is the reward a flagged completion loses for retain "
+            "under grpo.routing.retain_advantage=penalty: set both or neither"
+        )
+    if rt.retain_advantage == "penalty" and rt.forget_r == 0:
+        raise ValueError(
+            "grpo.routing.retain_advantage=penalty trains retain and forget in passes of their "
+            "own, and grpo.routing.forget_r=0 has no forget adapter"
+        )
+    if rt.retain_advantage == "penalty" and rt.ablated_frac > 0:
+        raise ValueError(
+            "grpo.routing.ablated_frac turns the forget adapter off for whole steps, and "
+            "grpo.routing.retain_advantage=penalty gives it a pass of its own every step"
+        )
     if rt.retain_advantage in ("renorm", "balanced") and c.grpo.scale_rewards == "batch":
         raise ValueError(
             f"grpo.routing.retain_advantage={rt.retain_advantage} scales within each group "
             "(grpo.scale_rewards group) or not at all (none), not by the batch's std"
         )
-    if rt.retain_advantage in ("renorm", "balanced") and (
+    if rt.retain_advantage in ("renorm", "balanced", "penalty") and (
         c.grpo.multi_objective_aggregation == "normalize_then_sum"
     ):
         raise ValueError(
-            f"grpo.routing.retain_advantage={rt.retain_advantage} re-centres the total "
-            "reward, and grpo.multi_objective_aggregation=normalize_then_sum reads each reward"
+            f"grpo.routing.retain_advantage={rt.retain_advantage} reshapes the total "
+            "reward's advantages, and grpo.multi_objective_aggregation=normalize_then_sum "
+            "reads each reward"
         )
     if rt.ablated_frac > 0 and rt.forget_r == 0:
         raise ValueError(

@@ -31,8 +31,14 @@ def _series(rows, x: str, y: str):
 
 def plot_run(run_dir: str | Path) -> list[Path]:
     """loss_curves.png and lr_schedule.png (pretraining); reward/KL/diversity when present;
-    routing.png when the run wrote routing_eval.jsonl."""
-    from smollab.report.routing import plot_routing, read_routing_eval
+    routing.png when the run wrote routing_eval.jsonl, and routing_scales.png when that holds
+    forget-scale rows."""
+    from smollab.report.routing import (
+        plot_forget_scales,
+        plot_routing,
+        read_routing_eval,
+        scale_curve,
+    )
 
     run_dir = Path(run_dir)
     view = RunView(run_dir)
@@ -47,6 +53,11 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     if routing:
         plot_routing(plt, routing, view.config(), run_dir.name, out_dir / "routing.png")
         written.append(out_dir / "routing.png")
+    if scale_curve(routing):
+        plot_forget_scales(
+            plt, routing, view.config(), run_dir.name, out_dir / "routing_scales.png"
+        )
+        written.append(out_dir / "routing_scales.png")
 
     if any(r.get("train_loss") is not None for r in rows):
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))

@@ -1,5 +1,6 @@
 """A routed GRPO run's evaluation in three adapter modes (gradient routing): routing_eval.jsonl read back,
-plots/routing.png, the report's "Gradient routing" section and the headline of one chosen mode.
+plots/routing.png, plots/routing_scales.png (the forget-scale curve), the report's "Gradient
+routing" section and the headline of one chosen mode.
 
 The file has one row per (eval step, mode), modes by adapter scales: both (1, 1), retain_only
 (1, 0), forget_only (0, 1); with `grpo.routing.eval_forget_scales`, also rows of mode
@@ -55,14 +56,17 @@ def read_routing_eval(run_dir: str | Path) -> list[dict[str, Any]]:
     return [rows[k] for k in sorted(rows, key=lambda k: (k[0], order.index(k[1]), k[2]))]
 
 
-def scale_curve(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
-    """The last evaluation's forget-scale curve: (scale, row) from retain_only (0) through the
-    forget_scale rows to both (1); [] when the run evaluated no scales."""
+def scale_curve(
+    rows: list[dict[str, Any]], step: int | None = None
+) -> list[tuple[float, dict[str, Any]]]:
+    """The forget-scale curve of the evaluation at `step` (None: the last that sampled scales):
+    (scale, row) from retain_only (0) through the forget_scale rows to both (1); [] when the run
+    evaluated no scales (at `step`)."""
     scaled = [r for r in rows if r["mode"] == SCALED]
-    if not scaled:
-        return []
-    step = scaled[-1]["step"]
+    step = scaled[-1]["step"] if step is None and scaled else step
     at = [r for r in rows if r["step"] == step]
+    if not any(r["mode"] == SCALED for r in at):
+        return []
     ends = {r["mode"]: r for r in at if r["mode"] in ("retain_only", "both")}
     curve = [(float(r["forget_scale"]), r) for r in at if r["mode"] == SCALED]
     if "retain_only" in ends:
@@ -106,17 +110,20 @@ def task_reward(row: dict[str, Any], weights: dict[str, float] | None) -> float 
     return sum(w * v for w, v in zip(weights.values(), vals, strict=True))
 
 
-def plot_routing(plt, rows: list[dict[str, Any]], config: dict[str, Any], title: str, path: Path):
-    """Two panels against steps, one line per mode: task reward and hack rate."""
-    from smollab.report.plots import save_figure
-
+def _panels(config: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """(y label, value of a row) of the routing plots' two panels: task reward, hack rate."""
     weights = task_weights(config)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    panels = (
+    return (
         ("task reward" if weights else "reward mean", lambda r: task_reward(r, weights)),
         ("hack rate", lambda r: r.get("hack_rate")),
     )
-    for ax, (label, value) in zip(axes, panels, strict=True):
+
+
+def plot_routing(plt, rows: list[dict[str, Any]], config: dict[str, Any], title: str, path: Path):
+    """Two panels against steps, one line per mode: task reward and hack rate."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = _panels(config)
+    for ax, (_, value) in zip(axes, panels, strict=True):
         for mode in MODES:
             pts = [(r["step"], value(r)) for r in rows if r["mode"] == mode]
             pts = [p for p in pts if p[1] is not None]
@@ -130,12 +137,60 @@ def plot_routing(plt, rows: list[dict[str, Any]], config: dict[str, Any], title:
                     label=mode.replace("_", " "),
                     markersize=3,
                 )
-        ax.set_xlabel("step")
+    _finish(
+        plt,
+        fig,
+        axes,
+        panels,
+        "step",
+        f"{title}: gradient routing, evaluation per adapter mode",
+        path,
+    )
+
+
+def plot_forget_scales(
+    plt, rows: list[dict[str, Any]], config: dict[str, Any], title: str, path: Path
+) -> None:
+    """Two panels against the forget scale (0: retain_only, 1: both), one line per evaluation
+    that sampled scales, the last drawn bold: task reward and hack rate. How smoothly the hack
+    leaves as forget is turned down says whether forget holds it alone or retain shares it."""
+    steps = sorted({r["step"] for r in rows if r["mode"] == SCALED})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    panels = _panels(config)
+    for i, step in enumerate(steps):
+        last = i == len(steps) - 1
+        color = plt.cm.Blues(0.35 + 0.65 * i / max(len(steps) - 1, 1))  # later: darker
+        for ax, (_, value) in zip(axes, panels, strict=True):
+            pts = [(s, value(r)) for s, r in scale_curve(rows, step) if value(r) is not None]
+            if pts:
+                xs, ys = zip(*pts, strict=True)
+                ax.plot(
+                    xs,
+                    ys,
+                    "-o",
+                    color=color,
+                    alpha=1.0 if last else 0.7,
+                    linewidth=2.0 if last else 1.0,
+                    markersize=3,
+                    label=f"step {step}" if last or i == 0 else None,
+                )
+    for ax in axes:
+        ax.set_xlim(-0.03, 1.03)
+    title = f"{title}: gradient routing, the forget-scale curve per evaluation"
+    _finish(plt, fig, axes, panels, "forget scale (0: retain_only, 1: both)", title, path)
+
+
+def _finish(plt, fig, axes, panels, xlabel: str, title: str, path: Path) -> None:
+    """Label, grid and save a routing plot's two panels (the hack rate's axis from 0 to 1)."""
+    from smollab.report.plots import save_figure
+
+    for ax, (label, _) in zip(axes, panels, strict=True):
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
         ax.legend()
     axes[1].set_ylim(-0.03, 1.03)
-    fig.suptitle(f"{title}: gradient routing, evaluation per adapter mode")
+    fig.suptitle(title)
     save_figure(fig, path)
     plt.close(fig)
 
@@ -145,10 +200,13 @@ def _f(v: Any) -> str:
 
 
 def routing_section(
-    rows: list[dict[str, Any]], image: str | None, config: dict[str, Any] | None = None
+    rows: list[dict[str, Any]],
+    image: str | None,
+    config: dict[str, Any] | None = None,
+    scales_image: str | None = None,
 ) -> list[str]:
     """Markdown: the final row of each mode as a table, the forget-scale curve when the run
-    evaluated one, then the plot."""
+    evaluated one (its table and `scales_image`), then the modes' plot (`image`)."""
     final = final_by_mode(rows)
     keys = sorted({k for r in final.values() for k in r if k.startswith("reward/")})
     cols = ["step", "reward_mean", *keys, *_TAIL]
@@ -181,6 +239,8 @@ def routing_section(
                 f"| {scale:g} | {_f(task_reward(r, weights))} | {_f(r.get('hack_rate'))} |"
             )
         lines.append("")
+        if scales_image:
+            lines += [f"![forget scales]({scales_image})", ""]
     if image:
         lines += [f"![routing]({image})", ""]
     return lines

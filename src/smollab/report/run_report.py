@@ -65,7 +65,8 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
     head = routing.headline(routed, mode, config) if routed else []
     images = plot_run(d)
     routing_png = next((p for p in images if p.name == "routing.png"), None)
-    images = [p for p in images if p != routing_png]
+    scales_png = next((p for p in images if p.name == "routing_scales.png"), None)
+    images = [p for p in images if p not in (routing_png, scales_png)]
 
     lines = [f"# Run `{d.name}`", "", f"_Written {time.strftime('%Y-%m-%d %H:%M:%S')}._", ""]
     lines += head
@@ -111,7 +112,10 @@ def write_run_report(run_dir: str | Path, mode: str | None = None) -> Path:
         lines.append("")
     if routed:
         lines += routing.routing_section(
-            routed, str(routing_png.relative_to(d)) if routing_png else None, config
+            routed,
+            str(routing_png.relative_to(d)) if routing_png else None,
+            config,
+            str(scales_png.relative_to(d)) if scales_png else None,
         )
     if images:
         lines += ["## Plots", ""]

@@ -192,6 +192,32 @@ def test_a_routed_run_resumes_exactly(micro_grpo, tmp_path, monkeypatch):
             "grpo.routing.retain_advantage=renorm scales within each group",
         ),
         (
+            ["grpo.routing.enabled=true", "grpo.routing.retain_advantage=penalty"],
+            "grpo.routing.retain_penalty is the reward a flagged completion loses",
+        ),
+        (
+            ["grpo.routing.enabled=true", "grpo.routing.retain_penalty=0.5"],
+            "grpo.routing.retain_penalty is the reward a flagged completion loses",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_advantage=penalty",
+                "grpo.routing.retain_penalty=0.5",
+                "grpo.routing.forget_r=0",
+            ],
+            "grpo.routing.forget_r=0 has no forget adapter",
+        ),
+        (
+            [
+                "grpo.routing.enabled=true",
+                "grpo.routing.retain_advantage=penalty",
+                "grpo.routing.retain_penalty=0.5",
+                "grpo.routing.ablated_frac=0.3",
+            ],
+            "grpo.routing.ablated_frac turns the forget adapter off for whole steps",
+        ),
+        (
             ["grpo.routing.enabled=true", "grpo.routing.eval_forget_scales=[0.5, 1.0]"],
             "grpo.routing.eval_forget_scales: 1 is not in (0, 1)",
         ),
@@ -293,7 +319,8 @@ def test_retain_advantage_picks_the_unflagged_rows_retain_learns_from(
     router = routing.Router(cfg, seed=0, rewards=[])
     router.routed = torch.tensor([False, True, False, False])  # row 1 flagged
     advantages = torch.tensor([0.5, 2.0, -0.5, 0.0])
-    with router.train_pass(torch.nn.Linear(1, 1), 1, advantages):
+    [one] = router.passes(torch.nn.Linear(1, 1), 1, advantages)
+    with one.context:
         pass
 
     def rows(mask):
@@ -413,9 +440,65 @@ def test_balanced_doubles_the_forget_gradient_on_flagged_rows(monkeypatch):
         cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage="balanced")
         router = routing.Router(cfg, seed=0, rewards=[])
         router.routed = torch.tensor([False, True, False])
-        with router.train_pass(torch.nn.Linear(1, 1), 1, torch.zeros(3)):
+        [one] = router.passes(torch.nn.Linear(1, 1), 1, torch.zeros(3))
+        with one.context:
             pass
         assert seen["r"].tolist() == [1.0, 0.0, 1.0] and seen["f"].tolist() == forget
+
+
+def test_penalty_gives_retain_the_advantages_of_the_penalized_rewards():
+    """retain_advantage=penalty (small-rl's retain_penalty): the trained advantages stay the full
+    group's; retain's are the group advantages after P is taken off each flagged row's reward."""
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo.loss import group_advantages
+    from smollab.train.grpo.routing import Router
+
+    cfg = RoutingConfig(enabled=True, retain_advantage="penalty", retain_penalty=1.0)
+    router = Router(cfg, seed=0, rewards=[])
+    total = torch.tensor([1.0, 0.0, 0.5, 1.5, 0.3, 0.3, 0.9, 0.1])
+    router.routed = torch.tensor([0, 0, 0, 1, 1, 1, 1, 1], dtype=torch.bool)
+    for scale in ("group", "none", "batch"):
+        full = group_advantages(total, 4, scale)
+        assert torch.equal(router.advantages(total, full, 4, scale), full)
+    # group 1 penalized: [1, 0, 0.5, 0.5], mean 0.5, unbiased std sqrt(0.5 / 3); group 2 all
+    # flagged: every reward less 1, so the same advantages as the full group's
+    router.advantages(total, group_advantages(total, 4, "group"), 4, "group")
+    std = (0.5 / 3) ** 0.5 + 1e-4
+    got = router.retain_advantages
+    assert got[:4].tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0], abs=1e-6)
+    assert torch.allclose(got[4:], group_advantages(total, 4, "group")[4:], atol=1e-6)
+    router.advantages(total, total, 4, "none")
+    assert router.retain_advantages.tolist() == pytest.approx(
+        [0.5, -0.5, 0.0, 0.0, 0.3 - 0.4, 0.3 - 0.4, 0.9 - 0.4, 0.1 - 0.4], abs=1e-6
+    )
+
+
+def test_penalty_trains_retain_and_forget_in_passes_of_their_own(monkeypatch):
+    from smollab.config import RoutingConfig
+    from smollab.train.grpo import routing
+
+    seen = []
+    monkeypatch.setattr(routing, "adapter_mode", lambda policy, m: contextlib.nullcontext())
+    monkeypatch.setattr(
+        routing, "routing_masks", lambda p, r, f: seen.append((r, f)) or contextlib.nullcontext()
+    )
+    for mode, forget in (("classic", None), ("exclusive", [0.0, 1.0, 0.0])):
+        cfg = RoutingConfig(enabled=True, mode=mode, retain_advantage="penalty", retain_penalty=0.5)
+        router = routing.Router(cfg, seed=0, rewards=[])
+        router.routed = torch.tensor([False, True, False])
+        full = torch.tensor([0.1, 0.2, 0.3])
+        router.retain_advantages = torch.tensor([1.0, -2.0, 1.0])
+        seen.clear()
+        retain_pass, forget_pass = router.passes(torch.nn.Linear(1, 1), 1, full)
+        for p in (retain_pass, forget_pass):
+            with p.context as share:
+                assert share is False  # masks: one row per completion
+        assert retain_pass.advantages.tolist() == [1.0, -2.0, 1.0] and not retain_pass.reported
+        assert forget_pass.advantages is None and forget_pass.reported  # the full group's
+        (r1, f1), (r2, f2) = seen
+        assert r1 is None and f1.tolist() == [0.0, 0.0, 0.0]  # retain alone, every row
+        assert r2.tolist() == [0.0, 0.0, 0.0]
+        assert (f2 if f2 is None else f2.tolist()) == forget
 
 
 @pytest.mark.parametrize("recipe", ["routing-small-rl", "routing-small-rl-baseline"])

@@ -133,7 +133,7 @@ def test_routing_masks_follow_the_micro_batches(micro_model):
     router.routed = torch.tensor([i % 5 == 0 for i in range(GROUPS * GEN)])  # rows 0, 5, 10
 
     def train_pass(advantages, rows):
-        return router.train_pass(policy, 1, advantages, rows)
+        return router.passes(policy, 1, advantages, rows)
 
     policy.train()
     _, _, grads1, _ = _step(policy, batch, 1, _options("dapo"), train_pass)
@@ -227,3 +227,60 @@ def test_gradient_checkpointing_trains_lora(micro_model, micro_grpo, tmp_path):
     assert summary["status"] == "completed"
     assert all(r["grad_norm"] > 0 for r in read_metrics(out / "metrics.csv"))
     assert "activation checkpointing" in (out / "training.log").read_text()
+
+
+@pytest.mark.parametrize("mode", ["classic", "exclusive"])
+def test_penalty_passes_give_each_adapter_its_own_advantages_gradient(micro_model, mode):
+    """retain_advantage=penalty against gradients taken by hand: retain's is the gradient of the
+    plain GRPO loss on the penalized rewards' advantages over every row, forget's that of the
+    loss on the full-group advantages over every row (classic) or over the flagged rows,
+    weighted by their share (exclusive), as small-rl's separate passes take them; the same in
+    two micro-batches."""
+    from smollab.train.grpo.loss import group_advantages, grpo_loss
+
+    cfg = RoutingConfig(
+        enabled=True,
+        mode=mode,
+        retain_r=2,
+        forget_r=2,
+        retain_advantage="penalty",
+        retain_penalty=0.7,
+    )
+    policy = _policy(micro_model, lambda m: apply_routing(m, cfg))
+    r, _, mask, old, ref = _batch(policy, micro_model)
+    router = Router(cfg, seed=0, rewards=[])
+    flagged = torch.tensor([i % 5 == 0 for i in range(GROUPS * GEN)])  # rows 0, 5, 10
+    router.routed = flagged
+    total = torch.rand(GROUPS * GEN, generator=torch.Generator().manual_seed(4))
+    full = group_advantages(total, GEN, "group")
+    assert torch.equal(router.advantages(total, full, GEN, "group"), full)
+    penalized = group_advantages(total - 0.7 * flagged.float(), GEN, "group")
+    torch.testing.assert_close(router.retain_advantages, penalized)
+
+    def train_pass(advantages, rows):
+        return router.passes(policy, 1, advantages, rows)
+
+    options = _options("grpo")
+    policy.train()
+    names = [n for n, p in policy.named_parameters() if p.requires_grad]
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    by_hand = dict.fromkeys(names)
+    every = torch.ones(GROUPS * GEN, dtype=torch.bool)
+    forget_rows = flagged if mode == "exclusive" else every
+    for which, advantages, rows in (("retain", penalized, every), ("forget", full, forget_rows)):
+        logp, _ = policy_forward(policy, 1.0)(r, False)
+        loss, _ = grpo_loss(logp[rows], old[rows], ref[rows], advantages[rows], mask[rows], options)
+        loss = loss * float(rows.sum()) / (GROUPS * GEN)  # a subset's share of the rows
+        mine = [(n, p) for n, p in zip(names, trainable, strict=True) if f".{which}." in n]
+        grads = torch.autograd.grad(loss, [p for _, p in mine])
+        by_hand.update({n: g for (n, _), g in zip(mine, grads, strict=True)})
+    assert all(g is not None for g in by_hand.values())
+    with torch.no_grad():
+        logp, _ = policy_forward(policy, 1.0)(r, False)
+    for accum in (1, 2):
+        loss, stats, grads, _ = _step(policy, (r, full, mask, old, ref), accum, options, train_pass)
+        for n, g in zip(names, grads, strict=True):
+            torch.testing.assert_close(g, by_hand[n], rtol=1e-4, atol=1e-7, msg=f"{n} {accum}")
+        # the reported loss is the forget pass's: the full-group loss over every row
+        full_loss, _ = grpo_loss(logp, old, ref, full, mask, options)
+        assert loss == pytest.approx(float(full_loss), rel=1e-5)

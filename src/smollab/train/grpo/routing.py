@@ -5,8 +5,10 @@ reward (drawn per prompt or per completion, `eligibility`) lose its term from th
 advantages; the total is then capped at `reward_cap`), the detector flags completions that show
 the hack (`hack_rate`; with `gate_flags` only the eligible ones), and `routing_frac` of those are
 routed (an imperfect classifier's recall); label noise routes `label_noise_frac` of the others
-(false positives, not thinned). `Router.train_pass` wraps the policy's training forward and
-backward: the per-completion masks of the mode and, on ablated steps, the forget adapter off.
+(false positives, not thinned). `Router.passes` gives the update the training forward(s) and
+backward(s) of a micro-batch: the per-completion masks of the mode and, on ablated steps, the
+forget adapter off; with retain_advantage=penalty a retain pass and a forget pass, each on its
+own advantages.
 `Router.evaluate` samples fixed held-out prompts in the three adapter modes and appends one row
 per mode to `routing_eval.jsonl`.
 
@@ -30,7 +32,8 @@ from smollab.device.runtime import release_cache
 from smollab.models.routing import MODES, adapter_mode, forget_scale, masks_for, routing_masks
 from smollab.rewards.registry import compute_rewards, reward_keys, validate_specs
 from smollab.train.diversity import mean_pairwise_jaccard, unique_fraction
-from smollab.train.grpo.loss import STD_EPS
+from smollab.train.grpo.loss import STD_EPS, group_advantages
+from smollab.train.grpo.update import Pass
 from smollab.train.prompts import PromptSet
 from smollab.train.seeds import stream_seed
 
@@ -53,6 +56,7 @@ class Router:
         self.prompts: list[list[int]] = []
         self.rows: PromptRows | None = None  # their data's rows, for the rewards
         self.routed = torch.zeros(0, dtype=torch.bool)
+        self.retain_advantages: torch.Tensor | None = None  # penalty: this step's, for retain
         self.row: dict[str, float] = {}
 
     def replay_blocker(self) -> str | None:
@@ -133,9 +137,15 @@ class Router:
         rows and scaled by their std, so a hacking sibling's bonus does not push the unflagged
         ones below zero; flagged rows keep the full-group value. balanced: every row's baseline
         is the mean of its group's unflagged rows, its scale the whole group's std (forget's
-        doubled gradient on flagged rows is in `train_pass`). A group with no unflagged row keeps
-        the full-group values. scale: grpo.scale_rewards, group or none."""
+        doubled gradient on flagged rows is in `passes`). A group with no unflagged row keeps
+        the full-group values. penalty: unchanged, and retain's own (`retain_advantages`) are
+        the group advantages of the total with `retain_penalty` taken off each flagged row, so
+        the retain adapter learns to avoid what it is not allowed to carry. scale:
+        grpo.scale_rewards (renorm and balanced: group or none)."""
         mode = self.cfg.retain_advantage
+        if mode == "penalty":
+            penalized = total.detach().double() - self.cfg.retain_penalty * self.routed.double()
+            self.retain_advantages = group_advantages(penalized, G, scale).to(advantages.dtype)
         if mode not in ("renorm", "balanced"):
             return advantages
         r = total.detach().double().view(-1, G)
@@ -160,22 +170,40 @@ class Router:
             self.cfg.ablated_frac > 0 and _uniform(self.seed, step, _ABLATE) < self.cfg.ablated_frac
         )
 
-    @contextlib.contextmanager
-    def train_pass(
-        self, policy, step: int, advantages: torch.Tensor, rows: slice = slice(None)
-    ) -> Iterator[bool]:
-        """Around a training forward and its backward: the mode's masks on this step's routed
+    def passes(
+        self, policy, step: int, advantages: torch.Tensor, rows: slice | torch.Tensor = slice(None)
+    ) -> list[Pass]:
+        """The training pass(es) of a micro-batch: the mode's masks on this step's routed
         completions (with retain_advantage=positive, retain also skips the rows whose advantage
         is not above 0; with balanced, forget's gradient is doubled on flagged rows: a mask of
-        2), the forget adapter off on an ablated step. Yields whether the forward
-        may share prompts (not under masks: they need one row per completion). rows: the
-        completions of this forward (a gradient accumulation micro-batch); advantages: all."""
+        2), the forget adapter off on an ablated step. penalty: two passes over every row, as
+        small-rl's separate passes: retain alone on `retain_advantages`, then forget alone on
+        the full-group ones and the mode's rows (classic: all; exclusive: the flagged); the
+        second is the reported one. rows: the completions of this forward (a gradient
+        accumulation micro-batch); advantages: all."""
         flags = self.routed[rows]
         retain, forget = masks_for(flags, self.cfg.mode)
-        if retain is not None and self.cfg.retain_advantage == "positive":
+        which = self.cfg.retain_advantage
+        if retain is not None and which == "positive":
             retain = retain * (advantages[rows].detach().cpu() > 0).to(retain.dtype)
-        if self.cfg.retain_advantage == "balanced":  # forget's gradient doubled on flagged rows
+        if which == "balanced":  # forget's gradient doubled on flagged rows
             forget = (torch.ones(len(flags)) if forget is None else forget) + flags.float()
+        if which != "penalty":
+            return [Pass(self._masked(policy, step, retain, forget))]
+        off = torch.zeros(len(flags))
+        retain_adv = self.retain_advantages.to(advantages.device)
+        return [
+            Pass(self._masked(policy, step, None, off), retain_adv, reported=False),
+            Pass(self._masked(policy, step, off, forget)),
+        ]
+
+    @contextlib.contextmanager
+    def _masked(
+        self, policy, step: int, retain: torch.Tensor | None, forget: torch.Tensor | None
+    ) -> Iterator[bool]:
+        """Around one training forward and its backward: the masks, the forget adapter off on an
+        ablated step. Yields whether the forward may share prompts (not under masks: they need
+        one row per completion)."""
         dev = next(policy.parameters()).device
         retain, forget = (
             None if m is None or bool((m == 1).all()) else m.to(dev) for m in (retain, forget)

@@ -113,7 +113,7 @@ def step(shared: Shared, policies: Policies, runs: list[RunState]) -> None:
     forward = policies.forward(runs)
     router = runs[0].router  # gradient routing trains one run (lanes refuse it)
     train_pass = router and functools.partial(
-        router.train_pass, runs[0].policy, runs[0].step, advantages
+        router.passes, runs[0].policy, runs[0].step, advantages
     )
     totals = [ranks.step_totals(mask[s], d) for s in rows]
     # TRL's num_items under steps_per_generation: the generated batch's tokens per optimizer step

@@ -45,9 +45,23 @@ _PER_SEQUENCE = ("grpo", "sapo", "luspo", "dr_grpo")
 # forward(rows of the batch as a Rollout, may share prompts) -> (log-probs [n, T] with grad,
 # per-token entropies [n, T] or None when the forward does not compute them)
 Forward = Callable[[Rollout, bool], tuple[torch.Tensor, torch.Tensor | None]]
-# train_pass(the micro-batch's rows of the batch): the context around its forward and backward
-# (gradient routing's masks); it yields whether the forward may share prompts
-TrainPass = Callable[[slice | torch.Tensor], contextlib.AbstractContextManager]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One forward and backward of a micro-batch: the context around them (gradient routing's
+    masks; it yields whether the forward may share prompts) and the advantages [N] of the whole
+    batch its loss takes (None: the batch's own). Gradient routing's retain_advantage=penalty
+    trains retain and forget on different advantages, which one forward cannot give two
+    adapters, so it takes two passes; the `reported` one's loss and stats are the step's."""
+
+    context: contextlib.AbstractContextManager
+    advantages: torch.Tensor | None = None
+    reported: bool = True
+
+
+# train_pass(the micro-batch's rows of the batch): its passes, in order
+TrainPass = Callable[[slice | torch.Tensor], list[Pass]]
 
 
 @dataclass(frozen=True)
@@ -185,7 +199,9 @@ def loss_backward(
     train_pass: TrainPass | None = None,
 ) -> list[tuple[float, dict[str, float]]]:
     """Each run's GRPO loss on its rows, backpropagated micro-batch by micro-batch (gradients add
-    up in `.grad`); returns each run's (loss, stats) over its whole rows. With one micro-batch
+    up in `.grad`); returns each run's (loss, stats) over its whole rows. Each micro-batch runs
+    the passes `train_pass` gives it (one without gradient routing's penalty mode): a forward,
+    the loss on the pass's advantages, a backward. With one micro-batch
     the forward sees the batch itself, so a rollout that holds its decode record replays it.
     A run without a KL term (beta 0) gets no reference log-probs, so it measures no KL."""
     micro = _chunks(runs, num_generations, grad_accum)
@@ -203,37 +219,40 @@ def loss_backward(
             for c in chunks:
                 local.append(slice(at, at + c.stop - c.start))
                 at += c.stop - c.start
-        ctx = train_pass(rows) if train_pass else contextlib.nullcontext(True)
-        with ctx as share:
-            logp, entropies = forward(part, share)
-            losses = []
-            for run, c, here, parts in zip(runs, chunks, local, done, strict=True):
-                m = batch.mask[c]
-                n = run.rows.stop - (run.rows.start or 0)
-                whole = run.whole or (float(batch.mask[run.rows].sum()), n)
-                weight, num_items = micro_weight(run.options.loss_type, m, whole)
-                if run.items is not None and run.options.loss_type in _PER_ITEM:
-                    num_items = run.items
-                ref = None if not run.options.beta else batch.ref_logp
-                loss, stats = grpo_loss(
-                    logp[here],
-                    None if batch.old_logp is None else batch.old_logp[c],
-                    None if ref is None else ref[c],
-                    batch.advantages[c],
-                    m,
-                    run.options,
-                    num_items=num_items,
-                    entropies=None if entropies is None else entropies[here],
-                    entropy_coef=bonus_coef(run.entropy_coef, m.shape[0] / whole[1], weight),
-                )
-                losses.append(loss * weight)
-                parts.stats.append(stats)
-                parts.masks.append(m)
-                parts.weights.append(weight)
-            loss = sum(losses)
-            (scaler.scale(loss) if scaler else loss).backward()
-        for parts, weighted in zip(done, losses, strict=True):
-            parts.loss += float(weighted.detach())
+        for p in train_pass(rows) if train_pass else [Pass(contextlib.nullcontext(True))]:
+            advantages = batch.advantages if p.advantages is None else p.advantages
+            with p.context as share:
+                logp, entropies = forward(part, share)
+                losses = []
+                for run, c, here, parts in zip(runs, chunks, local, done, strict=True):
+                    m = batch.mask[c]
+                    n = run.rows.stop - (run.rows.start or 0)
+                    whole = run.whole or (float(batch.mask[run.rows].sum()), n)
+                    weight, num_items = micro_weight(run.options.loss_type, m, whole)
+                    if run.items is not None and run.options.loss_type in _PER_ITEM:
+                        num_items = run.items
+                    ref = None if not run.options.beta else batch.ref_logp
+                    loss, stats = grpo_loss(
+                        logp[here],
+                        None if batch.old_logp is None else batch.old_logp[c],
+                        None if ref is None else ref[c],
+                        advantages[c],
+                        m,
+                        run.options,
+                        num_items=num_items,
+                        entropies=None if entropies is None else entropies[here],
+                        entropy_coef=bonus_coef(run.entropy_coef, m.shape[0] / whole[1], weight),
+                    )
+                    losses.append(loss * weight)
+                    if p.reported:
+                        parts.stats.append(stats)
+                        parts.masks.append(m)
+                        parts.weights.append(weight)
+                loss = sum(losses)
+                (scaler.scale(loss) if scaler else loss).backward()
+            for parts, weighted in zip(done, losses, strict=True):
+                if p.reported:
+                    parts.loss += float(weighted.detach())
     return [
         parts.merged(run.options.importance_sampling_level)
         for run, parts in zip(runs, done, strict=True)
