@@ -21,6 +21,7 @@ from smollab.report.sweep_data import (
     load_sweep,
     lr_curves,
 )
+from smollab.report.pbt_lineage import lineage_section
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
 from smollab.rundir.atomic import atomic_write_text
 from smollab.rundir.runs import REPORT
@@ -187,6 +188,7 @@ def write_sweep_report(
     lines.append("")
 
     lines += _baseline_section(data)
+    lines += lineage_section(data)
     roles = any(t.row.get("role") for t in data.trials)
     lines += ["## All trials", ""]
     starts = [

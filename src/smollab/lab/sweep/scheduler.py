@@ -177,6 +177,10 @@ class Sweep:
             rt.reported.add(int(step))
             rt.last_reported = (int(step), float(v))
             new = True
+        population = self.trials.population
+        if population and not child.stop_sent and population.segment_over(rt.trial, child.run_dir):
+            end = population.segment_end(rt.trial)
+            self._stop(child, "completed", f"pbt: its generation ends at step {end}")
         pruner = self.spec.pruner
         if new and pruner.type != "none" and not child.stop_sent and rt.trial.should_prune():
             step, value = rt.last_reported
@@ -235,6 +239,9 @@ class Sweep:
                 + (f" ({rt.verdict[1]})" if rt.verdict else ""),
             )
             status = None
+        population = self.trials.population
+        if code is not None and population and population.end_segment(rt.trial, child.run_dir):
+            summary, status, rt.verdict = read_summary(child.run_dir), "completed", None
         if rt.verdict and status not in FINISHED:
             verdict, evidence = rt.verdict
             if status == "failed" and summary.get("evidence"):  # the child's own words first

@@ -151,11 +151,16 @@ class Trials:
         self.baselines = Baselines(spec)  # routing_baseline: the routed trials' baselines
         self.baseline_queue: list[Baseline] = []
         self.baseline_runs: dict[str, BaselineTrial] = {}  # launched by this sweep process
+        self.population = None  # sampler pbt: who runs next (smollab.lab.sweep.pbt)
+        if spec.pbt is not None:
+            from smollab.lab.sweep.pbt import Population
+
+            self.population = Population(spec, study, self.trials_dir, say, owner)
 
     # ---- identity -------------------------------------------------------------------------
 
     def point(self, t: Any) -> tuple[dict[str, Any], int]:
-        params = {k: t.params[k] for k in self.spec.space if k in t.params}
+        params = {k: t.params[k] for k in self.spec.param_keys() if k in t.params}
         seed = t.params.get("seed", t.user_attrs.get("seed", self.spec.seeds[0]))
         return params, int(seed)
 
@@ -257,7 +262,8 @@ class Trials:
                     t = self.study.get_trials(deepcopy=False)[t.number]  # now told: its state
                 else:
                     self.resume_queue.append(t)
-            if t.state == TrialState.FAIL and self.spec.retry_failed:
+            # pbt: the next generation replaces a failed member from a top one, no retry
+            if t.state == TrialState.FAIL and self.spec.retry_failed and not self.population:
                 failed.append((name, t))
         if failed:
             with self.lock:
@@ -313,7 +319,12 @@ class Trials:
         if self.resume_queue:
             frozen = self.resume_queue.pop(0)
             params, seed = self.point(frozen)
-            return NextTrial(self.attach(frozen), self.run_dir_name(frozen), params, seed)
+            extra = dict(frozen.user_attrs.get("overrides") or {})  # a pbt member's
+            name = self.run_dir_name(frozen)
+            return NextTrial(self.attach(frozen), name, params, seed, extra=extra)
+        if self.population is not None:
+            with self.lock:
+                return self.population.next_trial()
         if self.baseline_queue:
             b = self.baseline_queue.pop(0)
             trial = self.baseline_runs[b.name] = BaselineTrial(b)
