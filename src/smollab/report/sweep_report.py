@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smollab.report.pbt_lineage import lineage_section
 from smollab.report.sweep_data import (
     FAILURES,
     SweepData,
@@ -21,7 +22,6 @@ from smollab.report.sweep_data import (
     load_sweep,
     lr_curves,
 )
-from smollab.report.pbt_lineage import lineage_section
 from smollab.report.sweep_plots import plot_curves, plot_lr_sweep, plot_metric_vs_params
 from smollab.rundir.atomic import atomic_write_text
 from smollab.rundir.runs import REPORT
