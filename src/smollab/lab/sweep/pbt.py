@@ -181,15 +181,10 @@ class Population:
         study: Any,
         trials_dir: Path,
         say: Callable[[str], None],
-        owner: str | None,
+        add_running: Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], Any],
     ):
-        self.spec, self.study, self.trials_dir, self.say, self.owner = (
-            spec,
-            study,
-            trials_dir,
-            say,
-            owner,
-        )
+        self.spec, self.study, self.trials_dir, self.say = spec, study, trials_dir, say
+        self.add_running = add_running  # Trials.add_running: records a RUNNING trial we launch
         self.ends = spec.pbt.ends()
         self._said_extinct = False
 
@@ -283,7 +278,6 @@ class Population:
         """Record the member's trial of generation g in the study (RUNNING, as a retry is), after
         its run directory is forked from the parent's checkpoint."""
         import optuna
-        from optuna.trial import TrialState
 
         seed = self.spec.seeds[0]
         name = trial_name(0, point, seed).replace("000", f"g{g:02d}-m{m:02d}", 1)
@@ -312,20 +306,7 @@ class Population:
                 else f"continues from {parent.user_attrs['run_dir']} at step {step}"
             )
             self.say(f"pbt: member {m} generation {g}: {how}")
-        if self.owner:
-            attrs["owner"] = self.owner
-        self.study.add_trial(
-            optuna.trial.create_trial(
-                state=TrialState.RUNNING,
-                params=point,
-                user_attrs=attrs,
-                distributions={k: _param_distribution(self.spec, k, v) for k, v in point.items()},
-            )
-        )
-        frozen = next(
-            t
-            for t in reversed(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
-            if t.user_attrs.get("run_dir") == name
-        )
+        dists = {k: _param_distribution(self.spec, k, v) for k, v in point.items()}
+        frozen = self.add_running(point, dists, attrs)
         trial = optuna.trial.Trial(self.study, frozen._trial_id)
         return NextTrial(trial, name, point, seed, extra=fixed_overrides(self.spec))

@@ -155,7 +155,7 @@ class Trials:
         if spec.pbt is not None:
             from smollab.lab.sweep.pbt import Population
 
-            self.population = Population(spec, study, self.trials_dir, say, owner)
+            self.population = Population(spec, study, self.trials_dir, say, self.add_running)
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -281,9 +281,6 @@ class Trials:
         """A new RUNNING trial at the failed one's point, owned by this parent, to launch in the
         same run dir. Not an enqueued WAITING trial: in a shared study whichever parent asks
         first would take that, and run it under this dir's name in its own dir."""
-        import optuna
-        from optuna.trial import TrialState
-
         params, seed = self.point(failed)
         if self.spec.sampler == "grid":
             params["seed"] = seed
@@ -295,6 +292,14 @@ class Trials:
             "retry_of": failed.number,
             "wall_s": failed.user_attrs.get("wall_s", 0.0),
         }
+        return self.add_running(params, {k: space[k] for k in params}, attrs)
+
+    def add_running(self, params: dict[str, Any], dists: dict[str, Any], attrs: dict[str, Any]):
+        """Record a trial this parent launches itself (a retry, a pbt member) as RUNNING, owned
+        by it, and return it (the newest RUNNING trial of its run dir)."""
+        import optuna
+        from optuna.trial import TrialState
+
         if self.owner:
             attrs["owner"] = self.owner
         self.study.add_trial(
@@ -302,12 +307,12 @@ class Trials:
                 state=TrialState.RUNNING,
                 params=params,
                 user_attrs=attrs,
-                distributions={k: space[k] for k in params},
+                distributions=dists,
                 system_attrs={"fixed_params": params},  # GridSampler: not a fresh grid point
             )
         )
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return next(t for t in reversed(running) if t.user_attrs.get("retry_of") == failed.number)
+        return next(t for t in reversed(running) if t.user_attrs["run_dir"] == attrs["run_dir"])
 
     def attach(self, frozen: Any) -> Any:
         import optuna
