@@ -21,7 +21,8 @@ How a member continues, and why so:
   among the top members and each factor), and a sweep killed at any point continues exactly:
   every decision is a trial in the study, made after its run directory is ready.
 - A member without a metric (failed, diverged) counts as the worst. Failed trials are not
-  retried: the next generation replaces them from a top member.
+  retried: the next generation replaces them from a top member. A bottom member whose metric
+  ties the best continues itself (a flat reward says nothing about who is better).
 Trials of a pbt sweep record `pbt_member`, `pbt_generation`, `parent` (the parent's run
 directory), `parent_trial` (its study number), `parent_step` and `perturbed` (key -> factor)
 as user attributes; results.csv and the report show them.
@@ -253,8 +254,8 @@ class Population:
         k = max(1, int(p.quantile * p.population))
         top, bottom = ranked[:k], set(ranked[-k:])
         own = {key: prev[m].params[key] for key in self.spec.param_keys()}
-        if m in top or (m in values and m not in bottom):
-            return m, own, {}
+        if m in top or (m in values and m not in bottom) or values.get(m) == values[top[0]]:
+            return m, own, {}  # a bottom member that ties the best has nothing to gain
         rng = random.Random(f"{self.spec.sampler_seed}:{g}:{m}")
         donor = rng.choice(top)
         point = {key: prev[donor].params[key] for key in self.spec.param_keys()}
