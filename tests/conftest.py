@@ -156,8 +156,9 @@ FAKE_CHILD = r'''
 optim.lr picks the behaviour: >= 100 crashes, >= 10 diverges (NaN at step 3), else the loss
 falls as 5 * exp(-lr * step); a grpo one also writes 8 held-out prompts' rewards (-loss plus a
 per-prompt offset) to eval_prompts.jsonl every 2 steps. Each step sleeps FAKE_STEP_S x (1 + FAKE_SLOWDOWN x (k - 1)),
-k being the fake children alive in the same parent directory. It checkpoints every 5 steps,
-resumes from its checkpoint, stops cleanly on SIGINT (status interrupted, exit 130).
+k being the fake children alive in the same parent directory. It checkpoints every
+train.save_interval steps (default 5) as checkpoints/step_<N>/trainer_state.pt, resumes from
+the newest, stops cleanly on SIGINT (status interrupted, exit 130).
 Hangs on demand: FAKE_HANG_LR=0.3 makes the trial with that lr ignore SIGINT and sleep forever
 before its first step (a child stuck in C code); FAKE_IGNORE_SIGINT=1 makes every child ignore
 SIGINT. FAKE_PIDS_FILE: each child appends its pid to that file once its SIGINT handling is
@@ -173,11 +174,13 @@ command = sys.argv[1]
 run = Path(args["run.dir"]); run.mkdir(parents=True, exist_ok=True)
 lr = float(args.get("optim.lr", "1e-3"))
 max_steps = int(args.get("train.max_steps", "10"))
-summary_path, ckpt = run / "summary.json", run / "ckpt.json"
+summary_path, ckpts = run / "summary.json", run / "checkpoints"
+save_every = int(args.get("train.save_interval", "5")) or 5
 summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
 if summary.get("status") in ("completed", "diverged", "degenerate", "stuck", "pruned"):
     print("already", summary["status"]); sys.exit(0)
-start = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
+saved = [json.loads((p / "trainer_state.pt").read_text())["step"] for p in ckpts.glob("step_*") if (p / "trainer_state.pt").exists()]
+start = max(saved, default=0)
 cols = (["step", "wall_s", "lr", "loss", "reward_mean", "step_s", "peak_mem_mb"] if command == "grpo"
         else ["step", "tokens", "wall_s", "train_s", "lr", "train_loss", "val_loss", "peak_mem_mb"])
 rows = []
@@ -223,8 +226,9 @@ try:
                 ef.write(json.dumps({"step": step, "rewards": [-loss + 0.1 * (i % 3) for i in range(8)]}) + "\n")
         if not math.isfinite(loss):
             status, evidence = "diverged", f"loss is nan at step {step}"; break
-        if step % 5 == 0:
-            tmp = run / ".c.tmp"; tmp.write_text(json.dumps({"step": step})); os.replace(tmp, ckpt)
+        if step % save_every == 0:
+            tmp = ckpts / ".c.tmp"; tmp.mkdir(parents=True, exist_ok=True)
+            (tmp / "trainer_state.pt").write_text(json.dumps({"step": step})); os.replace(tmp, ckpts / f"step_{step}")
     if stop:
         status, evidence = "interrupted", f"interrupted at step {step}"
 finally:

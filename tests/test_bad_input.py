@@ -71,6 +71,8 @@ FILES: dict[str, bytes] = {
     "ok_spec.yaml": SPEC,
     "spec_pg.yaml": SPEC + b"storage: postgresql://smol@127.0.0.1:1/nodb\n",
     "spec_min_lr.yaml": SPEC + b"overrides: {optim.min_lr: 0.15}\n",
+    "spec_pbt.yaml": SPEC
+    + b"sampler: pbt\npbt: {population: 2, interval: 5, budget: 10, perturb: {optim.lr: [2]}}\n",
     "spec_grpo.yaml": (
         b"command: grpo\nbase: happy\nmetric: {name: reward_mean, goal: max}\n"
         b"space: {optim.lr: [0.1, 0.2]}\n"
@@ -357,6 +359,14 @@ CASES: list[tuple[str, list[str], str]] = [
     ("sweep storage nobody answers", ["sweep", "spec_pg.yaml", "dir=s"], "storage"),
     ("sweep timeout infinite", ["sweep", "ok_spec.yaml", "stop_timeout_s=.inf"], "stop_timeout_s"),
     ("sweep grid below its min_lr", ["sweep", "spec_min_lr.yaml", "dir=s"], "optim.min_lr_ratio"),
+    (
+        "pbt key not a number",
+        ["sweep", "spec_pbt.yaml", "pbt.perturb={optim.schedule: [2]}"],
+        "not a number",
+    ),
+    ("pbt factor 0", ["sweep", "spec_pbt.yaml", "pbt.perturb={optim.lr: [0]}"], "factor 0"),
+    ("pbt population of 1", ["sweep", "spec_pbt.yaml", "pbt.population=1"], "pbt.population"),
+    ("pbt unknown key", ["sweep", "spec_pbt.yaml", "pbt.perturb={optim.lrr: [2]}"], "optim.lrr"),
     # ---- probe, bench, sample, report
     ("probe workload missing", ["probe", "nope.yaml"], "nope.yaml"),
     ("probe setting out of range", ["probe", "ok.yaml", "max_k=0", "dir=p"], "max_k"),

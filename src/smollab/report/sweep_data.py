@@ -178,6 +178,8 @@ def beside_baselines(trials: list[Trial]) -> list[Trial]:
 
 def is_lr_sweep(data: SweepData) -> bool:
     label = data.spec.get("metric", {}).get("name", "")
+    if data.spec.get("sampler") == "pbt":  # a member's LR changes along its lineage
+        return False
     return "optim.lr" in data.space and "loss" in label and data.goal == "min"
 
 

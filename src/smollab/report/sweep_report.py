@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from smollab.report.pbt_lineage import lineage_section
 from smollab.report.sweep_data import (
     FAILURES,
     SweepData,
@@ -203,6 +204,7 @@ def write_sweep_report(
     lines.append("")
 
     lines += _baseline_section(data)
+    lines += lineage_section(data)
     roles = any(t.row.get("role") for t in data.trials)
     lines += ["## All trials", ""]
     starts = [

@@ -60,7 +60,10 @@ def test_overrides_on_the_spec(spec_file):
     "overrides, message",
     [
         (["samplr=tpe"], "unknown sweep key samplr (did you mean sampler?)"),
-        (["sampler=bogus"], "sweep key sampler: Input should be 'grid', 'random', 'qmc' or 'tpe'"),
+        (
+            ["sampler=bogus"],
+            "sweep key sampler: Input should be 'grid', 'random', 'qmc', 'tpe' or 'pbt'",
+        ),
         (
             ["space.optim.lrr=[1,2]"],
             "space.optim.lrr: unknown pretrain config key (did you mean optim.lr?)",
@@ -252,9 +255,14 @@ SPEC_FLOATS = _spec_float_keys(SweepSpec)
 
 @pytest.mark.parametrize("key", SPEC_FLOATS)
 def test_every_float_key_of_the_spec_refuses_nan_and_infinity(spec_file, key):
+    section = (  # a section without defaults: valid but for the key
+        ["sampler=pbt", "pbt={population: 2, interval: 1, budget: 2, perturb: {optim.lr: [2]}}"]
+        if key.startswith("pbt.")
+        else []
+    )
     for value in (".nan", ".inf", "-.inf"):
         with pytest.raises(UserError) as e:
-            load_spec(spec_file, [f"{key}={value}"])
+            load_spec(spec_file, [*section, f"{key}={value}"])
         assert f"sweep key {key}: Input should be a finite number" in str(e.value)
 
 

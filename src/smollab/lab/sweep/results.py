@@ -93,6 +93,16 @@ def result_rows(trials: Trials, live: Mapping[str, Live]) -> list[dict[str, Any]
             "reason": ua.get("reason") if status not in ("running", "completed") else None,
             "run_dir": f"{prefix}/{name}",
         }
+        if spec.pbt is not None:  # the lineage (smollab.lab.sweep.pbt)
+            row.update(
+                member=ua.get("pbt_member"),
+                generation=ua.get("pbt_generation"),
+                parent=ua.get("parent"),
+                parent_trial=ua.get("parent_trial"),
+                parent_step=ua.get("parent_step"),
+                perturbed=" ".join(f"{k}*{f:g}" for k, f in (ua.get("perturbed") or {}).items())
+                or None,
+            )
         if trials.baselines.enabled:
             routed = any(name in b.of for b in trials.baselines.by_name.values())
             row.update(role="routed" if routed else None, baseline_of=None)
@@ -104,7 +114,7 @@ def write_results_csv(trials: Trials, live: Mapping[str, Live]) -> None:
     spec = trials.spec
     fields = [
         "trial",
-        *spec.space,
+        *spec.param_keys(),
         "seed",
         "status",
         spec.metric.label,
@@ -114,6 +124,8 @@ def write_results_csv(trials: Trials, live: Mapping[str, Live]) -> None:
         "reason",
         "run_dir",
     ]
+    if spec.pbt is not None:
+        fields += ["member", "generation", "parent", "parent_trial", "parent_step", "perturbed"]
     if trials.baselines.enabled or trials.measure.by_name:
         fields += ["role", "baseline_of"]
     buf = io.StringIO()

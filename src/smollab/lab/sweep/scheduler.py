@@ -199,6 +199,10 @@ class Sweep:
         steps = [r["step"] for r in rows if r.get("step") is not None]
         if steps:
             rt.last_step = int(steps[-1])
+        population = self.trials.population
+        if population and not child.stop_sent and population.segment_over(rt.trial, child.run_dir):
+            end = population.segment_end(rt.trial)
+            self._stop(child, "completed", f"pbt: its generation ends at step {end}")
         pruner = self.spec.pruner
         pm = pruner.metric or self.spec.metric.name
         new = False
@@ -266,6 +270,9 @@ class Sweep:
                 + (f" ({rt.verdict[1]})" if rt.verdict else ""),
             )
             status = None
+        population = self.trials.population
+        if code is not None and population and population.end_segment(rt.trial, child.run_dir):
+            summary, status, rt.verdict = read_summary(child.run_dir), "completed", None
         if rt.verdict and status not in FINISHED:
             verdict, evidence = rt.verdict
             if status == "failed" and summary.get("evidence"):  # the child's own words first

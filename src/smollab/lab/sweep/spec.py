@@ -182,6 +182,49 @@ class ReportOptions(SpecSection):
     power: float = Field(0.8, gt=0, lt=1, description="seeds: power of the seeds-needed estimate")
 
 
+class PbtOptions(SpecSection):
+    """`sampler: pbt`: population-based training (`smollab.lab.sweep.pbt`)."""
+
+    population: int = Field(ge=2, description="members trained at once, each its own lineage")
+    interval: int = Field(
+        ge=1, description="steps between exploit/explore decisions (each member's checkpoints)"
+    )
+    budget: int = Field(ge=1, description="steps each member trains in all (its train.max_steps)")
+    perturb: dict[str, list[float]] = Field(
+        description="numeric config key -> factors; a member that exploits multiplies its "
+        "donor's value by one of them"
+    )
+    quantile: float = Field(
+        0.25,
+        gt=0,
+        le=0.5,
+        description="fraction of the population at the bottom that exploits one at the top",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> PbtOptions:
+        if not self.perturb:
+            raise ValueError(
+                "perturb: give at least one key and its factors, e.g. optim.lr: [0.8, 1.25]"
+            )
+        for key, factors in self.perturb.items():
+            if not factors:
+                raise ValueError(f"perturb.{key}: give at least one factor")
+            for f in factors:
+                if not f > 0:
+                    raise ValueError(f"perturb.{key}: factor {f:g} must be above 0")
+        if self.budget <= self.interval:
+            raise ValueError(
+                f"budget ({self.budget}) must exceed interval ({self.interval}): no member "
+                "would ever exploit another"
+            )
+        return self
+
+    def ends(self) -> list[int]:
+        """The step each generation ends at: interval, 2 x interval, ..., budget."""
+        return [*range(self.interval, self.budget, self.interval), self.budget]
+
+
 class RayOptions(SpecSection):
     """`executor: ray`: where the trials run and what each reserves (`smollab.lab.sweep.ray_executor`)."""
 
@@ -207,8 +250,10 @@ class SweepSpec(SpecSection):
         description="dotted config key -> a list of values, or a range {low, high, log, type, "
         "step} for samplers other than grid"
     )
-    sampler: Literal["grid", "random", "qmc", "tpe"] = Field(
-        "grid", description="how points are picked: every combination (grid), or Optuna's sampler"
+    sampler: Literal["grid", "random", "qmc", "tpe", "pbt"] = Field(
+        "grid",
+        description="how points are picked: every combination (grid), Optuna's sampler, or "
+        "population-based training (pbt: the pbt section)",
     )
     sampler_seed: int = Field(0, description="seed of the sampler")
     tpe: TPEOptions | None = Field(
@@ -222,6 +267,7 @@ class SweepSpec(SpecSection):
         default_factory=lambda: [0], min_length=1, description="run.seed of each configuration"
     )
     metric: Metric = Field(description="the objective: a metrics.csv column, goal, reduction")
+    pbt: PbtOptions | None = Field(None, description="sampler pbt: population, interval, perturb")
     pruner: Pruner = Field(default_factory=Pruner)
     enqueue: list[dict[str, Any]] = Field(
         default_factory=list,
@@ -288,7 +334,14 @@ class SweepSpec(SpecSection):
             for combo in itertools.product(*(self.space[k] for k in keys))
         ]
 
+    def param_keys(self) -> list[str]:
+        """The keys a trial's point holds: the space's, then (pbt) the perturbed ones it lacks."""
+        extra = [k for k in (self.pbt.perturb if self.pbt else {}) if k not in self.space]
+        return [*self.space, *extra]
+
     def total_runs(self) -> int:
+        if self.pbt is not None:  # one trial per member and generation
+            return self.pbt.population * len(self.pbt.ends())
         configs = len(self.grid_points()) if self.sampler == "grid" else self.n_trials or 0
         return configs * len(self.seeds)
 
@@ -307,7 +360,7 @@ class SweepSpec(SpecSection):
                 "seeds",
                 "metric",
             )
-        }
+        } | ({"pbt": d["pbt"]} if self.pbt else {})  # a dir from before pbt keeps its identity
 
     def sweep_dir(self) -> Path:
         return Path(self.dir) if self.dir else Path("sweeps") / "sweep"
@@ -334,6 +387,15 @@ class SweepSpec(SpecSection):
                 f"{self.total_runs()} trials"
             )
             out += ["  " + " ".join(f"{k}={show(v)}" for k, v in p.items()) for p in points]
+        elif self.pbt is not None:
+            p = self.pbt
+            out.append(
+                f"pbt: a population of {p.population}, {p.budget} steps each, exploit/explore "
+                f"every {p.interval} steps ({len(p.ends())} generations, {self.total_runs()} "
+                f"trials); the bottom {p.quantile:g} continue from the top's checkpoints"
+            )
+            out += [f"  perturb {k} by {v}" for k, v in p.perturb.items()]
+            out += [f"  {k}: {v}" for k, v in self.space.items()]
         else:
             out.append(
                 f"{self.sampler}: {self.n_trials} configurations x {len(self.seeds)} seed(s)"

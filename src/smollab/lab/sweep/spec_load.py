@@ -42,6 +42,9 @@ def _normalize(tree: dict[str, Any]) -> dict[str, Any]:
         tree["enqueue"] = [
             coerce(flatten(p)) if isinstance(p, dict) else p for p in tree["enqueue"]
         ]
+    pbt = tree.get("pbt")
+    if isinstance(pbt, dict) and isinstance(pbt.get("perturb"), dict):
+        tree["pbt"] = {**pbt, "perturb": coerce(flatten(pbt["perturb"]))}
     if isinstance(tree.get("seeds"), int):
         tree["seeds"] = [tree["seeds"]]
     if isinstance(tree.get("metric"), str):
@@ -257,6 +260,12 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     except ValidationError as err:
         raise UserError(_format(err)) from None
 
+    if spec.sampler == "pbt" and spec.executor != "local":  # before the executor's own checks
+        raise UserError(
+            f"sweep key executor: sampler pbt runs with executor local, not {spec.executor} (a "
+            "member continues as a new child process from a checkpoint; a lane refilled from "
+            "another lane's checkpoint is not implemented)"
+        )
     _check_executor(spec)
     check_metric(spec.command, spec.metric.name, "metric.name")
     if spec.pruner.metric:
@@ -281,7 +290,7 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
                 "sweep key enqueue: the grid sampler runs every point already; "
                 "enqueue is for random, qmc and tpe"
             )
-    elif spec.n_trials is None:
+    elif spec.n_trials is None and spec.sampler != "pbt":
         raise UserError(
             f"sweep key n_trials: sampler {spec.sampler} needs n_trials "
             f"(configurations to run, each once per seed)"
@@ -307,7 +316,10 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
         raise UserError(f"sweep key base: file not found: {spec.base}")
     if spec.routing_baseline:
         _check_routing_baseline(spec)
-    _check_points(spec)
+    if spec.sampler == "pbt" or spec.pbt is not None:
+        _check_pbt(spec)
+    else:
+        _check_points(spec)
     if spec.executor == "lanes":
         from smollab.lab.sweep.lanes_executor import check_lanes
 
@@ -401,6 +413,79 @@ def _check_points(spec: SweepSpec) -> None:
         except UserError as e:
             shown = ", ".join(f"{k}={v}" for k, v in point.items())
             raise UserError(f"sweep trial {{{shown}}}: {e}") from None
+
+
+def _check_pbt(spec: SweepSpec) -> None:
+    """`sampler: pbt` and its section go together; what a member cannot honour is refused: keys
+    pbt sets itself, AdamW settings a checkpoint restores, keys that are not numbers, and the
+    executors, pruners and samplers' keys it has no use for."""
+    from smollab.lab.sweep.pbt import (
+        OPTIMIZER_STATE_KEYS,
+        base_value,
+        fixed_overrides,
+        initial_points,
+    )
+    from smollab.lab.sweep.study import prunes
+
+    if spec.sampler != "pbt":
+        raise UserError(
+            f"sweep key pbt: set only with sampler: pbt (the sampler is {spec.sampler})"
+        )
+    if spec.pbt is None:
+        raise UserError(
+            "sweep key pbt: sampler pbt needs it (population, interval, budget, perturb)"
+        )
+    refusals = {
+        "command": spec.command not in ("pretrain", "grpo")
+        and f"sampler pbt trains pretrain and grpo members, not {spec.command}",
+        "n_trials": spec.n_trials is not None
+        and "sampler pbt runs pbt.population members; n_trials is for random, qmc and tpe",
+        "enqueue": bool(spec.enqueue)
+        and "sampler pbt starts from the space; enqueue is for random, qmc and tpe",
+        "pruner": prunes(spec.pruner)
+        and "sampler pbt replaces its bottom members itself; use pruner: none",
+        "measure": spec.measure is not None
+        and "sampler pbt's members are lineages of values, not configurations to rerun from "
+        "scratch; measure is for grid, random, qmc and tpe",
+        "seeds": len(spec.seeds) > 1
+        and f"sampler pbt runs one seed (its members are the replicates), got {spec.seeds}",
+        "routing_baseline": spec.routing_baseline and "not with sampler pbt",
+    }
+    for key, why in refusals.items():
+        if why:
+            raise UserError(f"sweep key {key}: {why}")
+    for key in fixed_overrides(spec):
+        for section in ("space", "overrides"):
+            if key in getattr(spec, section):
+                raise UserError(
+                    f"sweep key {section}.{key}: sampler pbt sets it (pbt.budget, pbt.interval)"
+                )
+    for key in spec.pbt.perturb:
+        check_config_key(spec.command, key, "sweep key pbt.perturb.")
+        if key in OPTIMIZER_STATE_KEYS:
+            raise UserError(
+                f"sweep key pbt.perturb.{key}: the checkpoint's AdamW state restores it, so a "
+                "perturbed value would not apply"
+            )
+    points = initial_points(spec)
+    for point in points:
+        try:
+            config = resolve_config(spec, {**point, **fixed_overrides(spec)}, spec.seeds[0])
+        except UserError as e:
+            shown = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise UserError(f"sweep trial {{{shown}}}: {e}") from None
+        dump = config.model_dump()
+        for key in spec.pbt.perturb:
+            value = base_value(dump, key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise UserError(
+                    f"sweep key pbt.perturb.{key}: not a number ({value!r}); pbt multiplies "
+                    "numeric keys only"
+                )
+        if dump.get("train", {}).get("max_tokens") is not None:
+            raise UserError(
+                "sweep key overrides.train.max_tokens: sampler pbt budgets in steps (pbt.budget)"
+            )
 
 
 def _check_routing_baseline(spec: SweepSpec) -> None:

@@ -48,7 +48,7 @@ def make_sampler(spec: SweepSpec):
         space = {k: list(v) for k, v in spec.space.items()}
         space["seed"] = list(spec.seeds)
         return _grid_sampler_cls()(space, seed=spec.sampler_seed)
-    if spec.sampler == "random":
+    if spec.sampler in ("random", "pbt"):  # pbt adds its members itself: never asked
         return optuna.samplers.RandomSampler(seed=spec.sampler_seed)
     with warnings.catch_warnings():  # Optuna marks QMC, and 4.x TPE's multivariate, experimental
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -153,11 +153,16 @@ class Trials:
         self.baseline_queue: list[Baseline] = []
         self.baseline_runs: dict[str, BaselineTrial] = {}  # launched by this sweep process
         self.measure = Measure(spec)  # the measure step's runs, once planned
+        self.population = None  # sampler pbt: who runs next (smollab.lab.sweep.pbt)
+        if spec.pbt is not None:
+            from smollab.lab.sweep.pbt import Population
+
+            self.population = Population(spec, study, self.trials_dir, say, self.add_running)
 
     # ---- identity -------------------------------------------------------------------------
 
     def point(self, t: Any) -> tuple[dict[str, Any], int]:
-        params = {k: t.params[k] for k in self.spec.space if k in t.params}
+        params = {k: t.params[k] for k in self.spec.param_keys() if k in t.params}
         seed = t.params.get("seed", t.user_attrs.get("seed", self.spec.seeds[0]))
         return params, int(seed)
 
@@ -277,7 +282,8 @@ class Trials:
                     t = self.study.get_trials(deepcopy=False)[t.number]  # now told: its state
                 else:
                     self.resume_queue.append(t)
-            if t.state == TrialState.FAIL and self.spec.retry_failed:
+            # pbt: the next generation replaces a failed member from a top one, no retry
+            if t.state == TrialState.FAIL and self.spec.retry_failed and not self.population:
                 failed.append((name, t))
         if failed:
             with self.lock:
@@ -295,9 +301,6 @@ class Trials:
         """A new RUNNING trial at the failed one's point, owned by this parent, to launch in the
         same run dir. Not an enqueued WAITING trial: in a shared study whichever parent asks
         first would take that, and run it under this dir's name in its own dir."""
-        import optuna
-        from optuna.trial import TrialState
-
         params, seed = self.point(failed)
         if self.spec.sampler == "grid":
             params["seed"] = seed
@@ -309,6 +312,14 @@ class Trials:
             "retry_of": failed.number,
             "wall_s": failed.user_attrs.get("wall_s", 0.0),
         }
+        return self.add_running(params, {k: space[k] for k in params}, attrs)
+
+    def add_running(self, params: dict[str, Any], dists: dict[str, Any], attrs: dict[str, Any]):
+        """Record a trial this parent launches itself (a retry, a pbt member) as RUNNING, owned
+        by it, and return it (the newest RUNNING trial of its run dir)."""
+        import optuna
+        from optuna.trial import TrialState
+
         if self.owner:
             attrs["owner"] = self.owner
         self.study.add_trial(
@@ -316,12 +327,12 @@ class Trials:
                 state=TrialState.RUNNING,
                 params=params,
                 user_attrs=attrs,
-                distributions={k: space[k] for k in params},
+                distributions=dists,
                 system_attrs={"fixed_params": params},  # GridSampler: not a fresh grid point
             )
         )
         running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return next(t for t in reversed(running) if t.user_attrs.get("retry_of") == failed.number)
+        return next(t for t in reversed(running) if t.user_attrs["run_dir"] == attrs["run_dir"])
 
     def attach(self, frozen: Any) -> Any:
         import optuna
@@ -333,7 +344,12 @@ class Trials:
         if self.resume_queue:
             frozen = self.resume_queue.pop(0)
             params, seed = self.point(frozen)
-            return NextTrial(self.attach(frozen), self.run_dir_name(frozen), params, seed)
+            extra = dict(frozen.user_attrs.get("overrides") or {})  # a pbt member's
+            name = self.run_dir_name(frozen)
+            return NextTrial(self.attach(frozen), name, params, seed, extra=extra)
+        if self.population is not None:
+            with self.lock:
+                return self.population.next_trial()
         if self.baseline_queue:
             b = self.baseline_queue.pop(0)
             trial = self.baseline_runs[b.name] = BaselineTrial(b)
