@@ -12,8 +12,8 @@ from the eager step's by float rounding only (masked slots weigh exactly 0).
 
 `compiled` runs that step through `torch.compile` (inductor; one compile per shape, the cache
 length bucketed so prompts of nearby lengths share it). Its fused kernels round differently, so
-on a near-flat distribution a draw at a CDF boundary can flip (measured: 2 rows of 256). `auto` is the measured best of each
-device (`choose_decode`), see docs/architecture.md for the figures.
+on a near-flat distribution a draw at a CDF boundary can flip (measured: 2 rows of 256). `auto`
+is the measured best of each device (`choose_decode`); docs/architecture.md has the figures.
 """
 
 from __future__ import annotations
