@@ -7,7 +7,14 @@ steps given (the non-starters); the others train. Printed per pruner: the trials
 the good ones among them (a learning rate that trains) and the non-starters among them, and the
 sweep's wall time, with the CPU.
 
+With `--base RUN --data DIR` (a pretrained story model, e.g. SimpleStories-1.25M, and its
+prepared data) the sweep is the happy GRPO recipe instead, pruned on the training reward
+`reward_mean` (a batch's mean of a 0/1 reward: noisier than any loss), its non-starters learning
+rates too small to move the reward in the steps given.
+
     PYTHONPATH=src nice -n 5 python benchmarks/noisy_pruners.py [--steps 40] [--patience 3]
+    PYTHONPATH=src nice -n 5 python benchmarks/noisy_pruners.py --base runs/simplestories-1.25m \
+        --data data/stories --steps 30
 """
 
 from __future__ import annotations
@@ -28,6 +35,31 @@ from smollab.lab.sweep.spec_load import validate_spec
 
 NON_STARTERS = [1e-6, 3e-6]
 GOOD = [3e-3, 5e-3, 1e-2, 2e-2]
+GRPO_NON_STARTERS = [1e-8, 3e-8]
+GRPO_GOOD = [3e-5, 1e-4, 3e-4, 1e-3]
+
+
+def grpo_spec(base: str, data: str, out: Path, steps: int, pruner: dict) -> dict:
+    return dict(
+        command="grpo",
+        base="configs/grpo/happy.yaml",
+        overrides={
+            "model.path": base,
+            "data.dir": data,
+            "train.max_steps": steps,
+            "train.log_interval": 1,
+            "train.eval_interval": steps,
+            "train.save_interval": steps,
+            "run.plots": False,
+        },
+        space={"optim.lr": GRPO_NON_STARTERS + GRPO_GOOD},
+        seeds=[0, 1],
+        metric={"name": "reward_mean", "goal": "max"},
+        pruner=pruner,
+        concurrency=2,
+        threads=2,
+        dir=str(out),
+    )
 
 
 def spec(data: Path, out: Path, steps: int, pruner: dict) -> dict:
@@ -62,15 +94,27 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--patience", type=int, default=3)
+    ap.add_argument("--base", default=None, help="a pretrained run: the happy GRPO sweep")
+    ap.add_argument("--data", default=None, help="with --base: its prepared data directory")
     a = ap.parse_args()
+    if (a.base is None) != (a.data is None):
+        ap.error("--base and --data go together")
     tmp = Path(tempfile.mkdtemp(prefix="smollab-pruner-bench-"))
-    data = tmp / "data"
-    prepare(DataConfig(dir=str(data), num_stories=400, vocab_size=256), log=lambda _: None)
     median = {"type": "median", "n_startup_trials": 2, "n_warmup_steps": 5}
     print(f"cpu: {cpu_model_name()}")
+    if a.base is None:
+        data = tmp / "data"
+        prepare(DataConfig(dir=str(data), num_stories=400, vocab_size=256), log=lambda _: None)
+        non_starters, good = NON_STARTERS, GOOD
+        make = lambda out, pruner: spec(data, out, a.steps, pruner)  # noqa: E731
+        shape, metric = "batch 2 x 32", "train_loss"
+    else:
+        non_starters, good = GRPO_NON_STARTERS, GRPO_GOOD
+        make = lambda out, pruner: grpo_spec(a.base, a.data, out, a.steps, pruner)  # noqa: E731
+        shape, metric = f"happy GRPO on {a.base}", "reward_mean"
     print(
-        f"{len(NON_STARTERS + GOOD) * 2} trials: lr {NON_STARTERS} (non-starters) and {GOOD} "
-        f"(train) x seeds 0, 1; {a.steps} steps of batch 2 x 32; pruned on train_loss"
+        f"{len(non_starters + good) * 2} trials: lr {non_starters} (non-starters) and {good} "
+        f"(train) x seeds 0, 1; {a.steps} steps of {shape}; pruned on {metric}"
     )
     for label, pruner in (
         ("median", median),
@@ -79,17 +123,17 @@ def main() -> None:
         out = tmp / label.replace(" ", "_").replace("+", "and")
         t0 = time.perf_counter()
         with redirect_stdout(io.StringIO()):
-            run_sweep(validate_spec(spec(data, out, a.steps, pruner)))
+            run_sweep(validate_spec(make(out, pruner)))
         wall = time.perf_counter() - t0
         with open(out / "results.csv", newline="") as f:
             rows = list(csv.DictReader(f))
         stopped = [r for r in rows if r["status"] == "pruned"]
-        good = [r for r in stopped if float(r["optim.lr"]) in GOOD]
-        non = [r for r in stopped if float(r["optim.lr"]) in NON_STARTERS]
+        good_stopped = [r for r in stopped if float(r["optim.lr"]) in good]
+        non = [r for r in stopped if float(r["optim.lr"]) in non_starters]
         print(
             f"{label:>22}: stopped {len(stopped)} of {len(rows)}; good trials stopped "
-            f"{len(good)} of {2 * len(GOOD)}; non-starters stopped {len(non)} of "
-            f"{2 * len(NON_STARTERS)}; wall {wall:.0f} s"
+            f"{len(good_stopped)} of {2 * len(good)}; non-starters stopped {len(non)} of "
+            f"{2 * len(non_starters)}; wall {wall:.0f} s"
         )
         for r in stopped:
             print(f"{'':>24}lr {float(r['optim.lr']):.0e} seed {r['seed']}: {r['reason']}")

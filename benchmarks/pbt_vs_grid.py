@@ -31,6 +31,7 @@ import yaml
 from smollab.device.mfu import cpu_model_name
 
 DATA = {"data.num_stories": 400, "data.vocab_size": 256}
+METRIC = "eval_reward_mean"
 
 
 def base_model(work: Path) -> Path:
@@ -61,22 +62,30 @@ def base_model(work: Path) -> Path:
 
 
 def spec(work: Path, name: str, model: Path, args: argparse.Namespace, **fields) -> Path:
-    tree = {
-        "command": "grpo",
-        "base": "configs/grpo/happy.yaml",
-        "overrides": {
-            "model.path": str(model),
+    # the micro model runs a micro shape; a pretrained base (--base) the recipe's own
+    shape = (
+        {
             "data.dir": str(work / "data"),
             **DATA,
             "train.batch_size": 8,
             "grpo.num_generations": 4,
             "grpo.max_completion_length": 16,
             "grpo.eval_prompts": 16,
+        }
+        if args.base is None
+        else {"data.dir": args.data}
+    )
+    tree = {
+        "command": "grpo",
+        "base": "configs/grpo/happy.yaml",
+        "overrides": {
+            "model.path": str(model),
+            **shape,
             "train.eval_interval": args.interval,
             "optim.warmup_steps": 0,
             "run.plots": False,
         },
-        "space": {"optim.lr": [3e-4, 1e-3, 3e-3, 1e-2], "grpo.beta": [0.0, 0.02]},
+        "space": {"optim.lr": args.lrs, "grpo.beta": [0.0, 0.02]},
         "metric": {"name": "eval_reward_mean", "goal": "max"},
         "concurrency": args.concurrency,
         "threads": args.concurrency,
@@ -88,14 +97,28 @@ def spec(work: Path, name: str, model: Path, args: argparse.Namespace, **fields)
     return path
 
 
-def best(sweep: Path, last_generation: bool) -> float | None:
+def ended(sweep: Path, t0: float) -> list[tuple[float, float, dict[str, str]]]:
+    """(seconds from the sweep's start to the trial's end, its final held-out reward, its row)
+    for every trial with a reward; a trial's end is its metrics.csv's last write."""
     with open(sweep / "results.csv", newline="") as f:
         rows = list(csv.DictReader(f))
+    return sorted(
+        ((sweep / r["run_dir"] / "metrics.csv").stat().st_mtime - t0, float(r[METRIC]), r)
+        for r in rows
+        if r[METRIC]
+    )
+
+
+def best(trials: list[tuple[float, float, dict[str, str]]], last_generation: bool) -> float:
     if last_generation:
-        last = max(int(r["generation"]) for r in rows)
-        rows = [r for r in rows if int(r["generation"]) == last]
-    values = [float(r["eval_reward_mean"]) for r in rows if r["eval_reward_mean"]]
-    return max(values) if values else None
+        last = max(int(r["generation"]) for _, _, r in trials)
+        trials = [t for t in trials if int(t[2]["generation"]) == last]
+    return max(v for _, v, _ in trials)
+
+
+def reached(trials: list[tuple[float, float, dict[str, str]]], target: float) -> float | None:
+    """When the first trial (for pbt: the first member at a generation's end) held `target`."""
+    return next((at for at, v, _ in trials if v >= target), None)
 
 
 def main() -> None:
@@ -107,10 +130,20 @@ def main() -> None:
     ap.add_argument("--interval", type=int, default=4, help="pbt: steps between decisions")
     ap.add_argument("--concurrency", type=int, default=2, help="trials at once (threads too)")
     ap.add_argument("--work", default=None, help="a directory to keep (default: a temp dir)")
+    ap.add_argument("--base", default=None, help="a pretrained run (default: a micro model)")
+    ap.add_argument("--data", default=None, help="with --base: its prepared data directory")
+    ap.add_argument(
+        "--lrs", type=float, nargs=4, default=[3e-4, 1e-3, 3e-3, 1e-2], help="the grid's lrs"
+    )
+    ap.add_argument(
+        "--factors", type=float, nargs="+", default=[0.8, 1.25], help="pbt: lr's factors"
+    )
     args = ap.parse_args()
+    if (args.base is None) != (args.data is None):
+        ap.error("--base and --data go together")
     work = Path(args.work or tempfile.mkdtemp(prefix="pbt_vs_grid-"))
     work.mkdir(parents=True, exist_ok=True)
-    model = base_model(work)
+    model = base_model(work) if args.base is None else Path(args.base)
     quiet = lambda _msg: None  # noqa: E731
     figures = {}
     for name, path in (
@@ -127,7 +160,7 @@ def main() -> None:
                     "population": 8,
                     "interval": args.interval,
                     "budget": args.budget,
-                    "perturb": {"optim.lr": [0.8, 1.25]},
+                    "perturb": {"optim.lr": args.factors},
                     "quantile": 0.25,
                 },
             ),
@@ -136,17 +169,23 @@ def main() -> None:
         loaded = load_spec(
             path, [] if name == "pbt" else [f"overrides.train.max_steps={args.budget}"]
         )
-        t0 = time.perf_counter()
+        t0, w0 = time.perf_counter(), time.time()
         run_sweep(loaded, out=quiet)
-        figures[name] = (time.perf_counter() - t0, best(work / name, name == "pbt"))
+        figures[name] = (time.perf_counter() - t0, ended(work / name, w0))
     print(f"CPU: {cpu_model_name()}, {os.cpu_count()} logical cores; load {os.getloadavg()}")
     print(
-        f"happy GRPO, micro model, {args.budget} steps per trial, concurrency "
-        f"{args.concurrency}; pbt every {args.interval} steps"
+        f"happy GRPO, {'micro model' if args.base is None else args.base}, {args.budget} steps "
+        f"per trial, concurrency {args.concurrency}; grid lr {args.lrs} x beta [0, 0.02]; pbt "
+        f"every {args.interval} steps, lr x {args.factors}"
     )
-    for name, (wall, reward) in figures.items():
-        shown = "none" if reward is None else f"{reward:.4f}"
-        print(f"  {name:4s}: wall {wall:7.1f} s, best final held-out reward {shown}")
+    target = best(figures["grid"][1], last_generation=False)
+    for name, (wall, trials) in figures.items():
+        at = reached(trials, target)
+        print(
+            f"  {name:4s}: wall {wall:7.1f} s, best final held-out reward "
+            f"{best(trials, name == 'pbt'):.4f}; the grid's best ({target:.4f}) first held "
+            f"{'never' if at is None else f'{at:.1f} s'} after the start"
+        )
     print(f"sweeps in {work} (report.md in each)")
 
 

@@ -157,6 +157,16 @@ class RunView:
         )
         return sorted(steps, key=lambda p: int(p.name.split("_")[1]))
 
+    def latest_checkpoint(self) -> Path | None:
+        """The newest complete step checkpoint: the one `run.resume=auto` continues from."""
+        steps = [p for p in self.step_checkpoints() if (p / TRAINER_STATE).exists()]
+        return steps[-1] if steps else None
+
+    def resume_step(self) -> int:
+        """The step a relaunch continues after (0: it starts over)."""
+        latest = self.latest_checkpoint()
+        return int(latest.name.split("_")[1]) if latest else 0
+
     def log_lines(self) -> list[str]:
         try:
             return self.log_path.read_text(errors="replace").splitlines()

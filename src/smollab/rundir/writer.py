@@ -300,8 +300,7 @@ class RunDir:
         return RunView(self.path).step_checkpoints()
 
     def latest_checkpoint(self) -> Path | None:
-        steps = [p for p in self.step_checkpoints() if (p / TRAINER_STATE).exists()]
-        return steps[-1] if steps else None
+        return RunView(self.path).latest_checkpoint()
 
 
 def config_changes(old: dict[str, Any], new: dict[str, Any], command: str) -> list[str]:

@@ -179,6 +179,8 @@ def test_a_real_member_continues_from_its_parents_checkpoint(micro_pretrain, tmp
     assert config["train"]["max_steps"] == 20 and child["steps"] == "20"
     assert "resumed from step_10 at step 10" in (run / "training.log").read_text()
     assert steps_of(run) == [1, 5, 10, 15, 20]
+    # a continuation's start is its own launch to its first row past the parent's step 10
+    assert all(float(r["start_s"]) > 0 for r in rows.values())
 
     def lrs(r):
         with open(d / r["run_dir"] / "metrics.csv") as f:

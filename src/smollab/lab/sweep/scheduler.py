@@ -78,8 +78,10 @@ class RunningTrial:
     last_step: int | None = None
     last_reported: tuple[int, float] | None = None  # (step, value) last given to the pruner
     verdict: tuple[str, str] | None = None  # (status, evidence) the sweep gave it: pruned, failed
-    fresh: bool = True  # launched with no metrics.csv yet: its start can be measured
-    start_s: float | None = None  # launch to its first logged step (fresh trials)
+    # the step a relaunched trial continues after (its checkpoint's; pbt: its parent's): rows up
+    # to it are an earlier process's, so its start is its first row past it (None: fresh)
+    after_step: int | None = None
+    start_s: float | None = None  # launch to its first logged step
 
 
 class Sweep:
@@ -165,7 +167,7 @@ class Sweep:
             tail=ch.MetricsTail(metrics_path),
             reported=set(reported_steps(trial)),
             prior_wall=prior,
-            fresh=not resuming,
+            after_step=RunView(run_dir).resume_step() if resuming else None,
         )
         shown = " ".join(
             f"{k.split('.')[-1]}={fmt(v)}" for k, v in {**nxt.params, **nxt.extra}.items()
@@ -252,8 +254,10 @@ class Sweep:
 
     @staticmethod
     def _note_start(child: ch.Child, rt: RunningTrial, rows: list) -> None:
-        """The trial's start_s, the first time its (fresh) metrics show a row."""
-        if rt.start_s is None and rt.fresh and rows:
+        """The trial's start_s, the first time its metrics show a row of this launch's."""
+        if rt.after_step is not None:
+            rows = [r for r in rows if (r.get("step") or 0) > rt.after_step]
+        if rt.start_s is None and rows:
             rt.start_s = ch.first_row_s(rows, rt.tail.mtime, child.started)
 
     def _finish(self, child: ch.Child, code: int | None) -> None:
