@@ -178,14 +178,18 @@ def test_sweep_report_and_compare_on_a_sweep(tmp_path, capsys):
 
 
 def test_compare_runs_picked_by_hand_groups_by_config_less_seed(tmp_path):
+    from smollab.config.load import to_dict
+    from smollab.config.registry import SCHEMAS
+
     runs = []
     for lr in (1e-3, 1e-4):
         for seed in range(3):
             r = tmp_path / f"r{lr}-{seed}"
             r.mkdir()
-            (r / "config.json").write_text(
-                json.dumps({"run": {"seed": seed, "out_dir": str(r)}, "optim": {"lr": lr}})
-            )
+            config = to_dict(SCHEMAS["grpo"]())  # a real run's config.json: every section
+            config["optim"]["lr"] = lr
+            config["run"].update(seed=seed, dir=str(r), name=f"lr{lr}-s{seed}", plots=seed > 0)
+            (r / "config.json").write_text(json.dumps(config))
             (r / "summary.json").write_text(json.dumps({"status": "completed"}))
             reward = (0.8 if lr == 1e-3 else 0.2) + 0.01 * seed
             (r / "metrics.csv").write_text(f"step,reward\n10,0.0\n20,{reward}\n")

@@ -16,7 +16,9 @@ from smollab.rundir.atomic import atomic_write_text
 from smollab.rundir.runs import REPORT, SWEEP_RESULTS, RunView
 
 RESULTS = "results.json"
-_NOT_CONFIG = {"seed", "run_dir", "out_dir", "output_dir", "name"}  # differ between seeds
+# The run section says where a run writes, its name, seed, trackers and plots: runs that
+# differ only there are seeds of one configuration.
+_NOT_CONFIG = "run."
 
 
 def options_from_spec(spec: dict[str, Any]) -> StatsOptions:
@@ -61,7 +63,7 @@ def run_groups(
         if not view.is_run():
             raise UserError(f"{r}: not a run directory (no config.json / metrics.csv)")
         flat = flatten(view.config())
-        configs.append({k: v for k, v in flat.items() if _short(k) not in _NOT_CONFIG})
+        configs.append({k: v for k, v in flat.items() if not k.startswith(_NOT_CONFIG)})
     differing = sorted(
         {k for c in configs for k in c if any(o.get(k) != c.get(k) for o in configs)}
     )
