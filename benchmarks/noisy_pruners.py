@@ -15,6 +15,10 @@ rates too small to move the reward in the steps given.
     PYTHONPATH=src nice -n 5 python benchmarks/noisy_pruners.py [--steps 40] [--patience 3]
     PYTHONPATH=src nice -n 5 python benchmarks/noisy_pruners.py --base runs/simplestories-1.25m \
         --data data/stories --steps 30
+
+Measured with `--base` (SimpleStories-1.25M on the offline corpus, 30 steps, patience 3; 2-core
+AMD EPYC, load about 1.5): median stopped 5 of 8 good trials and 4 of 4 non-starters (55 s);
+with patience 2 of 8 good (both lr 3e-5, the slowest) and 4 of 4 non-starters (79 s).
 """
 
 from __future__ import annotations

@@ -10,11 +10,17 @@ best trial; pbt's best member of the last generation), with the CPU and load.
 
     PYTHONPATH=src nice -n 5 python benchmarks/pbt_vs_grid.py [--budget 12 --interval 4]
 
-Measured once (2-core AMD EPYC shared with other work, 1-minute load about 7, defaults): grid
-57.5 s, pbt 185.9 s, and a best final held-out reward of 0 for both: this micro model never
-writes "happy" in 12 steps, so every member ties and none exploits another (a tie is no evidence),
-and pbt pays a child's start (about 12 s here) at each of its 3 generations and waits for each
-generation's slowest member. The acceptance figure needs a task whose reward moves at this scale.
+With `--base RUN --data DIR` (a pretrained story model) the trials run the happy recipe's own
+shape instead (32 completions of 64 tokens a step) and `--lrs`/`--factors` set the grid's learning
+rates and pbt's factors. Besides each sweep's wall time and best final held-out reward, it prints
+when each sweep first held the grid's best value (a trial's end: its metrics.csv's last write).
+
+Measured (2-core AMD EPYC, 1-minute load about 1-2, one invocation):
+- micro model, defaults: grid 57.5 s, pbt 185.9 s, both best 0: the micro model never writes
+  "happy" in 12 steps, so every member ties and none exploits another (cold starts then);
+- `--base` SimpleStories-1.25M (offline corpus), `--budget 32 --interval 8 --lrs 1e-6 3e-6 1e-5
+  3e-5 --factors 0.5 2.0`: grid 78.0 s, best 0.5625 (lr 3e-5); pbt 98.3 s, best 0.8438 (a member
+  whose lr doubled twice from 3e-5); pbt first held 0.5625 57.4 s after its start.
 """
 
 from __future__ import annotations
