@@ -43,22 +43,15 @@ GRPO_NON_STARTERS = [1e-8, 3e-8]
 GRPO_GOOD = [3e-5, 1e-4, 3e-4, 1e-3]
 
 
-def grpo_spec(base: str, data: str, out: Path, steps: int, pruner: dict) -> dict:
+def spec(out: Path, steps: int, pruner: dict, *, task: dict, lrs: list[float]) -> dict:
+    """The sweep both pruners run: `task` holds the command, its overrides and metric."""
+    every = {"train.max_steps": steps, "train.log_interval": 1}
+    every |= {"train.eval_interval": steps, "train.save_interval": steps}
     return dict(
-        command="grpo",
-        base="configs/grpo/happy.yaml",
-        overrides={
-            "model.path": base,
-            "data.dir": data,
-            "train.max_steps": steps,
-            "train.log_interval": 1,
-            "train.eval_interval": steps,
-            "train.save_interval": steps,
-            "run.plots": False,
-        },
-        space={"optim.lr": GRPO_NON_STARTERS + GRPO_GOOD},
+        task,
+        overrides=task["overrides"] | every,
+        space={"optim.lr": lrs},
         seeds=[0, 1],
-        metric={"name": "reward_mean", "goal": "max"},
         pruner=pruner,
         concurrency=2,
         threads=2,
@@ -66,32 +59,18 @@ def grpo_spec(base: str, data: str, out: Path, steps: int, pruner: dict) -> dict
     )
 
 
-def spec(data: Path, out: Path, steps: int, pruner: dict) -> dict:
-    return dict(
-        command="pretrain",
-        overrides={
-            "model.preset": "micro",
-            "data.dir": str(data),
-            "data.num_stories": 400,
-            "data.vocab_size": 256,
-            "train.max_steps": steps,
-            "train.batch_size": 2,
-            "train.seq_len": 32,
-            "train.log_interval": 1,
-            "train.eval_interval": steps,
-            "train.save_interval": steps,
-            "optim.warmup_steps": 0,
-            "optim.min_lr_ratio": 0.1,
-            "perf.device": "cpu",
-        },
-        space={"optim.lr": NON_STARTERS + GOOD},
-        seeds=[0, 1],
-        metric={"name": "train_loss", "goal": "min"},
-        pruner=pruner,
-        concurrency=2,
-        threads=2,
-        dir=str(out),
-    )
+def pretrain_task(data: Path) -> dict:
+    overrides = {"model.preset": "micro", "data.dir": str(data), "data.num_stories": 400}
+    overrides |= {"data.vocab_size": 256, "train.batch_size": 2, "train.seq_len": 32}
+    overrides |= {"optim.warmup_steps": 0, "optim.min_lr_ratio": 0.1, "perf.device": "cpu"}
+    metric = {"name": "train_loss", "goal": "min"}
+    return dict(command="pretrain", overrides=overrides, metric=metric)
+
+
+def grpo_task(base: str, data: str) -> dict:
+    overrides = {"model.path": base, "data.dir": data, "run.plots": False}
+    metric = {"name": "reward_mean", "goal": "max"}
+    return dict(command="grpo", base="configs/grpo/happy.yaml", overrides=overrides, metric=metric)
 
 
 def main() -> None:
@@ -109,13 +88,12 @@ def main() -> None:
     if a.base is None:
         data = tmp / "data"
         prepare(DataConfig(dir=str(data), num_stories=400, vocab_size=256), log=lambda _: None)
-        non_starters, good = NON_STARTERS, GOOD
-        make = lambda out, pruner: spec(data, out, a.steps, pruner)  # noqa: E731
-        shape, metric = "batch 2 x 32", "train_loss"
+        non_starters, good, task = NON_STARTERS, GOOD, pretrain_task(data)
+        shape = "batch 2 x 32"
     else:
-        non_starters, good = GRPO_NON_STARTERS, GRPO_GOOD
-        make = lambda out, pruner: grpo_spec(a.base, a.data, out, a.steps, pruner)  # noqa: E731
-        shape, metric = f"happy GRPO on {a.base}", "reward_mean"
+        non_starters, good, task = GRPO_NON_STARTERS, GRPO_GOOD, grpo_task(a.base, a.data)
+        shape = f"happy GRPO on {a.base}"
+    metric = task["metric"]["name"]
     print(
         f"{len(non_starters + good) * 2} trials: lr {non_starters} (non-starters) and {good} "
         f"(train) x seeds 0, 1; {a.steps} steps of {shape}; pruned on {metric}"
@@ -127,7 +105,7 @@ def main() -> None:
         out = tmp / label.replace(" ", "_").replace("+", "and")
         t0 = time.perf_counter()
         with redirect_stdout(io.StringIO()):
-            run_sweep(validate_spec(make(out, pruner)))
+            run_sweep(validate_spec(spec(out, a.steps, pruner, task=task, lrs=non_starters + good)))
         wall = time.perf_counter() - t0
         with open(out / "results.csv", newline="") as f:
             rows = list(csv.DictReader(f))
