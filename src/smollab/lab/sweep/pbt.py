@@ -7,8 +7,9 @@ How a member continues, and why so:
 - Every member runs to `train.max_steps = pbt.budget` with `train.save_interval = pbt.interval`,
   so the LR schedule is the one of a plain `budget`-step run and a checkpoint lands on every
   generation's end. When a generation's checkpoint (`checkpoints/step_<end>/`) is written the
-  sweep stops the child (SIGINT; a poll's worth of steps past the end are discarded): its rows
-  past the end are cut and it is recorded `completed`, its metric the value at the end.
+  sweep stops the child (SIGINT; a lane's stop through the inbox, as for a pruned lane; a poll's
+  worth of steps past the end are discarded): its rows past the end are cut and it is recorded
+  `completed`, its metric the value at the end.
 - A continuation is a NEW trial, in a new run directory, for every member of the next generation
   (one that continues itself too): the parent's `step_<end>` checkpoint is hard-linked into it,
   with the parent's metrics.csv and its config.json with the new values written in, and the
@@ -16,6 +17,9 @@ How a member continues, and why so:
   moments, RNG streams and the step counter carry over, and the LR at step s is the schedule of
   the NEW `optim.lr` at s (the loops set it every step). AdamW's own keys (weight_decay, betas,
   eps) sit in the optimizer state the checkpoint restores, so they may not be perturbed.
+  With `executor: lanes` the child is a lane: the worker resumes a posted trial from its run
+  dir's newest checkpoint as a process does, so a continuation refills a freed lane from its
+  parent's checkpoint, and nothing here knows the executor.
 - Generations are synchronous: generation g+1 is decided once every member of g ended. The
   lineage is then a function of the metrics alone (and `sampler_seed`, which picks the donor
   among the top members and each factor), and a sweep killed at any point continues exactly:
@@ -48,6 +52,8 @@ from smollab.rundir.runs import CHECKPOINTS, CONFIG, METRICS, TRAINER_STATE, set
 MEMBER, GENERATION = "pbt_member", "pbt_generation"
 # AdamW's own settings: the checkpoint's optimizer state restores them over the config's.
 OPTIMIZER_STATE_KEYS = ("optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps")
+# What shapes the checkpoint's weights: a member resumed with another value could not load them.
+SHAPE_KEYS = ("model.lora.r",)
 
 
 def fixed_overrides(spec: SweepSpec) -> dict[str, Any]:
