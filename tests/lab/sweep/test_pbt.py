@@ -12,12 +12,14 @@ import os
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from smollab.errors import UserError
 from smollab.lab.children import pid_alive
+from smollab.lab.sweep.pbt import Population
 from smollab.lab.sweep.scheduler import run_sweep
 from smollab.lab.sweep.spec_load import load_spec
 from smollab.lab.sweep.study import open_study
@@ -98,6 +100,20 @@ def test_pbt_exploits_the_top_member_and_records_the_lineage(fake_child, micro_d
     assert t.user_attrs["perturbed"] == {"optim.lr": float(gen1[0]["perturbed"].split("*")[-1])}
     report = (d / "report.md").read_text()
     assert "## Population (PBT) lineage" in report
+
+
+def test_a_bottom_member_exploits_only_a_top_member_that_did_better(micro_data, tmp_path):
+    """A flat metric fills the top quantile with ties: a bottom member takes its values from a
+    top member whose metric beats its own, never from one that ties it."""
+    spec = load_spec(pbt_spec(tmp_path, micro_data, pbt={**PBT, "quantile": 0.5}))
+    population = Population(spec, None, tmp_path, print, None)
+    sign = 1 if spec.metric.goal == "min" else -1
+    values = {0: sign * 1.0, 1: sign * 1.0, 2: sign * 1.0, 3: sign * 0.5}  # 3 best, 0-2 tie
+    prev = {m: SimpleNamespace(params={"optim.lr": 0.1 * (m + 1)}) for m in range(4)}
+    for g in range(1, 20):
+        for m in (1, 2):  # the bottom half; 0 is top, tied with them
+            donor, point, factors = population._decide(g, m, prev, values)
+            assert donor == 3 and point["optim.lr"] == pytest.approx(0.4 * factors["optim.lr"])
 
 
 def second_generation_running(d) -> bool:

@@ -26,7 +26,8 @@ How a member continues, and why so:
   every decision is a trial in the study, made after its run directory is ready.
 - A member without a metric (failed, diverged) counts as the worst. Failed trials are not
   retried: the next generation replaces them from a top member. A bottom member whose metric
-  ties the best continues itself (a flat reward says nothing about who is better).
+  ties the best continues itself, and one that exploits takes a top member that beats it, not
+  one that ties it (a flat reward says nothing about who is better).
 Trials of a pbt sweep record `pbt_member`, `pbt_generation`, `parent` (the parent's run
 directory), `parent_trial` (its study number), `parent_step` and `perturbed` (key -> factor)
 as user attributes; results.csv and the report show them.
@@ -252,7 +253,7 @@ class Population:
         self, g: int, m: int, prev: dict[int, Any], values: dict[int, float]
     ) -> tuple[int, dict[str, Any], dict[str, float]]:
         """(donor, values, factors): the member itself unchanged, or, in the bottom quantile (or
-        without a metric), a top member's values perturbed."""
+        without a metric), the values of a top member that did better, perturbed."""
         p = self.spec.pbt
         ranked = sorted(values, key=lambda i: (values[i], i))
         if self.spec.metric.goal == "max":
@@ -262,8 +263,10 @@ class Population:
         own = {key: prev[m].params[key] for key in self.spec.param_keys()}
         if m in top or (m in values and m not in bottom) or values.get(m) == values[top[0]]:
             return m, own, {}  # a bottom member that ties the best has nothing to gain
+        # A top member that ties this one (a flat metric fills the top with ties) is no better.
+        better = [i for i in top if m not in values or values[i] != values[m]]
         rng = random.Random(f"{self.spec.sampler_seed}:{g}:{m}")
-        donor = rng.choice(top)
+        donor = rng.choice(better)
         point = {key: prev[donor].params[key] for key in self.spec.param_keys()}
         factors = {key: rng.choice(fs) for key, fs in p.perturb.items()}
         trial = {key: perturbed(point[key], f) for key, f in factors.items()}
