@@ -339,33 +339,51 @@ def test_pbt_with_lanes_bad_input_one_line_each(micro_data, tmp_path, change, me
 def test_a_real_lane_continues_from_its_parents_checkpoint(micro_model, micro_data, tmp_path):
     """Micro GRPO LoRA, 2 members as 2 lanes of one real worker: generation 1's exploiter is a
     lane that resumes the donor's step_2 checkpoint (adapter, AdamW state, RNG, step counter)
-    under twice its LR, in a run dir of its own."""
+    under twice its LR, in a run dir of its own; the donor's own continuation, stopped at step 2
+    and resumed as a new lane, logs what a lane run straight through its 4 steps logs."""
+    lanes = {
+        "command": "grpo",
+        "executor": "lanes",
+        "lanes": 2,
+        "threads": 1,
+        "space": {"optim.lr": [1e-4, 3e-2]},
+        "poll_s": 0.2,
+    }
+    overrides = {
+        **micro_lanes_overrides(micro_model, micro_data),
+        "reward": [{"name": "sentence_length"}],  # a reward with a spread: a gradient
+    }
     d, run, donor = two_members(
-        tmp_path,
-        2,
-        {"name": "reward_mean", "goal": "max"},
-        command="grpo",
-        executor="lanes",
-        lanes=2,
-        threads=1,
-        overrides={
-            **micro_lanes_overrides(micro_model, micro_data),
-            "reward": [{"name": "sentence_length"}],  # a reward with a spread: a gradient
-        },
-        space={"optim.lr": [1e-4, 3e-2]},
-        poll_s=0.2,
+        tmp_path, 2, {"name": "reward_mean", "goal": "max"}, overrides=overrides, **lanes
     )
     assert steps_of(run) == [1, 2, 3, 4]
-    own = lrs_of(donor)  # the donor continued itself
+    own = lrs_of(donor)
     assert all(lrs_of(run)[s] == own[s] for s in (1, 2))  # the parent's rows
     assert lrs_of(run)[3] == pytest.approx(2 * own[3], rel=1e-5)  # the same schedule, twice the LR
 
-    def step_3(run_dir):
+    def logged(run_dir, steps=(1, 2, 3, 4)):
         with open(run_dir / "metrics.csv") as f:
-            row = next(r for r in csv.DictReader(f) if r["step"] == "3")
-        return [float(row[k]) for k in ("reward_mean", "reward_std", "loss", "kl")]
+            rows = {int(r["step"]): r for r in csv.DictReader(f)}
+        keys = ("reward_mean", "reward_std", "loss", "kl", "grad_norm")
+        return [float(rows[s][k]) for s in steps for k in keys]
 
     # Step 3 samples from the checkpoint's weights with its RNG streams, and the LR acts only
     # in its update: both continuations draw the same completions and the same loss.
-    assert step_3(run) == pytest.approx(step_3(donor), rel=1e-5)
+    assert logged(run, [3]) == pytest.approx(logged(donor, [3]), rel=1e-5)
     assert workers_started(d) == 1  # generation 1 refilled the lanes of generation 0's worker
+
+    plain = write_spec(
+        tmp_path / "plain.yaml",
+        **lanes,
+        overrides={**overrides, "train.max_steps": 4},
+        metric={"name": "reward_mean", "goal": "max"},
+        dir=str(tmp_path / "plain"),
+    )
+    assert run_sweep(load_spec(plain), out=lambda m: None) == {"completed": 2}
+    lr = json.loads((donor / "config.json").read_text())["optim"]["lr"]
+    straight = next(
+        tmp_path / "plain" / r["run_dir"]
+        for r in results(tmp_path / "plain")
+        if float(r["optim.lr"]) == lr
+    )
+    assert logged(donor) == pytest.approx(logged(straight), rel=1e-5)
