@@ -7,8 +7,9 @@ one lane per --lane and exits (0, or 1 if a lane failed, 130 if interrupted).
 
 All lanes step together: an iteration sleeps FAKE_STEP_S x (1 + FAKE_LANE_COST x (lanes - 1)).
 Per lane, optim.lr picks the behaviour as in the fake child: >= 100 fails at once, >= 10 diverges
-(NaN at step 3), else the loss falls as 5 * exp(-lr * step). A lane checkpoints every 5 steps,
-resumes from its checkpoint, and ends on its `.stop` (status interrupted, exit 130) unless
+(NaN at step 3), else the loss falls as 5 * exp(-lr * step). A lane checkpoints every
+train.save_interval steps (default 5) as checkpoints/step_<N>/trainer_state.pt, as the fake child
+does, resumes from the newest, and ends on its `.stop` (status interrupted, exit 130) unless
 FAKE_IGNORE_STOP is set. FAKE_DIE_AT=n: the worker dies (exit 3) when a lane reaches step n (with FAKE_DIE_ONCE=path,
 only while that file does not exist; dying creates it; with FAKE_DIE_IN=text, only a worker whose
 --inbox path ends with that text; with FAKE_DIE_AFTER=path, only once that path exists).
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -46,19 +48,26 @@ class Lane:
         self.lr = float(args.get("optim.lr", "1e-3"))
         self.max_steps = int(args.get("train.max_steps", "10"))
         self.max_time = float(args.get("train.max_time", "inf"))
-        self.summary_path, self.ckpt = self.run / "summary.json", self.run / "ckpt.json"
+        self.save_every = int(args.get("train.save_interval", "5")) or 5
+        self.summary_path, self.ckpts = self.run / "summary.json", self.run / "checkpoints"
         self.summary = (
             json.loads(self.summary_path.read_text()) if self.summary_path.exists() else {}
         )
         self.code = None
         if args.get("run.resume") == "never":
             self.summary = {}
-            for f in (self.summary_path, self.ckpt, self.run / "metrics.csv"):
+            for f in (self.summary_path, self.run / "metrics.csv"):
                 f.unlink(missing_ok=True)
+            shutil.rmtree(self.ckpts, ignore_errors=True)
         if self.summary.get("status") in FINISHED:
             self.code = 0
             return
-        self.step = json.loads(self.ckpt.read_text())["step"] if self.ckpt.exists() else 0
+        saved = [
+            json.loads((p / "trainer_state.pt").read_text())["step"]
+            for p in self.ckpts.glob("step_*")
+            if (p / "trainer_state.pt").exists()
+        ]
+        self.step = max(saved, default=0)
         rows = []
         if self.step and (self.run / "metrics.csv").exists():
             rows = [
@@ -115,8 +124,11 @@ class Lane:
             os._exit(3)
         if not math.isfinite(loss):
             self.end("diverged", f"loss is nan at step {self.step}", 0)
-        elif self.step % 5 == 0:
-            self.ckpt.write_text(json.dumps({"step": self.step}))
+        elif self.step % self.save_every == 0:
+            tmp = self.ckpts / ".c.tmp"
+            tmp.mkdir(parents=True, exist_ok=True)
+            (tmp / "trainer_state.pt").write_text(json.dumps({"step": self.step}))
+            os.replace(tmp, self.ckpts / f"step_{self.step}")
         long_enough = self.step >= self.max_steps or time.time() - self.t0 > self.max_time
         until = os.environ.get("FAKE_UNTIL_DONE")
         if until and self.max_steps >= 1000:  # a long lane: until that many siblings completed

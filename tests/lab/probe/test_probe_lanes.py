@@ -4,14 +4,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import yaml
 
 from smollab.errors import UserError
-from smollab.lab import children
 from smollab.lab.probe.cache import cache_lookup, device_info, lanes_signature
 from smollab.lab.probe.lanes import LaneLevel
 from smollab.lab.probe.levels import RunMeasure
@@ -19,8 +15,6 @@ from smollab.lab.probe.run import Probe
 from smollab.lab.probe.spec import ProbeSpec, load_probe
 from smollab.lab.sweep.lanes_executor import resolve_lanes
 from smollab.lab.sweep.spec_load import load_spec
-
-FAKE_WORKER = Path(__file__).parents[1] / "fake_lanes_worker.py"
 
 
 @pytest.fixture
@@ -236,12 +230,9 @@ def test_each_worker_count_climbs_and_stops_on_its_own(workload, tmp_path):
     assert (result["best_lanes"]["workers"], result["best_lanes"]["lanes"]) == (1, 8)
 
 
-def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch):
+def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch, fake_lanes):
     """One `smollab lanes grpo ... --lane ... --lane ...` process per lane count; the iteration
     time is the lanes' steady-state step_s (the fake's is exact: 0.02 x (1 + 0.5 (n - 1)))."""
-    monkeypatch.setattr(
-        children, "lanes_argv", lambda args: [sys.executable, str(FAKE_WORKER), *args]
-    )
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_LANE_COST", "0.5")
     monkeypatch.setenv("FAKE_MEM_MB", "123")

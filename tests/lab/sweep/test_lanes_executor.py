@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,21 +14,9 @@ import pytest
 import yaml
 
 from smollab.errors import UserError
-from smollab.lab import children
 from smollab.lab.children import pid_alive
 from smollab.lab.sweep.scheduler import Sweep, run_sweep
 from smollab.lab.sweep.spec_load import load_spec
-
-FAKE_WORKER = Path(__file__).parents[1] / "fake_lanes_worker.py"
-
-
-@pytest.fixture
-def fake_lanes(monkeypatch):
-    """Make the lab start the fake lanes worker instead of `python -m smollab lanes`."""
-    monkeypatch.setattr(
-        children, "lanes_argv", lambda args: [sys.executable, str(FAKE_WORKER), *args]
-    )
-    return FAKE_WORKER
 
 
 @pytest.fixture
@@ -373,6 +360,23 @@ def test_stopped_lanes_sweep_resumes_its_trials(tmp_path, spec_file, fake_lanes)
 # ---- the real worker ------------------------------------------------------------------------------
 
 
+def micro_lanes_overrides(micro_model: Path, micro_data: Path) -> dict:
+    """Micro GRPO LoRA lanes: 8 completions (2 prompts x 4) of 12 tokens per step, no evals."""
+    return {
+        "model.path": str(micro_model),
+        "model.lora.enabled": True,
+        "data.dir": str(micro_data),
+        "data.num_stories": 400,
+        "data.vocab_size": 256,
+        "perf.device": "cpu",
+        "train.batch_size": 8,
+        "grpo.num_generations": 4,
+        "grpo.max_completion_length": 12,
+        "train.eval_interval": 0,
+        "run.plots": False,
+    }
+
+
 def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_data):
     """2 GRPO LoRA trials of the micro model as 2 lanes of one `smollab lanes grpo` worker: each
     run dir as `smollab grpo` writes it, results.csv complete, one worker, gone at the end."""
@@ -385,19 +389,9 @@ def test_micro_lanes_sweep_with_the_real_worker(tmp_path, micro_model, micro_dat
                 "lanes": 2,
                 "threads": 1,
                 "overrides": {
-                    "model.path": str(micro_model),
-                    "model.lora.enabled": True,
-                    "data.dir": str(micro_data),
-                    "data.num_stories": 400,
-                    "data.vocab_size": 256,
-                    "perf.device": "cpu",
+                    **micro_lanes_overrides(micro_model, micro_data),
                     "train.max_steps": 3,
-                    "train.batch_size": 8,
-                    "grpo.num_generations": 4,
-                    "grpo.max_completion_length": 12,
-                    "train.eval_interval": 0,
                     "train.save_interval": 2,
-                    "run.plots": False,
                 },
                 "space": {"optim.lr": [1e-3, 3e-3]},
                 "metric": {"name": "reward_mean", "goal": "max"},
@@ -437,18 +431,8 @@ def test_micro_sweep_with_two_real_workers(tmp_path, micro_model, micro_data):
                 "lane_workers": 2,
                 "threads": 2,
                 "overrides": {
-                    "model.path": str(micro_model),
-                    "model.lora.enabled": True,
-                    "data.dir": str(micro_data),
-                    "data.num_stories": 400,
-                    "data.vocab_size": 256,
-                    "perf.device": "cpu",
+                    **micro_lanes_overrides(micro_model, micro_data),
                     "train.max_steps": 2,
-                    "train.batch_size": 8,
-                    "grpo.num_generations": 4,
-                    "grpo.max_completion_length": 12,
-                    "train.eval_interval": 0,
-                    "run.plots": False,
                 },
                 "space": {"optim.lr": [1e-3, 3e-3]},
                 "metric": {"name": "reward_mean", "goal": "max"},

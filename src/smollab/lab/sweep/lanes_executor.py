@@ -329,10 +329,12 @@ def check_spec(spec: SweepSpec) -> None:
             "sweep key routing_baseline: not with executor: lanes (a baseline differs "
             "from its trial in grpo.routing.mode, which lanes share)"
         )
-    for key in spec.space:
+    swept = [("space", k) for k in spec.space]  # pbt: a perturbed key differs between lanes
+    swept += [("pbt.perturb", k) for k in (spec.pbt.perturb if spec.pbt else {})]
+    for section, key in swept:
         if not may_differ(key):
             raise UserError(
-                f"sweep key space.{key}: executor lanes: {key} cannot differ between "
+                f"sweep key {section}.{key}: executor lanes: {key} cannot differ between "
                 f"lanes (they are rows of one batch through one base model)"
             )
     if "perf.threads" in spec.overrides:

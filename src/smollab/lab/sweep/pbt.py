@@ -7,8 +7,9 @@ How a member continues, and why so:
 - Every member runs to `train.max_steps = pbt.budget` with `train.save_interval = pbt.interval`,
   so the LR schedule is the one of a plain `budget`-step run and a checkpoint lands on every
   generation's end. When a generation's checkpoint (`checkpoints/step_<end>/`) is written the
-  sweep stops the child (SIGINT; a poll's worth of steps past the end are discarded): its rows
-  past the end are cut and it is recorded `completed`, its metric the value at the end.
+  sweep stops the child (SIGINT; a lane's stop through the inbox, as for a pruned lane; a poll's
+  worth of steps past the end are discarded): its rows past the end are cut and it is recorded
+  `completed`, its metric the value at the end.
 - A continuation is a NEW trial, in a new run directory, for every member of the next generation
   (one that continues itself too): the parent's `step_<end>` checkpoint is hard-linked into it,
   with the parent's metrics.csv and its config.json with the new values written in, and the
@@ -16,13 +17,17 @@ How a member continues, and why so:
   moments, RNG streams and the step counter carry over, and the LR at step s is the schedule of
   the NEW `optim.lr` at s (the loops set it every step). AdamW's own keys (weight_decay, betas,
   eps) sit in the optimizer state the checkpoint restores, so they may not be perturbed.
+  With `executor: lanes` the child is a lane: the worker resumes a posted trial from its run
+  dir's newest checkpoint as a process does, so a continuation refills a freed lane from its
+  parent's checkpoint, and nothing here knows the executor.
 - Generations are synchronous: generation g+1 is decided once every member of g ended. The
   lineage is then a function of the metrics alone (and `sampler_seed`, which picks the donor
   among the top members and each factor), and a sweep killed at any point continues exactly:
   every decision is a trial in the study, made after its run directory is ready.
 - A member without a metric (failed, diverged) counts as the worst. Failed trials are not
   retried: the next generation replaces them from a top member. A bottom member whose metric
-  ties the best continues itself (a flat reward says nothing about who is better).
+  ties the best continues itself, and one that exploits takes a top member that beats it, not
+  one that ties it (a flat reward says nothing about who is better).
 Trials of a pbt sweep record `pbt_member`, `pbt_generation`, `parent` (the parent's run
 directory), `parent_trial` (its study number), `parent_step` and `perturbed` (key -> factor)
 as user attributes; results.csv and the report show them.
@@ -48,6 +53,8 @@ from smollab.rundir.runs import CHECKPOINTS, CONFIG, METRICS, TRAINER_STATE, set
 MEMBER, GENERATION = "pbt_member", "pbt_generation"
 # AdamW's own settings: the checkpoint's optimizer state restores them over the config's.
 OPTIMIZER_STATE_KEYS = ("optim.weight_decay", "optim.beta1", "optim.beta2", "optim.eps")
+# What shapes the checkpoint's weights: a member resumed with another value could not load them.
+SHAPE_KEYS = ("model.lora.r",)
 
 
 def fixed_overrides(spec: SweepSpec) -> dict[str, Any]:
@@ -246,7 +253,7 @@ class Population:
         self, g: int, m: int, prev: dict[int, Any], values: dict[int, float]
     ) -> tuple[int, dict[str, Any], dict[str, float]]:
         """(donor, values, factors): the member itself unchanged, or, in the bottom quantile (or
-        without a metric), a top member's values perturbed."""
+        without a metric), the values of a top member that did better, perturbed."""
         p = self.spec.pbt
         ranked = sorted(values, key=lambda i: (values[i], i))
         if self.spec.metric.goal == "max":
@@ -256,8 +263,10 @@ class Population:
         own = {key: prev[m].params[key] for key in self.spec.param_keys()}
         if m in top or (m in values and m not in bottom) or values.get(m) == values[top[0]]:
             return m, own, {}  # a bottom member that ties the best has nothing to gain
+        # A top member that ties this one (a flat metric fills the top with ties) is no better.
+        better = [i for i in top if m not in values or values[i] != values[m]]
         rng = random.Random(f"{self.spec.sampler_seed}:{g}:{m}")
-        donor = rng.choice(top)
+        donor = rng.choice(better)
         point = {key: prev[donor].params[key] for key in self.spec.param_keys()}
         factors = {key: rng.choice(fs) for key, fs in p.perturb.items()}
         trial = {key: perturbed(point[key], f) for key, f in factors.items()}

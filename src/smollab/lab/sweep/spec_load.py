@@ -260,11 +260,11 @@ def validate_spec(tree: dict[str, Any]) -> SweepSpec:
     except ValidationError as err:
         raise UserError(_format(err)) from None
 
-    if spec.sampler == "pbt" and spec.executor != "local":  # before the executor's own checks
+    if spec.sampler == "pbt" and spec.executor == "ray":  # before the executor's own checks
         raise UserError(
-            f"sweep key executor: sampler pbt runs with executor local, not {spec.executor} (a "
-            "member continues as a new child process from a checkpoint; a lane refilled from "
-            "another lane's checkpoint is not implemented)"
+            "sweep key executor: sampler pbt runs with executor local or lanes, not ray (a "
+            "member continues in a fork of its parent's run directory, hard-linked on the "
+            "sweep's disk, which Ray's nodes need not share)"
         )
     _check_executor(spec)
     check_metric(spec.command, spec.metric.name, "metric.name")
@@ -421,6 +421,7 @@ def _check_pbt(spec: SweepSpec) -> None:
     executors, pruners and samplers' keys it has no use for."""
     from smollab.lab.sweep.pbt import (
         OPTIMIZER_STATE_KEYS,
+        SHAPE_KEYS,
         base_value,
         fixed_overrides,
         initial_points,
@@ -466,6 +467,11 @@ def _check_pbt(spec: SweepSpec) -> None:
             raise UserError(
                 f"sweep key pbt.perturb.{key}: the checkpoint's AdamW state restores it, so a "
                 "perturbed value would not apply"
+            )
+        if key in SHAPE_KEYS:
+            raise UserError(
+                f"sweep key pbt.perturb.{key}: it shapes the checkpoint's weights, so a member "
+                "could not continue from its parent's with another value"
             )
     points = initial_points(spec)
     for point in points:
