@@ -212,7 +212,10 @@ def test_start_cold_and_refusals(fake_child, micro_data, tmp_path):
     spec = load_spec(fake_spec(tmp_path, micro_data, start="cold"))
     assert run_sweep(spec, out=said.append) == {"completed": 1}
     assert any("trial start: cold (start: cold)" in s for s in said)
-    with pytest.raises(UserError, match="sweep key start: warm is for executor local"):
+    with pytest.raises(
+        UserError,
+        match=r"sweep key start: warm is not available here \(executor lanes starts its own",
+    ):
         load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="lanes"))
 
 
@@ -224,7 +227,8 @@ def test_macos_starts_cold_and_refuses_warm(fake_child, micro_data, tmp_path, mo
     said: list[str] = []
     assert resources.start_server(spec, tmp_path, None, said.append) is None
     assert said == [
-        "trial start: cold (start: auto on darwin: fork after torch's imports is unsafe)"
+        "trial start: cold (start: auto on darwin: fork after torch's imports is unsafe): "
+        "each trial a fresh interpreter"
     ]
     with pytest.raises(UserError, match="sweep key start: warm needs Linux"):
         load_spec(fake_spec(tmp_path, micro_data, start="warm"))

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from smollab.config.load import read_yaml
 from smollab.config.recipes import resolve_recipe
-from smollab.lab.spec_common import SpecSection
+from smollab.lab.spec_common import SpecSection, Start
 from smollab.rundir.metric import Metric
 
 
@@ -286,12 +286,7 @@ class SweepSpec(SpecSection):
     executor: Literal["local", "ray", "lanes"] = Field(
         "local", description="child processes, Ray, or lanes of one GRPO worker"
     )
-    start: Literal["auto", "warm", "cold"] = Field(
-        "auto",
-        description="how a trial's process starts (executor local): warm (forked from a server "
-        "that imported torch, transformers, peft and smollab once), cold (a fresh interpreter); "
-        "auto: warm on Linux, cold elsewhere (fork after Apple's frameworks load is unsafe)",
-    )
+    start: Start = "auto"
     lanes: int | Literal["auto"] | None = Field(
         None,
         description="executor lanes: trials trained at once as lanes of one worker (N, or "
@@ -325,6 +320,12 @@ class SweepSpec(SpecSection):
     )
 
     # ---- derived ---------------------------------------------------------------------------
+
+    def warm_refused(self) -> str | None:
+        """Why this executor's trials cannot fork from the sweep's warm start server, or None."""
+        if self.executor == "local":
+            return None
+        return f"executor {self.executor} starts its own processes"
 
     def grid_points(self) -> list[dict[str, Any]]:
         """Every configuration of a grid (without seeds), in the spec's order."""
