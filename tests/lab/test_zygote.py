@@ -84,6 +84,28 @@ def test_a_warm_trials_env_cwd_threads_and_process_state_are_its_own(torch_serve
     assert a["torch"] == b["torch"]  # and a seeded trial draws what its seed says
 
 
+def test_a_warm_trials_pss_counts_the_servers_pages_shared_its_peak_rss_whole(
+    torch_server, tmp_path
+):
+    """What the probe reports as a warm run's memory: PSS from smaps_rollup, which splits the
+    pages the trial still shares with the server between them, where VmHWM counts them whole."""
+    (tmp_path / "r").mkdir()
+    code = "import sys, time; sys.stdout.write('up\\n'); time.sleep(60)"
+    proc = torch_server.launch(
+        [sys.executable, "-c", code], tmp_path / "r" / "log", dict(os.environ)
+    )
+    try:
+        log = tmp_path / "r" / "log"
+        wait_for(lambda: log.exists() and "up" in log.read_text())
+        child_rss, pss = ch.peak_rss_mb(proc.pid), ch.pss_mb(proc.pid)
+        assert child_rss > 50  # torch's pages (about 150 MB), counted as the child's own
+        assert 0 < pss < 0.7 * child_rss  # shared with the server: about half each
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert ch.pss_mb(proc.pid) is None  # gone: no figure rather than a wrong one
+
+
 def test_exit_codes_and_signals_as_popen_reports_them(tmp_path):
     z = Zygote(modules=())
     try:

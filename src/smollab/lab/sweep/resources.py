@@ -18,7 +18,7 @@ from smollab.lab import children as ch
 from smollab.lab import start
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
 from smollab.lab.zygote import Zygote
-from smollab.rundir.runs import SWEEP_WARM_LOG
+from smollab.rundir.runs import WARM_LOG
 
 
 def detect_device(spec: SweepSpec) -> str:
@@ -99,7 +99,7 @@ def start_server(
     log says which and why (`smollab.lab.start`)."""
     return start.open_server(
         spec.start,
-        sweep_dir / SWEEP_WARM_LOG,
+        sweep_dir / WARM_LOG,
         say,
         env=env,
         refused=spec.warm_refused(),
