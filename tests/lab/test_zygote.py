@@ -236,9 +236,11 @@ def test_start_cold_and_refusals(fake_child, micro_data, tmp_path):
     assert any("trial start: cold (start: cold)" in s for s in said)
     with pytest.raises(
         UserError,
-        match=r"sweep key start: warm is not available here \(executor lanes starts its own",
+        match=r"sweep key start: warm is not available here \(executor lanes: a worker trains",
     ):
         load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="lanes"))
+    with pytest.raises(UserError, match=r"\(executor ray: an actor that ends takes its own"):
+        load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="ray"))
 
 
 def test_macos_starts_cold_and_refuses_warm(fake_child, micro_data, tmp_path, monkeypatch):

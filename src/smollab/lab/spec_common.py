@@ -17,7 +17,7 @@ START_HELP = (
     "how each child process starts: warm (forked from a server that imported torch, "
     "transformers, peft and smollab once), cold (a fresh interpreter); auto: warm on Linux, "
     "cold elsewhere (fork after Apple's frameworks load is unsafe) and under a sweep's "
-    "executor ray or lanes, which start their own processes"
+    "executor lanes or ray (see the sweep's log for why)"
 )
 StartValue = Literal["auto", "warm", "cold"]
 # The sweep's and the probe's `start` key, and bench's --start (its choices and help); what it

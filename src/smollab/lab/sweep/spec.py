@@ -322,10 +322,15 @@ class SweepSpec(SpecSection):
     # ---- derived ---------------------------------------------------------------------------
 
     def warm_refused(self) -> str | None:
-        """Why this executor's trials cannot fork from the sweep's warm start server, or None."""
-        if self.executor == "local":
-            return None
-        return f"executor {self.executor} starts its own processes"
+        """Why this executor's trials cannot fork from a warm start server, or None."""
+        if self.executor == "lanes":
+            return "executor lanes: a worker trains its trials as lanes of one process"
+        if self.executor == "ray":  # seen: the kill -9 resume test's trials ran on to their end
+            return (
+                "executor ray: an actor that ends takes its own children with it, not a trial "
+                "forked from a server it started, which would run on unwatched"
+            )
+        return None
 
     def grid_points(self) -> list[dict[str, Any]]:
         """Every configuration of a grid (without seeds), in the spec's order."""
