@@ -15,6 +15,7 @@ from smollab.lab.children import MetricsTail
 from smollab.lab.probe.cache import cache_lookup
 from smollab.lab.probe.levels import RunMeasure
 from smollab.lab.probe.measure import step_times
+from smollab.lab.probe.report import report_probe
 from smollab.lab.probe.run import Probe, run_probe
 from smollab.lab.probe.spec import ProbeSpec, load_probe
 from smollab.lab.sweep.concurrency import auto_concurrency
@@ -308,7 +309,7 @@ def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
 
 
 def test_real_processes_with_controlled_step_times(
-    fake_child, workload, micro_model, tmp_path, monkeypatch
+    fake_child, workload, micro_model, tmp_path, monkeypatch, capsys
 ):
     """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1)); each sleeps 0.3 s
     before its first step, which the levels' start_s (launch to first logged step) counts."""
@@ -346,6 +347,8 @@ def test_real_processes_with_controlled_step_times(
             == 1
         )
         assert all(r["peak_mem_mb"] > 0 for lv in result["levels"] for r in lv["runs"])
+        report_probe(tmp_path / "probe")  # `smollab report PROBE_DIR` says what MB/run is
+        assert "MB/run: each run's largest PSS seen" in capsys.readouterr().out
     level = result["levels"][-1]
     assert all(r["steps"] >= 8 for r in level["runs"]) and level["observed_steps_per_s"] > 0
     assert not list((tmp_path / "probe").glob("k*/r*/.alive"))  # every child stopped

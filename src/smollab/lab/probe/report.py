@@ -139,6 +139,7 @@ def report_probe(probe_dir: str | Path) -> Path:
     plot_probe(result, d / "probe.png")
     for line in table(result):
         print(line)
+    print(memory_line(result))
     print(f"stopped: {result.get('stop_reason')}")
     if line := mps_line(result):
         print(line)
