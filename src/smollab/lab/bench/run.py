@@ -5,7 +5,8 @@ overrides) runs briefly at a baseline with every benched knob off, then once per
 knob on, then at the baseline again (the repeat shows the noise of the machine; speedups are
 against the faster of the two), then with all the knobs that helped together. Each variant is a separate `smollab` child process with
 its own run directory under the bench directory, so compile caches, thread settings and allocator
-state never leak from one variant into the next.
+state never leak from one variant into the next; on Linux each is forked from one warm start
+server for the whole bench (`--start`, `smollab.lab.start`), so none pays the imports again.
 
 The knobs and the plan are in `smollab.lab.bench.knobs`, running and reading one variant in
 `smollab.lab.bench.measure`, and bench.md and bench.png in `smollab.lab.bench.report`.

@@ -1,6 +1,7 @@
 """`smollab probe WORKLOAD`: how many identical runs does this device hold at once?
 
-For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`, each
+For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`,
+forked from one warm start server for the whole probe where `start` resolves to warm, each
 with its CPU threads = available / k; on CUDA under the MPS daemon unless `mps: false`, so that
 it measures the regime the sweep will run in), lets each pass `warmup`
 logged steps, and then measures only while *all k* run (`smollab.lab.probe.measure`). The
