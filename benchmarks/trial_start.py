@@ -17,11 +17,19 @@ With `--sweeps`, in the same invocation:
   processes warm, and as lanes (2 workers x 4 lanes), each the sweep's wall time and the median
   `start_s` of its trials.
 
+With `--lab`, in the same invocation, the other commands that launch children, each cold and
+warm (`start: cold` / `start: warm`, each warm one with its own server, as the command starts it):
+- a probe of the micro pretraining run at k = 1 and 2 (2 CPU threads, warm-up 2, 5 steps): each
+  level's median launch to first logged step, its MB/run (cold: peak RSS; warm: PSS) and the
+  probe's wall time, the server's start included;
+- a bench of the micro pretraining run with one knob (log_interval; 6 steps, no recheck): each
+  variant's wall time (launch to exit) and the bench's, the server's start included.
+
 Also printed: the CPU and load, the wall time of importing the heavy libraries in a fresh
 interpreter (`python -X importtime`, the top cumulative entries), and with `--profile` a cProfile
 of one in-process pretrain step's start (top cumulative functions).
 
-    PYTHONPATH=src python benchmarks/trial_start.py [--repeats 5] [--sweeps] [--profile]
+    PYTHONPATH=src python benchmarks/trial_start.py [--repeats 5] [--sweeps] [--lab] [--profile]
 """
 
 from __future__ import annotations
@@ -178,6 +186,64 @@ def sweeps(tmp: Path, data: Path, model: Path, trials: int, grpo_steps: int) -> 
     return out
 
 
+def lab_figures(tmp: Path, data: Path) -> list[str]:
+    """A probe level and a bench variant, cold then warm (see the module docstring)."""
+    from smollab.lab.bench.run import run_bench
+    from smollab.lab.probe.run import run_probe
+    from smollab.lab.probe.spec import ProbeSpec
+
+    base = [
+        o
+        for o in pretrain_overrides(data, tmp / "x")
+        if not o.startswith(("run.dir=", "perf.threads=", "train.max_steps="))
+    ]
+    out = ["probe of the micro pretraining run, k = 1 and 2 on 2 threads:"]
+    for start in ("cold", "warm"):
+        spec = ProbeSpec(
+            command="pretrain",
+            ks=[1, 2],
+            max_k=2,
+            threads=2,
+            split=False,
+            warmup=2,
+            steps=5,
+            cache=False,
+            start=start,
+            dir=str(tmp / f"probe-{start}"),
+        )
+        t0 = time.perf_counter()
+        result = run_probe(spec, base, out=lambda _: None)
+        wall = time.perf_counter() - t0
+        levels = "; ".join(
+            f"k={lv['k']} start_s {lv['start_s']:.2f} s, {lv['peak_mem_mb']:.0f} MB/run"
+            for lv in result["levels"]
+        )
+        out.append(
+            f"  start {start:4s}: {levels}; memory {result['run_memory']}; probe {wall:.1f} s "
+            f"({load(start)})"
+        )
+    out.append("bench of the micro pretraining run, baseline and log_interval, 6 steps:")
+    for start in ("cold", "warm"):
+        t0 = time.perf_counter()
+        result = run_bench(
+            "configs/pretrain/simplestories-1.25m.yaml",
+            [o for o in base if o != "perf.device=cpu"] + ["perf.device=cpu", "perf.threads=1"],
+            knobs=["log_interval"],
+            steps=6,
+            out=tmp / f"bench-{start}",
+            recheck=False,
+            min_speedup=100.0,
+            start=start,
+            echo=lambda _: None,
+        )
+        wall = time.perf_counter() - t0
+        variants = "; ".join(
+            f"{r['variant']} {r['wall_s']:.2f} s ({r['status']})" for r in result["results"]
+        )
+        out.append(f"  start {start:4s}: {variants}; bench {wall:.1f} s ({load(start)})")
+    return out
+
+
 def import_figures() -> tuple[float, list[str]]:
     t0 = time.perf_counter()
     out = subprocess.run(
@@ -211,12 +277,46 @@ def profile_start(data: Path, run: Path) -> str:
     return out.stderr[out.stderr.find("   ncalls") :]
 
 
+def launches(repeats: int, tmp: Path, data: Path, model: Path) -> None:
+    """Launch to first logged step of micro runs, cold and warm, and where a cold one's time
+    goes (the imports)."""
+    import_s, top = import_figures()
+    zygote = Zygote()
+    server_s = zygote.ready()
+    results: dict[str, list[float]] = {}
+    overrides = {
+        "pretrain": lambda run: pretrain_overrides(data, run),
+        "grpo": lambda run: grpo_overrides(model, data, run),
+    }
+    for cmd, over in overrides.items():
+        for how, run_it in (("cold", cold), ("warm", warm(zygote))):
+            key = f"{cmd} {how}"
+            runs = [tmp / f"{cmd}-{how}-{i}" for i in range(repeats + 1)]
+            times = [run_it(cmd, over(run), run) for run in runs]
+            results[key] = times[1:]  # the first warms the page cache
+    zygote.close()
+    loads = load("after the launches:")
+
+    print(f"load average after the launches: {os.getloadavg()}")
+    print(f"fresh interpreter, `{HEAVY}`: {import_s:.2f} s; top cumulative imports:")
+    for line in top:
+        print(f"  {line}")
+    print(f"warm start server: ready {server_s:.2f} s after it started (once per sweep)")
+    print(f"launch to first logged step, median of {repeats} (each); {loads}:")
+    for key, xs in results.items():
+        print(f"  {key:14s} {statistics.median(xs):6.2f} s ({', '.join(f'{x:.2f}' for x in xs)})")
+    for cmd in ("pretrain", "grpo"):
+        c, w = (statistics.median(results[f"{cmd} {h}"]) for h in ("cold", "warm"))
+        print(f"  {cmd}: warm start saves {c - w:.2f} s of {c:.2f} s ({c / w:.1f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="launches per figure (0: none)")
     ap.add_argument("--sweeps", action="store_true", help="also the sweeps cold/warm/lanes")
     ap.add_argument("--trials", type=int, default=6, help="micro pretraining sweep's trials")
     ap.add_argument("--grpo-steps", type=int, default=25, help="steps of each GRPO trial")
+    ap.add_argument("--lab", action="store_true", help="also a probe level and a bench, cold/warm")
     ap.add_argument("--profile", action="store_true", help="also print a cProfile of the start")
     a = ap.parse_args()
     from smollab.config import DataConfig
@@ -231,36 +331,14 @@ def main() -> None:
     with contextlib.redirect_stdout(io.StringIO()):  # the GRPO base, not a figure
         train(load_config("pretrain", None, pretrain_overrides(data, model, steps=30)))
 
-    import_s, top = import_figures()
-    zygote = Zygote()
-    server_s = zygote.ready()
-    results: dict[str, list[float]] = {}
-    overrides = {
-        "pretrain": lambda run: pretrain_overrides(data, run),
-        "grpo": lambda run: grpo_overrides(model, data, run),
-    }
-    for cmd, over in overrides.items():
-        for how, run_it in (("cold", cold), ("warm", warm(zygote))):
-            key = f"{cmd} {how}"
-            runs = [tmp / f"{cmd}-{how}-{i}" for i in range(a.repeats + 1)]
-            times = [run_it(cmd, over(run), run) for run in runs]
-            results[key] = times[1:]  # the first warms the page cache
-    zygote.close()
-    loads = load("after the launches:")
-
-    print(f"cpu: {cpu_model_name()}; load average at the end: {os.getloadavg()}")
-    print(f"fresh interpreter, `{HEAVY}`: {import_s:.2f} s; top cumulative imports:")
-    for line in top:
-        print(f"  {line}")
-    print(f"warm start server: ready {server_s:.2f} s after it started (once per sweep)")
-    print(f"launch to first logged step, median of {a.repeats} (each); {loads}:")
-    for key, xs in results.items():
-        print(f"  {key:14s} {statistics.median(xs):6.2f} s ({', '.join(f'{x:.2f}' for x in xs)})")
-    for cmd in ("pretrain", "grpo"):
-        c, w = (statistics.median(results[f"{cmd} {h}"]) for h in ("cold", "warm"))
-        print(f"  {cmd}: warm start saves {c - w:.2f} s of {c:.2f} s ({c / w:.1f}x)")
+    print(f"cpu: {cpu_model_name()}; load average now: {os.getloadavg()}", flush=True)
+    if a.repeats > 0:
+        launches(a.repeats, tmp, data, model)
     if a.sweeps:
         for line in sweeps(tmp, data, model, a.trials, a.grpo_steps):
+            print(line, flush=True)
+    if a.lab:
+        for line in lab_figures(tmp, data):
             print(line, flush=True)
     if a.profile:
         print(profile_start(data, tmp / "profiled"))

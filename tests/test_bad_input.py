@@ -370,8 +370,10 @@ CASES: list[tuple[str, list[str], str]] = [
     # ---- probe, bench, sample, report
     ("probe workload missing", ["probe", "nope.yaml"], "nope.yaml"),
     ("probe setting out of range", ["probe", "ok.yaml", "max_k=0", "dir=p"], "max_k"),
+    ("probe start unknown", ["probe", "ok.yaml", "start=hot", "dir=p"], "probe key start"),
     ("bench workload missing", ["bench", "nope.yaml"], "nope.yaml"),
     ("bench unknown knob", ["bench", "ok.yaml", "--knobs", "warp", "--out", "b"], "warp"),
+    ("bench start unknown", ["bench", "ok.yaml", "--start", "hot", "--out", "b"], "--start"),
     ("sample from a non-run", ["sample", "nomodel", "--prompt", "Once"], "nomodel"),
     ("sample count zero", ["sample", "{model}", "--prompt", "Once", "--n", "0"], "--n"),
     ("report of no directory", ["report", "nope"], "nope"),

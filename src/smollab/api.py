@@ -302,10 +302,11 @@ def bench(
     min_speedup: float = 1.03,
     repeat: int = 1,
     timeout: float | None = None,
+    start: str = "auto",
     **values: Any,
 ) -> dict[str, Any]:
     """Measure each performance knob alone on a pretrain, grpo or sft workload; returns
-    bench.json."""
+    bench.json. `start`: auto, warm or cold, as a sweep's and a probe's `start` key."""
     from smollab.lab.bench.run import run_bench
 
     if command not in (None, "pretrain", "grpo", "sft"):
@@ -321,6 +322,7 @@ def bench(
         min_speedup=min_speedup,
         timeout=timeout,
         repeat=repeat,
+        start=start,
     )
 
 

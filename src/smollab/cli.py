@@ -366,7 +366,10 @@ def _demo(p: argparse.ArgumentParser) -> None:
     "bench", "measure each performance knob alone on a workload: step time, throughput, memory"
 )
 def _bench(p: argparse.ArgumentParser) -> None:
+    from typing import get_args
+
     from smollab.lab.bench.knobs import KNOBS
+    from smollab.lab.spec_common import START_HELP, StartValue
 
     p.add_argument("workload", metavar="WORKLOAD", help="a pretrain, grpo or sft recipe (YAML)")
     p.add_argument(
@@ -407,6 +410,12 @@ def _bench(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--repeat", type=int, default=1, help="runs per variant (median step time)")
     p.add_argument("--timeout", type=float, default=None, help="seconds allowed per variant")
+    p.add_argument(
+        "--start",
+        default="auto",
+        metavar="{" + ",".join(get_args(StartValue)) + "}",
+        help=f"{START_HELP} (default auto)",
+    )
 
     def run(a: argparse.Namespace) -> int:
         path, overrides = split_config([a.workload, *a.overrides])
@@ -427,6 +436,7 @@ def _bench(p: argparse.ArgumentParser) -> None:
             min_speedup=a.min_speedup,
             timeout=a.timeout,
             repeat=a.repeat,
+            start=a.start,
         )
         return 0 if result["baseline_ok"] else 1
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from smollab.cli import main
-from smollab.lab import children, doctor_checks
+from smollab.lab import children, doctor_checks, start, zygote
 from smollab.lab.doctor_checks import (
     Check,
     data_check,
@@ -99,17 +99,24 @@ def test_every_check_command_line_is_valid(tmp_path, micro_model):
 
 
 def test_real_grpo_and_sample_checks_side_by_side(tmp_path, micro_model, micro_data):
+    """Forked from a real warm start server (torch, transformers, peft and the loops imported),
+    as `smollab doctor` runs them on Linux."""
     (tmp_path / "data").symlink_to(micro_data)
     said: list[str] = []
-    items = run_stage(
-        [
-            grpo_check(tmp_path, "cpu", micro_model, lora=False),
-            sample_check(tmp_path, "cpu", micro_model),
-        ],
-        300,
-        said.append,
-    )
+    with start.server("auto", tmp_path / "warm.log", said.append, what="check") as zygote:
+        items = run_stage(
+            [
+                grpo_check(tmp_path, "cpu", micro_model, lora=False),
+                sample_check(tmp_path, "cpu", micro_model),
+            ],
+            300,
+            said.append,
+            zygote=zygote,
+        )
     assert [it["status"] for it in items] == ["ok", "ok"], items
+    assert said[0].startswith(
+        "check start: warm" if sys.platform.startswith("linux") else "check start: cold"
+    )
     assert items[0]["detail"].startswith("3 steps: reward ")
     assert "of 8,784 parameters trained" in items[0]["detail"]
     assert items[1]["detail"].startswith("2 samples, e.g. 'Once upon a time")
@@ -195,6 +202,7 @@ def fake(tmp_path, monkeypatch):
 
     monkeypatch.setattr(children, "smollab_argv", argv)
     monkeypatch.setattr(doctor_checks, "device_check", device)
+    monkeypatch.setattr(zygote, "WARM_MODULES", ())  # the checks fork from a bare server
 
     def calls() -> dict[str, list[str]]:
         return {n: a for n, a in map(json.loads, log.read_text().splitlines())}
@@ -219,6 +227,8 @@ def test_every_item_ok_table_json_and_exit_0(fake, tmp_path, capsys):
     for name in CHECKS:
         assert name in printed
     assert "all ok in" in printed and "smollab doctor: cpu (fake)" in printed
+    if sys.platform.startswith("linux"):  # one server for every check, said once
+        assert printed.count("check start: warm (start: auto on Linux): checks fork") == 1
     argv = fake()  # GRPO starts from the pretrained model, sample reads it; all on the cpu
     pre = str(tmp_path / "w" / "pretrain")
     assert f"model.path={pre}" in argv["grpo-full"] and "perf.device=cpu" in argv["grpo-lora"]

@@ -84,6 +84,28 @@ def test_a_warm_trials_env_cwd_threads_and_process_state_are_its_own(torch_serve
     assert a["torch"] == b["torch"]  # and a seeded trial draws what its seed says
 
 
+def test_a_warm_trials_pss_counts_the_servers_pages_shared_its_peak_rss_whole(
+    torch_server, tmp_path
+):
+    """What the probe reports as a warm run's memory: PSS from smaps_rollup, which splits the
+    pages the trial still shares with the server between them, where VmHWM counts them whole."""
+    (tmp_path / "r").mkdir()
+    code = "import sys, time; sys.stdout.write('up\\n'); time.sleep(60)"
+    proc = torch_server.launch(
+        [sys.executable, "-c", code], tmp_path / "r" / "log", dict(os.environ)
+    )
+    try:
+        log = tmp_path / "r" / "log"
+        wait_for(lambda: log.exists() and "up" in log.read_text())
+        child_rss, pss = ch.peak_rss_mb(proc.pid), ch.pss_mb(proc.pid)
+        assert child_rss > 50  # torch's pages (about 150 MB), counted as the child's own
+        assert 0 < pss < 0.7 * child_rss  # shared with the server: about half each
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert ch.pss_mb(proc.pid) is None  # gone: no figure rather than a wrong one
+
+
 def test_exit_codes_and_signals_as_popen_reports_them(tmp_path):
     z = Zygote(modules=())
     try:
@@ -212,8 +234,13 @@ def test_start_cold_and_refusals(fake_child, micro_data, tmp_path):
     spec = load_spec(fake_spec(tmp_path, micro_data, start="cold"))
     assert run_sweep(spec, out=said.append) == {"completed": 1}
     assert any("trial start: cold (start: cold)" in s for s in said)
-    with pytest.raises(UserError, match="sweep key start: warm is for executor local"):
+    with pytest.raises(
+        UserError,
+        match=r"sweep key start: warm is not available here \(executor lanes: a worker trains",
+    ):
         load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="lanes"))
+    with pytest.raises(UserError, match=r"\(executor ray: an actor that ends takes its own"):
+        load_spec(fake_spec(tmp_path, micro_data, start="warm", executor="ray"))
 
 
 def test_macos_starts_cold_and_refuses_warm(fake_child, micro_data, tmp_path, monkeypatch):
@@ -224,7 +251,8 @@ def test_macos_starts_cold_and_refuses_warm(fake_child, micro_data, tmp_path, mo
     said: list[str] = []
     assert resources.start_server(spec, tmp_path, None, said.append) is None
     assert said == [
-        "trial start: cold (start: auto on darwin: fork after torch's imports is unsafe)"
+        "trial start: cold (start: auto on darwin: fork after torch's imports is unsafe): "
+        "each trial a fresh interpreter"
     ]
     with pytest.raises(UserError, match="sweep key start: warm needs Linux"):
         load_spec(fake_spec(tmp_path, micro_data, start="warm"))

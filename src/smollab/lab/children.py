@@ -131,6 +131,9 @@ class Child:
     def peak_rss_mb(self) -> float | None:
         return peak_rss_mb(self.pid)
 
+    def pss_mb(self) -> float | None:
+        return pss_mb(self.pid)
+
     def last_output(self) -> float:
         """When the child last wrote to its run dir (a file created or renamed there, metrics.csv,
         the logs), or when it started: what tells a silent hang from slow progress."""
@@ -346,6 +349,21 @@ def peak_rss_mb(pid: int) -> float | None:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def pss_mb(pid: int) -> float | None:
+    """Proportional set size of a live process now (Linux /proc smaps_rollup), in MiB: its private
+    pages plus each shared page divided by the processes sharing it. Unlike the peak RSS it adds
+    up across processes, so it is a warm child's memory (forked from a server whose pages it
+    shares until it writes them): k children and their server use the sum of their PSS."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
     except (OSError, ValueError, IndexError):
         return None
     return None

@@ -4,8 +4,10 @@ k = 1, 2, each a `python -m smollab` child on the device under test.
 Why children and not calls in this process: a check that crashes (a CUDA error poisons the whole
 process's context; a segfault ends it) or runs out of memory takes only itself down, a hang is
 stopped at its time limit (SIGINT, then SIGKILL: a thread stuck in a kernel cannot be stopped
-any other way), and each check runs the real command line a user types. The cost is one Python
-start and `import torch` per check, a few seconds each, which the stages below partly overlap.
+any other way), and each check runs the real command line a user types. On Linux the checks
+fork from one warm start server (`smollab.lab.start`, `start: auto`; the log's `check start:`
+line says which and why), so the imports of torch, transformers and peft are paid once, not per
+check; elsewhere each pays a fresh interpreter's start, which the stages below partly overlap.
 
 Stages: data; pretrain; then GRPO full, GRPO LoRA and sample side by side (independent, tiny);
 then the probe alone, since it measures how runs share the device. GRPO starts from the
@@ -27,7 +29,9 @@ from typing import Any
 import yaml
 
 from smollab.lab import children as ch
-from smollab.rundir.runs import CHILD_LOG, RunView
+from smollab.lab import start
+from smollab.lab.zygote import Zygote
+from smollab.rundir.runs import CHILD_LOG, WARM_LOG, RunView
 
 MICRO_DATA = ["data.num_stories=400", "data.vocab_size=256"]  # as the test suite's micro runs
 PROMPT = "Once upon a time"
@@ -299,16 +303,20 @@ def run_stage(
     out: Callable[[str], None],
     parallel: bool = True,
     poll_s: float = 0.2,
+    zygote: Zygote | None = None,
 ) -> list[Item]:
     """Run the checks (side by side, the CPU threads split among them, or one after another),
-    each with its own time limit; one item per check, ok or failed with a one-line reason."""
+    each with its own time limit, forked from `zygote` when given; one item per check, ok or
+    failed with a one-line reason."""
     if not parallel:
-        return [it for c in checks for it in run_stage([c], timeout, out, poll_s=poll_s)]
+        return [
+            it for c in checks for it in run_stage([c], timeout, out, poll_s=poll_s, zygote=zygote)
+        ]
     threads = ch.split_threads(ch.cpu_count(), len(checks))
     for c in checks:
         out(f"doctor: running {c.name} ...")
     kids = [
-        ch.launch(c.name, c.argv(), c.out_dir, threads=t)
+        ch.launch(c.name, c.argv(), c.out_dir, threads=t, zygote=zygote)
         for c, t in zip(checks, threads, strict=True)
     ]
     timed_out: set[int] = set()
@@ -357,33 +365,35 @@ def run_stage(
 
 
 def run_checks(work: Path, device: str, timeout: float, out: Callable[[str], None]) -> list[Item]:
-    """Every micro check, in stages; later checks adapt to earlier failures (see the docstring)."""
-    items = run_stage([data_check(work)], timeout, out)
-    data_ok = items[-1]["status"] == "ok"
-    items += run_stage([pretrain_check(work, device)], timeout, out)
-    pretrained = work / "pretrain" if items[-1]["status"] == "ok" else None
-    stage = [
-        grpo_check(work, device, pretrained, lora=False),
-        grpo_check(work, device, pretrained, lora=True),
-    ]
-    if pretrained:
-        stage.append(sample_check(work, device, pretrained))
-    # children preparing one data directory at once would race: side by side only once it exists
-    items += run_stage(stage, timeout, out, parallel=data_ok)
-    if not pretrained:
-        full = work / "grpo-full"
-        if items[-2]["status"] == "ok":
-            c = sample_check(work, device, full)
-            c.extra["note"] = " (from the GRPO run: pretrain failed)"
-            items += run_stage([c], timeout, out)
-        else:
-            items.append(
-                {
-                    "item": "sample",
-                    "status": "failed",
-                    "seconds": 0.0,
-                    "detail": "no model to sample from: pretrain and grpo full failed",
-                }
-            )
-    items += run_stage([probe_check(work, device, timeout)], timeout, out)
-    return items
+    """Every micro check, in stages, forked from one warm start server where `start: auto`
+    resolves to warm; later checks adapt to earlier failures (see the docstring)."""
+    with start.server("auto", work / WARM_LOG, out, what="check") as zygote:
+        items = run_stage([data_check(work)], timeout, out, zygote=zygote)
+        data_ok = items[-1]["status"] == "ok"
+        items += run_stage([pretrain_check(work, device)], timeout, out, zygote=zygote)
+        pretrained = work / "pretrain" if items[-1]["status"] == "ok" else None
+        stage = [
+            grpo_check(work, device, pretrained, lora=False),
+            grpo_check(work, device, pretrained, lora=True),
+        ]
+        if pretrained:
+            stage.append(sample_check(work, device, pretrained))
+        # children preparing one data directory at once would race: side by side only once it exists
+        items += run_stage(stage, timeout, out, parallel=data_ok, zygote=zygote)
+        if not pretrained:
+            full = work / "grpo-full"
+            if items[-2]["status"] == "ok":
+                c = sample_check(work, device, full)
+                c.extra["note"] = " (from the GRPO run: pretrain failed)"
+                items += run_stage([c], timeout, out, zygote=zygote)
+            else:
+                items.append(
+                    {
+                        "item": "sample",
+                        "status": "failed",
+                        "seconds": 0.0,
+                        "detail": "no model to sample from: pretrain and grpo full failed",
+                    }
+                )
+        items += run_stage([probe_check(work, device, timeout)], timeout, out, zygote=zygote)
+        return items

@@ -1,5 +1,6 @@
-"""What the sweep and probe specs share: a strict section, numbers as users mean them, nested keys
-flattened to dotted ones, and a value written back as a child's `key=value` override."""
+"""What the sweep and probe specs (and bench's options) share: a strict section, the `start` key,
+numbers as users mean them, nested keys flattened to dotted ones, and a value written back as a
+child's `key=value` override."""
 
 from __future__ import annotations
 
@@ -7,10 +8,21 @@ import math
 import re
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+START_HELP = (
+    "how each child process starts: warm (forked from a server that imported torch, "
+    "transformers, peft and smollab once), cold (a fresh interpreter); auto: warm on Linux, "
+    "cold elsewhere (fork after Apple's frameworks load is unsafe) and under a sweep's "
+    "executor lanes or ray (see the sweep's log for why)"
+)
+StartValue = Literal["auto", "warm", "cold"]
+# The sweep's and the probe's `start` key, and bench's --start (its choices and help); what it
+# resolves to is decided in `smollab.lab.start`.
+Start = Annotated[StartValue, Field(description=START_HELP)]
 
 
 def _takes(ann: Any, types: tuple[type, ...]) -> bool:

@@ -39,7 +39,7 @@ CHILD_PID = ".child.pid"  # a lab-launched run: the pid while it runs
 SWEEP_RESULTS = "results.csv"  # sweep directory: one row per trial
 SWEEP_META = "sweep.json"  # sweep directory: spec, device, progress
 SWEEP_LOCK = ".sweep.lock"  # sweep directory: flock held by the running sweep, holds its pid
-SWEEP_WARM_LOG = "warm.log"  # sweep directory: the warm start server's own output
+WARM_LOG = "warm.log"  # a sweep, probe, bench or doctor directory: the warm start server's output
 TENSORBOARD = "tb"  # run.report_to tensorboard: the run's event files
 WANDB = "wandb"  # run.report_to wandb: W&B's own directory (wandb.init(dir=<run dir>) names it)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -271,6 +272,9 @@ def test_a_real_tiny_bench(micro_pretrain, tmp_path):
         "| save_interval |" in x for x in lines
     )
     assert json.loads((out / "bench.json").read_text())["results"][1]["knob"] == "grad_accum"
+    if sys.platform.startswith("linux"):  # the variants forked from one server, its log beside
+        assert result["start"] == "warm" and (out / "warm.log").exists()
+        assert sum(x.startswith("variant start: warm (start: auto on Linux)") for x in lines) == 1
 
 
 SEED_KNOBS = {  # the seed project's speed guide, knob by knob, as the bench names them
@@ -345,6 +349,7 @@ def test_wall_timed_knobs_count_what_falls_between_steps():
         ({"min_speedup": 0.0}, "--min-speedup must be above 0"),
         ({"knobs": []}, "--knobs: empty"),
         ({"knobs": ["bogus"]}, "--knobs: unknown bogus"),
+        ({"start": "hot"}, "--start: auto, warm or cold, got 'hot'"),
     ],
 )
 def test_bad_bench_settings_fail_with_one_line_and_no_directory(tmp_path, kw, message):

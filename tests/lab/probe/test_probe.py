@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -14,6 +15,7 @@ from smollab.lab.children import MetricsTail
 from smollab.lab.probe.cache import cache_lookup
 from smollab.lab.probe.levels import RunMeasure
 from smollab.lab.probe.measure import step_times
+from smollab.lab.probe.report import report_probe
 from smollab.lab.probe.run import Probe, run_probe
 from smollab.lab.probe.spec import ProbeSpec, load_probe
 from smollab.lab.sweep.concurrency import auto_concurrency
@@ -307,7 +309,7 @@ def test_a_metrics_tail_reads_a_same_size_rewrite_after_invalidate(tmp_path):
 
 
 def test_real_processes_with_controlled_step_times(
-    fake_child, workload, micro_model, tmp_path, monkeypatch
+    fake_child, workload, micro_model, tmp_path, monkeypatch, capsys
 ):
     """k fake children share a slowdown: step = 20 ms x (1 + 0.5 (k - 1)); each sleeps 0.3 s
     before its first step, which the levels' start_s (launch to first logged step) counts."""
@@ -338,6 +340,15 @@ def test_real_processes_with_controlled_step_times(
     assert steps[4] == pytest.approx(0.05, rel=0.3)
     assert result["best_latency"]["k"] == 1 and result["best_throughput"]["k"] == 4
     assert result["unit"] == "completions/s"
+    if sys.platform.startswith("linux"):  # forked from one server, their memory is their PSS
+        assert result["start"] == "warm" and result["run_memory"] == "pss"
+        assert (
+            sum(m.startswith("run start: warm (start: auto on Linux): runs fork") for m in said)
+            == 1
+        )
+        assert all(r["peak_mem_mb"] > 0 for lv in result["levels"] for r in lv["runs"])
+        report_probe(tmp_path / "probe")  # `smollab report PROBE_DIR` says what MB/run is
+        assert "MB/run: each run's largest PSS seen" in capsys.readouterr().out
     level = result["levels"][-1]
     assert all(r["steps"] >= 8 for r in level["runs"]) and level["observed_steps_per_s"] > 0
     assert not list((tmp_path / "probe").glob("k*/r*/.alive"))  # every child stopped
@@ -370,6 +381,7 @@ def test_cpu_stops_after_an_oversubscribed_level_that_does_not_win(workload, tmp
         (["mps=3"], "probe key mps: Input should be a valid boolean"),
         (["overrides=[model.preset, micro]"], "probe key overrides: expected a mapping"),
         (["timeout_s=0"], "probe key timeout_s: Input should be greater than 0"),
+        (["start=hot"], "probe key start: Input should be 'auto', 'warm' or 'cold'"),
     ],
 )
 def test_bad_probe_settings_fail_with_one_line(tmp_path, micro_data, capsys, overrides, message):
@@ -386,6 +398,15 @@ def test_bad_probe_settings_fail_with_one_line(tmp_path, micro_data, capsys, ove
     assert main(["probe", str(recipe), *overrides]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "probe").exists()
+
+
+def test_warm_is_refused_off_linux_in_one_line(tmp_path, micro_data, monkeypatch):
+    recipe = tmp_path / "p.yaml"
+    recipe.write_text(f"command: pretrain\noverrides: {{data: {{dir: {micro_data}}}}}\n")
+    monkeypatch.setattr(sys, "platform", "darwin")
+    with pytest.raises(UserError, match=r"^probe key start: warm needs Linux \(darwin"):
+        load_probe(str(recipe), ["start=warm"])
+    assert load_probe(str(recipe), ["start=auto"])[0].start == "auto"  # cold there, logged
 
 
 def test_a_probe_recipe_whose_overrides_are_a_list(tmp_path):

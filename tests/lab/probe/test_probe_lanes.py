@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import yaml
 
 from smollab.errors import UserError
+from smollab.lab import zygote
 from smollab.lab.probe.cache import cache_lookup, device_info, lanes_signature
 from smollab.lab.probe.lanes import LaneLevel
 from smollab.lab.probe.levels import RunMeasure
@@ -230,9 +233,15 @@ def test_each_worker_count_climbs_and_stops_on_its_own(workload, tmp_path):
     assert (result["best_lanes"]["workers"], result["best_lanes"]["lanes"]) == (1, 8)
 
 
-def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch, fake_lanes):
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch, fake_lanes, start):
     """One `smollab lanes grpo ... --lane ... --lane ...` process per lane count; the iteration
-    time is the lanes' steady-state step_s (the fake's is exact: 0.02 x (1 + 0.5 (n - 1)))."""
+    time is the lanes' steady-state step_s (the fake's is exact: 0.02 x (1 + 0.5 (n - 1))).
+    Cold, a process's memory is what it logged (the fake's FAKE_MEM_MB); warm, forked from the
+    server, the largest PSS its parent saw, since its logged peak RSS counts the server's pages."""
+    if start == "warm" and not sys.platform.startswith("linux"):
+        pytest.skip("warm starts: Linux")
+    monkeypatch.setattr(zygote, "WARM_MODULES", ())  # the server, not its imports
     monkeypatch.setenv("FAKE_STEP_S", "0.02")
     monkeypatch.setenv("FAKE_LANE_COST", "0.5")
     monkeypatch.setenv("FAKE_MEM_MB", "123")
@@ -245,11 +254,19 @@ def test_a_lane_level_through_the_fake_worker(workload, tmp_path, monkeypatch, f
         lane_workers=[1, 2],
         warmup=2,
         steps=5,
+        start=start,
     )
     one, two, _, two_x2 = result["lanes"]
     assert one["step_s"] == pytest.approx(0.02) and two["step_s"] == pytest.approx(0.03)
     assert two["steps_per_s"] == pytest.approx(2 / 0.03) and two["steps"] == 5
-    assert two["peak_mem_mb"] == 123 and two["error"] is None
+    assert two["error"] is None and result["start"] == start
+    if start == "cold":
+        assert two["peak_mem_mb"] == 123 and result["run_memory"] == "peak"
+        assert any(m.startswith("run start: cold (start: cold)") for m in said)
+    else:
+        assert 0 < two["peak_mem_mb"] != 123 and result["run_memory"] == "pss"
+        assert any(m.startswith("run start: warm (start: warm): runs fork") for m in said)
+        assert any(m.startswith("MB/run: each run's largest PSS seen") for m in said)
     level = tmp_path / "probe" / "lanes2"
     assert (level / "l0" / "metrics.csv").exists() and (level / "l1" / "metrics.csv").exists()
     cmd = next(ln for ln in (level / "child.log").read_text().splitlines() if ln.startswith("$ "))

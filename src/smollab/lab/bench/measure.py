@@ -24,6 +24,7 @@ from typing import Any
 
 from smollab.errors import UserError
 from smollab.lab import children as ch
+from smollab.lab.zygote import Zygote
 from smollab.rundir.atomic import read_json
 from smollab.rundir.runs import CHILD_LOG, RunView
 
@@ -174,7 +175,10 @@ def run_variant(
     warmup: int,
     timeout: float | None,
     values: dict[str, Any] | None = None,
+    zygote: Zygote | None = None,
 ) -> dict[str, Any]:
+    """Run one variant to its end (forked from `zygote`, the bench's warm start server, when
+    given) and read its figures; its wall time runs from launch to exit."""
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
@@ -186,7 +190,7 @@ def run_variant(
         "command": argv[2:],
     }
     t0 = time.perf_counter()
-    rc = _wait(ch.launch(name, argv, run_dir, env=env), timeout)
+    rc = _wait(ch.launch(name, argv, run_dir, env=env, zygote=zygote), timeout)
     res["wall_s"] = time.perf_counter() - t0
     if rc != 0:
         why = f"timed out after {timeout:g}s" if rc is None else f"exit {rc}"

@@ -5,7 +5,8 @@ overrides) runs briefly at a baseline with every benched knob off, then once per
 knob on, then at the baseline again (the repeat shows the noise of the machine; speedups are
 against the faster of the two), then with all the knobs that helped together. Each variant is a separate `smollab` child process with
 its own run directory under the bench directory, so compile caches, thread settings and allocator
-state never leak from one variant into the next.
+state never leak from one variant into the next; on Linux each is forked from one warm start
+server for the whole bench (`--start`, `smollab.lab.start`), so none pays the imports again.
 
 The knobs and the plan are in `smollab.lab.bench.knobs`, running and reading one variant in
 `smollab.lab.bench.measure`, and bench.md and bench.png in `smollab.lab.bench.report`.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from smollab.errors import UserError
 from smollab.lab import children as ch
@@ -31,7 +32,11 @@ from smollab.lab.bench.knobs import (
 )
 from smollab.lab.bench.measure import load_average, run_variant, within_tolerance
 from smollab.lab.bench.report import render_markdown, write_plot
+from smollab.lab.spec_common import StartValue
+from smollab.lab.start import check as check_start
+from smollab.lab.start import server as warm_server
 from smollab.rundir.atomic import atomic_write_json, atomic_write_text
+from smollab.rundir.runs import WARM_LOG
 
 DEFAULT_STEPS = {"pretrain": 30, "grpo": 20, "sft": 30}
 DEFAULT_TOLERANCE = {"pretrain": 0.02, "grpo": 0.05, "sft": 0.02}  # relative loss / abs. reward
@@ -50,6 +55,7 @@ def run_bench(
     timeout: float | None = None,
     recheck: bool = True,
     repeat: int = 1,
+    start: str = "auto",
     echo=print,
 ) -> dict[str, Any]:
     """Run the bench; write bench.json, bench.md and bench.png into `out`; return the result.
@@ -59,7 +65,8 @@ def run_bench(
     many times and keeps the fastest: on a shared machine other work only ever adds time, so the
     fastest run is the best estimate of a variant's own cost, and the two baselines'
     disagreement shows how much noise there was. Each result records the load average at its
-    start.
+    start. `start`: how the variants' processes start (`smollab.lab.start`; warm: forked from one
+    server for the whole bench, which ends with it).
     """
     from smollab.config.load import guess_command, load_config
     from smollab.config.recipes import resolve_recipe
@@ -82,6 +89,9 @@ def run_bench(
         raise UserError(f"--tolerance must be 0 or more, got {tolerance:g}")
     if not min_speedup > 0:
         raise UserError(f"--min-speedup must be above 0 (1.03: 3% faster), got {min_speedup:g}")
+    if start not in get_args(StartValue):
+        raise UserError(f"--start: auto, warm or cold, got {start!r}")
+    check_start(start, "--start")
     warmup = max(1, min(5, steps // 5))
     tol = DEFAULT_TOLERANCE[kind] if tolerance is None else tolerance
     out = Path(out) if out else Path("runs") / "bench" / f"{kind}-{Path(workload).stem}"
@@ -139,6 +149,7 @@ def run_bench(
         "skipped": [],
         "load_start": load_average(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "start": None,  # warm or cold, once the server is (or is not) up
     }
     results: list[dict[str, Any]] = result["results"]
     counter = {"i": 0, "n": 1 + int(recheck)}
@@ -147,7 +158,7 @@ def run_bench(
         counter["i"] += 1
         echo(f"[{counter['i']}/{counter['n']}] {name}: {what}")
         runs = [
-            run_variant(name, command(vals, out / d), out / d, kind, warmup, timeout, vals)
+            run_variant(name, command(vals, out / d), out / d, kind, warmup, timeout, vals, zygote)
             for d in [dirname] + [f"{dirname}.r{k}" for k in range(2, repeat + 1)]
         ]
         r = _merge_repeats(runs)
@@ -164,31 +175,33 @@ def run_bench(
         return r
 
     echo(f"bench {workload} ({kind}): {len(names)} knobs, {steps} steps per run -> {out}")
-    base = variant("baseline", "baseline", {}, None, " ".join(base_ov) or "(workload as given)")
-    result["baseline_ok"] = base.get("status") == "ok"
-    if not result["baseline_ok"]:
-        _write_reports(out, result)
-        raise UserError(
-            f"bench: the baseline failed ({base.get('reason')}); see {out / 'baseline'}"
-        )
-    device = base.get("device") or "cpu"
-    result["device"] = device
-    runs, skipped = plan(names, kind, cfg, device)
-    result["skipped"] = [{"knob": n, "reason": why} for n, why in skipped]
-    counter["n"] += len(runs)
-    for n, vals in runs:
-        variant(n, n, vals, n, " ".join(as_overrides(vals)))
-    if recheck:
-        variant("baseline (repeat)", "baseline-repeat", {}, None, "the machine's noise")
-    combo = combination(results, min_speedup)
-    result["combined_knobs"] = combo
-    if len(combo) >= 2:
-        vals: dict[str, Any] = {}
-        for n in combo:
-            vals.update(dict(runs)[n])
-        counter["n"] += 1
-        r = variant("combined", "combined", vals, None, f"{'+'.join(combo)}")
-        r["combined"] = combo
+    with warm_server(start, out / WARM_LOG, echo, what="variant") as zygote:
+        result["start"] = "warm" if zygote else "cold"
+        base = variant("baseline", "baseline", {}, None, " ".join(base_ov) or "(workload as given)")
+        result["baseline_ok"] = base.get("status") == "ok"
+        if not result["baseline_ok"]:
+            _write_reports(out, result)
+            raise UserError(
+                f"bench: the baseline failed ({base.get('reason')}); see {out / 'baseline'}"
+            )
+        device = base.get("device") or "cpu"
+        result["device"] = device
+        runs, skipped = plan(names, kind, cfg, device)
+        result["skipped"] = [{"knob": n, "reason": why} for n, why in skipped]
+        counter["n"] += len(runs)
+        for n, vals in runs:
+            variant(n, n, vals, n, " ".join(as_overrides(vals)))
+        if recheck:
+            variant("baseline (repeat)", "baseline-repeat", {}, None, "the machine's noise")
+        combo = combination(results, min_speedup)
+        result["combined_knobs"] = combo
+        if len(combo) >= 2:
+            vals: dict[str, Any] = {}
+            for n in combo:
+                vals.update(dict(runs)[n])
+            counter["n"] += 1
+            r = variant("combined", "combined", vals, None, f"{'+'.join(combo)}")
+            r["combined"] = combo
     result["load_end"] = load_average()
     _write_reports(out, result)
     echo("")

@@ -25,6 +25,7 @@ from typing import Any
 from smollab.lab import children as ch
 from smollab.lab.probe.measure import step_times
 from smollab.lab.probe.spec import ProbeSpec
+from smollab.lab.zygote import Zygote
 from smollab.rundir.runs import RunView
 
 
@@ -64,9 +65,12 @@ class LanesProcess:
         out: Any,
         env: dict[str, str] | None = None,
         poll_s: float = 0.1,
+        zygote: Zygote | None = None,
+        pss: bool = False,
     ):
         self.spec, self.overrides, self.dir, self.out = spec, overrides, probe_dir, out
         self.env, self.poll_s = env, poll_s
+        self.zygote, self.pss = zygote, pss  # as `ProcessLevel`'s: memory as PSS when warm
 
     def __call__(self, n: int, threads: int, workers: int = 1) -> LaneLevel:
         spec = self.spec
@@ -87,7 +91,14 @@ class LanesProcess:
                 args += ["--lane", f"run.seed={j * n + i} run.dir={d}"]
             args += ["--threads", str(threads)]
             kids.append(
-                ch.launch(f"{name}p{j}", ch.lanes_argv(args), pdir, threads=threads, env=self.env)
+                ch.launch(
+                    f"{name}p{j}",
+                    ch.lanes_argv(args),
+                    pdir,
+                    threads=threads,
+                    env=self.env,
+                    zygote=self.zygote,
+                )
             )
             tails.append([ch.MetricsTail(RunView(d).metrics_path) for d in run_dirs])
         # when each process's steps were first seen (its lanes step together: lane 0 is its
@@ -98,7 +109,7 @@ class LanesProcess:
             while True:
                 now = time.time()
                 for j, kid in enumerate(kids):
-                    rss = max(rss, kid.peak_rss_mb() or 0.0)
+                    rss = max(rss, (kid.pss_mb() if self.pss else kid.peak_rss_mb()) or 0.0)
                     for s, _ in step_times(tails[j][0].read(), "grpo"):
                         seen[j].setdefault(s, now)
                     if error is None and kid.poll() is not None:
@@ -140,7 +151,7 @@ class LanesProcess:
             workers=workers,
             steps=min(counts),
             error=error,
-            peak_mem_mb=max(mems) if mems else (rss or None),
+            peak_mem_mb=max(mems) if mems and not self.pss else (rss or None),
         )
         if error is None and len(per_proc) < workers:
             lv.error = "a lane logged no steady-state steps"

@@ -4,6 +4,12 @@ Each run passes `warmup` logged steps; the window opens when the last one has pa
 and closes when each has logged `steps` more steps; then all are stopped. Per run it takes the
 median step time inside the window (grpo: `step_s`; pretrain: differences of `train_s`, logged
 every step), so import, data and compile time never count.
+
+A run's memory is what it logged as `peak_mem_mb` (CUDA: the most tensors held; CPU: its peak
+RSS), except for runs forked from a warm start server on a CPU (`pss`): their peak RSS counts
+every page they still share with the server, once per run, so k runs would seem to need k times
+the server's imports. Their figure is the largest PSS (`children.pss_mb`) the parent saw at its
+polls: it adds up across the runs and the server, which is what deciding how many fit needs.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 from smollab.lab import children as ch
 from smollab.lab.probe.levels import RunMeasure
 from smollab.lab.probe.spec import ProbeSpec
+from smollab.lab.zygote import Zygote
 from smollab.rundir.runs import RunView
 
 
@@ -50,9 +57,12 @@ class ProcessLevel:
         env: dict[str, str] | None = None,
         poll_s: float = 0.1,
         mps=None,
+        zygote: Zygote | None = None,
+        pss: bool = False,
     ):
         self.spec, self.overrides, self.dir, self.out = spec, overrides, probe_dir, out
         self.env, self.poll_s, self.mps = env, poll_s, mps
+        self.zygote, self.pss = zygote, pss  # the warm start server; memory as PSS (docstring)
         self.mps_report: dict | None = None
 
     def __call__(self, k: int, threads: int | None) -> tuple[list[RunMeasure], float | None]:
@@ -72,11 +82,12 @@ class ProcessLevel:
                     run_dir,
                     threads=threads,
                     env=self.env,
+                    zygote=self.zygote,
                 )
             )
         tails = [ch.MetricsTail(RunView(c.run_dir).metrics_path) for c in kids]
         seen: list[dict[int, float]] = [{} for _ in kids]
-        rss: list[float] = [0.0 for _ in kids]
+        rss: list[float] = [0.0 for _ in kids]  # peak RSS, or the largest PSS seen (`pss`)
         errors: list[str | None] = [None for _ in kids]
         starts: list[float | None] = [None for _ in kids]  # launch to first logged step
         start, w0, w1 = time.time(), None, None
@@ -91,7 +102,7 @@ class ProcessLevel:
                     for r in rows:
                         if r.get("step") is not None:
                             seen[i].setdefault(int(r["step"]), now)
-                    rss[i] = max(rss[i], c.peak_rss_mb() or 0.0)
+                    rss[i] = max(rss[i], (c.pss_mb() if self.pss else c.peak_rss_mb()) or 0.0)
                     if c.poll() is not None and errors[i] is None:
                         errors[i] = (
                             f"run exited (code {c.proc.returncode}): {ch.last_log_line(c.run_dir)}"
@@ -133,7 +144,7 @@ class ProcessLevel:
             ]
             total += len(times)
             logged = [r.get("peak_mem_mb") for r in rows if r.get("peak_mem_mb")]
-            mem = max(logged) if logged else (rss[i] or None)
+            mem = max(logged) if logged and not self.pss else (rss[i] or None)
             measures.append(
                 RunMeasure(
                     step_s=statistics.median(dt for _, dt in times) if times else None,

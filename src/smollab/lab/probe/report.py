@@ -36,6 +36,16 @@ def table(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def memory_line(result: dict[str, Any]) -> str:
+    """What the table's MB/run is: warm runs on a CPU share the server's pages (`run_memory`)."""
+    if result.get("run_memory") == "pss":
+        return (
+            "MB/run: each run's largest PSS seen (the runs forked from a warm start server and "
+            "share its pages; PSS adds up across runs, where peak RSS counts them once per run)"
+        )
+    return "MB/run: each run's logged peak memory (CPU: peak RSS; CUDA: the most tensors held)"
+
+
 def mps_line(result: dict[str, Any]) -> str | None:
     """How the runs shared a CUDA GPU (None off CUDA, or for a probe.json from before)."""
     m = result.get("mps_daemon")
@@ -129,6 +139,7 @@ def report_probe(probe_dir: str | Path) -> Path:
     plot_probe(result, d / "probe.png")
     for line in table(result):
         print(line)
+    print(memory_line(result))
     print(f"stopped: {result.get('stop_reason')}")
     if line := mps_line(result):
         print(line)

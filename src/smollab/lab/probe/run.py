@@ -1,6 +1,7 @@
 """`smollab probe WORKLOAD`: how many identical runs does this device hold at once?
 
-For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`, each
+For k = 1, 2, 4, ... the probe launches k copies of the workload (through `children.launch`,
+forked from one warm start server for the whole probe where `start` resolves to warm, each
 with its CPU threads = available / k; on CUDA under the MPS daemon unless `mps: false`, so that
 it measures the regime the sweep will run in), lets each pass `warmup`
 logged steps, and then measures only while *all k* run (`smollab.lab.probe.measure`). The
@@ -15,6 +16,7 @@ signature records the MPS setting), which is what `concurrency: auto` in a sweep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import asdict
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from smollab.lab import children as ch
+from smollab.lab import start
 from smollab.lab.probe.cache import (
     cache_store,
     device_info,
@@ -44,9 +47,11 @@ from smollab.lab.probe.lanes import (
 )
 from smollab.lab.probe.levels import Level, MeasureFn, best_per_k, next_k, optima
 from smollab.lab.probe.measure import ProcessLevel
-from smollab.lab.probe.report import mps_line, plot_probe, table
+from smollab.lab.probe.report import memory_line, mps_line, plot_probe, table
 from smollab.lab.probe.spec import ProbeSpec
+from smollab.lab.zygote import Zygote
 from smollab.rundir.atomic import atomic_write_json
+from smollab.rundir.runs import WARM_LOG
 
 
 class Probe:
@@ -101,56 +106,61 @@ class Probe:
             + f"; warm-up {spec.warmup} steps, then {spec.steps} steps per run while all run"
         )
 
-        import contextlib
+        with self._server(probe_dir) as zygote:
+            warm = zygote is not None
+            pss = warm and kind == "cpu"  # a warm run's memory: its PSS (`ProcessLevel`)
+            ctx: contextlib.AbstractContextManager = contextlib.nullcontext(None)
+            in_the_way = None
+            if mps_on:
+                from smollab.lab.mps import MPS, mps_daemon
 
-        ctx: contextlib.AbstractContextManager = contextlib.nullcontext(None)
-        in_the_way = None
-        if mps_on:
-            from smollab.lab.mps import MPS, mps_daemon
+                self.mps = self.mps or MPS()
+                ctx = mps_daemon(out=self.out, mps=self.mps)
+            elif mps_setting is False:  # time-slicing asked for: unless a daemon runs anyway
+                from smollab.lab.mps import daemon_in_the_way
 
-            self.mps = self.mps or MPS()
-            ctx = mps_daemon(out=self.out, mps=self.mps)
-        elif mps_setting is False:  # time-slicing asked for: unless a daemon runs anyway
-            from smollab.lab.mps import daemon_in_the_way
-
-            if in_the_way := daemon_in_the_way(self.out, self.mps):
-                self.mps = in_the_way  # the runs are its clients: measured and cached so
-        levels: list[Level] = []
-        with ctx as mps_env:
-            mps_used = mps_env is not None or in_the_way is not None
-            measure = self._measure or ProcessLevel(
-                spec,
-                self._child_overrides(),
-                probe_dir,
-                self.out,
-                env={**os.environ, **mps_env} if mps_env else None,
-                mps=self.mps if mps_used else None,
-            )
-            k: int | None = spec.ks[0] if spec.ks else 1
-            reason = ""
-            while k is not None:
-                t = self._threads(k)
-                levels.append(self._level(measure, k, units_per_step, unit_name, t))
-                if kind == "cpu" and spec.split and t > 1 and not levels[-1].error:
-                    levels.append(self._level(measure, k, units_per_step, unit_name, 1))
-                k, reason = next_k(levels, spec, device, mps_used)
-            if spec.bisect:
-                reason += self._bisect(levels, measure, units_per_step, unit_name, device, mps_used)
-        if mps_setting is not None:  # cached under the regime measured, not the one asked for
-            signature = workload_signature(spec.command, cfg, mps_used)
-        best_latency, best_throughput = optima(levels, spec)
-        lanes: dict[str, Any] = {}
-        if spec.lanes:  # one process: outside the MPS daemon
-            lane_levels, lanes_reason = self._measure_lanes(
-                probe_dir, cfg.train.batch_size, unit_name
-            )
-            best_l = best_lanes(lane_levels, best_throughput)
-            lanes = {
-                "lanes": [asdict(lv) for lv in lane_levels],
-                "lanes_stop_reason": lanes_reason,
-                "best_lanes": best_l,
-                "recommended": recommend(best_throughput, best_l),
-            }
+                if in_the_way := daemon_in_the_way(self.out, self.mps):
+                    self.mps = in_the_way  # the runs are its clients: measured and cached so
+            levels: list[Level] = []
+            with ctx as mps_env:
+                mps_used = mps_env is not None or in_the_way is not None
+                measure = self._measure or ProcessLevel(
+                    spec,
+                    self._child_overrides(),
+                    probe_dir,
+                    self.out,
+                    env={**os.environ, **mps_env} if mps_env else None,
+                    mps=self.mps if mps_used else None,
+                    zygote=zygote,
+                    pss=pss,
+                )
+                k: int | None = spec.ks[0] if spec.ks else 1
+                reason = ""
+                while k is not None:
+                    t = self._threads(k)
+                    levels.append(self._level(measure, k, units_per_step, unit_name, t))
+                    if kind == "cpu" and spec.split and t > 1 and not levels[-1].error:
+                        levels.append(self._level(measure, k, units_per_step, unit_name, 1))
+                    k, reason = next_k(levels, spec, device, mps_used)
+                if spec.bisect:
+                    reason += self._bisect(
+                        levels, measure, units_per_step, unit_name, device, mps_used
+                    )
+            if mps_setting is not None:  # cached under the regime measured, not the one asked for
+                signature = workload_signature(spec.command, cfg, mps_used)
+            best_latency, best_throughput = optima(levels, spec)
+            lanes: dict[str, Any] = {}
+            if spec.lanes:  # one process: outside the MPS daemon
+                lane_levels, lanes_reason = self._measure_lanes(
+                    probe_dir, cfg.train.batch_size, unit_name, zygote, pss
+                )
+                best_l = best_lanes(lane_levels, best_throughput)
+                lanes = {
+                    "lanes": [asdict(lv) for lv in lane_levels],
+                    "lanes_stop_reason": lanes_reason,
+                    "best_lanes": best_l,
+                    "recommended": recommend(best_throughput, best_l),
+                }
         result = {
             "device": device,
             "workload": signature,
@@ -162,6 +172,8 @@ class Probe:
             "overrides": self.overrides,
             "unit": unit_name,
             "threads_total": self.threads_total,
+            "start": "warm" if warm else "cold",
+            "run_memory": "pss" if pss else "peak",
             "levels": [
                 _level_dict(lv) for lv in sorted(levels, key=lambda lv: (lv.k, lv.threads or 0))
             ],
@@ -176,6 +188,7 @@ class Probe:
         plot_probe(result, probe_dir / "probe.png")
         for line in table(result):
             self.out(line)
+        self.out(memory_line(result))
         self.out(f"stopped: {reason}")
         if line := mps_line(result):
             self.out(line)
@@ -204,14 +217,26 @@ class Probe:
             self.out(f"cached for `lanes: auto`: {path}")
         return result
 
+    def _server(self, probe_dir: Path) -> contextlib.AbstractContextManager[Zygote | None]:
+        """The warm start server the runs fork from, for this probe's life (`start`), or None:
+        cold, or every level measured by a function given (the tests')."""
+        if self._measure is not None and (not self.spec.lanes or self._lanes_measure is not None):
+            return contextlib.nullcontext(None)
+        return start.server(self.spec.start, probe_dir / WARM_LOG, self.out, what="run")
+
     def _measure_lanes(
-        self, probe_dir: Path, batch_size: int, unit_name: str
+        self,
+        probe_dir: Path,
+        batch_size: int,
+        unit_name: str,
+        zygote: Zygote | None = None,
+        pss: bool = False,
     ) -> tuple[list[LaneLevel], str]:
         """For each W of `lane_workers`, each lane count of `lanes` as W processes of N lanes, the
         threads split among them as the process levels split them, until `next_lanes` stops."""
         spec = self.spec
         measure = self._lanes_measure or LanesProcess(
-            spec, self._child_overrides(), probe_dir, self.out
+            spec, self._child_overrides(), probe_dir, self.out, zygote=zygote, pss=pss
         )
         levels: list[LaneLevel] = []
         reasons = []

@@ -8,7 +8,14 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from smollab.errors import UserError
-from smollab.lab.spec_common import SpecSection, coerce, error_line, flatten, override_value
+from smollab.lab.spec_common import (
+    SpecSection,
+    Start,
+    coerce,
+    error_line,
+    flatten,
+    override_value,
+)
 
 
 class ProbeSpec(SpecSection):
@@ -56,6 +63,7 @@ class ProbeSpec(SpecSection):
         "auto", description="CUDA: share the GPU through the NVIDIA MPS daemon (auto: on)"
     )
     timeout_s: float = Field(300.0, gt=0, description="seconds each level may take")
+    start: Start = "auto"
     dir: str | None = Field(None, description="the probe directory (default probes/<workload>)")
     cache: bool = Field(True, description="keep the result for `concurrency: auto` sweeps")
 
@@ -120,6 +128,9 @@ def load_probe(workload: str, overrides: list[str]) -> tuple[ProbeSpec, list[str
         spec = ProbeSpec.model_validate(spec_tree)
     except ValidationError as err:
         raise UserError(error_line(err, "probe")) from None
+    from smollab.lab.start import check
+
+    check(spec.start, "probe key start")
     if spec.base and not resolve_recipe(spec.base, spec.command).is_file():
         raise UserError(f"probe key base: file not found: {spec.base}")
     if spec.ks and spec.ks[-1] > spec.max_k:

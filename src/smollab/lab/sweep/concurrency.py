@@ -72,6 +72,8 @@ def auto_concurrency(
         threads=sweep_spec.threads,
         mps=sweep_spec.mps,
         dir=str(probe_dir),
+        # the runs start as the trials will: a cold process holds more memory than a warm fork
+        start=sweep_spec.start if sweep_spec.warm_refused() is None else "cold",
     )
     result = Probe(spec, overrides, out=out, **(probe_kw or {})).run(probe_dir)
     best = result.get("best_throughput")

@@ -14,11 +14,11 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from smollab.errors import UserError
 from smollab.lab import children as ch
+from smollab.lab import start
 from smollab.lab.sweep.spec import SweepSpec, resolve_config
-from smollab.lab.zygote import Zygote, ZygoteError
-from smollab.rundir.runs import SWEEP_WARM_LOG
+from smollab.lab.zygote import Zygote
+from smollab.rundir.runs import WARM_LOG
 
 
 def detect_device(spec: SweepSpec) -> str:
@@ -95,35 +95,15 @@ def mps_context(
 def start_server(
     spec: SweepSpec, sweep_dir: Path, env: dict[str, str] | None, say: Callable[[str], None]
 ) -> Zygote | None:
-    """The warm start server the trials fork from (`start: warm`, or `auto` on Linux with
-    executor local), ready; None for cold starts. The sweep's log says which and why."""
-    import sys
-
-    if spec.executor != "local":
-        say(f"trial start: cold (executor {spec.executor} starts its own processes)")
-        return None
-    if spec.start == "cold":
-        say("trial start: cold (start: cold): each trial a fresh interpreter")
-        return None
-    if not sys.platform.startswith("linux"):  # `start: warm` is refused there as the spec loads
-        say(
-            f"trial start: cold (start: auto on {sys.platform}: fork after torch's imports is unsafe)"
-        )
-        return None
-    zygote = Zygote(env=env, log=sweep_dir / SWEEP_WARM_LOG)
-    try:
-        took = zygote.ready()
-    except ZygoteError as e:
-        zygote.close()
-        raise UserError(
-            f"trial start: warm: {e} (see {sweep_dir / SWEEP_WARM_LOG}); or set start: cold"
-        ) from None
-    why = "start: warm" if spec.start == "warm" else "start: auto on Linux"
-    say(
-        f"trial start: warm ({why}): trials fork from a server (pid {zygote.pid}) that imported "
-        f"torch, transformers, peft and smollab's loops once, in {took:.1f} s"
+    """The warm start server the trials fork from, ready, or None for cold starts; the sweep's
+    log says which and why (`smollab.lab.start`)."""
+    return start.open_server(
+        spec.start,
+        sweep_dir / WARM_LOG,
+        say,
+        env=env,
+        refused=spec.warm_refused(),
     )
-    return zygote
 
 
 def user_sets_threads(spec: SweepSpec) -> bool:

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from smollab.config.load import read_yaml
 from smollab.config.recipes import resolve_recipe
-from smollab.lab.spec_common import SpecSection
+from smollab.lab.spec_common import SpecSection, Start
 from smollab.rundir.metric import Metric
 
 
@@ -286,12 +286,7 @@ class SweepSpec(SpecSection):
     executor: Literal["local", "ray", "lanes"] = Field(
         "local", description="child processes, Ray, or lanes of one GRPO worker"
     )
-    start: Literal["auto", "warm", "cold"] = Field(
-        "auto",
-        description="how a trial's process starts (executor local): warm (forked from a server "
-        "that imported torch, transformers, peft and smollab once), cold (a fresh interpreter); "
-        "auto: warm on Linux, cold elsewhere (fork after Apple's frameworks load is unsafe)",
-    )
+    start: Start = "auto"
     lanes: int | Literal["auto"] | None = Field(
         None,
         description="executor lanes: trials trained at once as lanes of one worker (N, or "
@@ -325,6 +320,17 @@ class SweepSpec(SpecSection):
     )
 
     # ---- derived ---------------------------------------------------------------------------
+
+    def warm_refused(self) -> str | None:
+        """Why this executor's trials cannot fork from a warm start server, or None."""
+        if self.executor == "lanes":
+            return "executor lanes: a worker trains its trials as lanes of one process"
+        if self.executor == "ray":  # seen: the kill -9 resume test's trials ran on to their end
+            return (
+                "executor ray: an actor that ends takes its own children with it, not a trial "
+                "forked from a server it started, which would run on unwatched"
+            )
+        return None
 
     def grid_points(self) -> list[dict[str, Any]]:
         """Every configuration of a grid (without seeds), in the spec's order."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -331,16 +330,9 @@ def _check_executor(spec: SweepSpec) -> None:
     """`ray:` only under `executor: ray`, which needs the package (found, not imported)."""
     import importlib.util
 
-    if spec.start == "warm" and spec.executor != "local":
-        raise UserError(
-            f"sweep key start: warm is for executor local (executor {spec.executor} starts its "
-            "own processes: Ray's workers, or one lanes worker per slot)"
-        )
-    if spec.start == "warm" and not sys.platform.startswith("linux"):
-        raise UserError(
-            f"sweep key start: warm needs Linux ({sys.platform}: a fork without exec after "
-            "torch's imports is unsafe here); use start: cold or auto"
-        )
+    from smollab.lab.start import check
+
+    check(spec.start, "sweep key start", spec.warm_refused())
     for key in ("lanes", "lane_workers"):
         if spec.executor != "lanes" and getattr(spec, key) is not None:
             raise UserError(
