@@ -27,7 +27,12 @@ from smollab.lab.doctor_checks import (
     run_stage,
     sample_check,
 )
-from smollab.lab.doctor_device import check_mps_daemon, check_precision, device_report
+from smollab.lab.doctor_device import (
+    EMULATED_SLOWDOWN,
+    check_mps_daemon,
+    check_precision,
+    device_report,
+)
 from tests.lab.test_mps import FakeControl, make
 
 CHECKS = ["data", "pretrain", "grpo full", "grpo lora", "sample", "probe k=1,2"]
@@ -48,8 +53,11 @@ def test_device_report_on_this_cpu():
     assert by["precision fp32"]["status"] == "native" and by["precision fp32"]["error"] < 1e-4
     assert by["precision tf32"]["status"] == "n/a" and by["MPS daemon"]["status"] == "n/a"
     for p in ("bf16", "fp16"):  # an emulated kernel is measured, not just looked up
-        want = "native" if cpu_has_native_matmul(p) else "emulated"
-        assert by[f"precision {p}"]["status"] == want and by[f"precision {p}"]["slowdown"] > 0
+        it = by[f"precision {p}"]
+        # native kernels that still measure over EMULATED_SLOWDOWN (a busy machine) say so
+        slow = it["slowdown"] > EMULATED_SLOWDOWN
+        want = "native" if cpu_has_native_matmul(p) and not slow else "emulated"
+        assert it["status"] == want and it["slowdown"] > 0
     assert by["peak fp32"]["flops"] > 1e8 and "GFLOP/s" in by["peak fp32"]["detail"]
 
 

@@ -155,8 +155,9 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.cpu().double() - want).norm() / want.norm())
 
 
-def _timed_matmul(device: torch.device, n: int, precision: str, reps: int = 2) -> float:
-    """Best seconds of an n x n matmul under the precision's autocast (fp32: none)."""
+def _timed_matmul(device: torch.device, n: int, precision: str, reps: int = 5) -> float:
+    """Best seconds of an n x n matmul under the precision's autocast (fp32: none); the best of
+    several, since another process's burst on a shared CPU inflates any single one."""
     from smollab.device.runtime import synchronize
 
     a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
