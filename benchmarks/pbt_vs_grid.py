@@ -25,7 +25,9 @@ Measured (2-core AMD EPYC, 1-minute load about 1-2, one invocation):
   then; pbt paid a child's start at each generation);
 - `--base` SimpleStories-1.25M (offline corpus), `--budget 32 --interval 8 --lrs 1e-6 3e-6 1e-5
   3e-5 --factors 0.5 2.0`: grid 78.0 s, best 0.5625 (lr 3e-5); pbt 98.3 s, best 0.8438 (a member
-  whose lr doubled twice from 3e-5); pbt first held 0.5625 57.4 s after its start.
+  whose lr doubled twice from 3e-5); pbt first held 0.5625 57.4 s after its start. Rerun with
+  a donor required to beat its member (load 3-4): the same trials and rewards, grid 104.3 s, pbt
+  138.9 s, 0.5625 first held at 79.4 s.
 
 With `--lanes 8` (8 lanes of one worker on 2 threads; same CPU, 1-minute load 3.5 to 4.3 from
 other work, niced), three invocations: defaults, twice (with the code before and after a pbt
