@@ -29,6 +29,7 @@ from smollab.lab.doctor_checks import (
 )
 from smollab.lab.doctor_device import (
     EMULATED_SLOWDOWN,
+    check_decode,
     check_mps_daemon,
     check_precision,
     device_report,
@@ -59,6 +60,33 @@ def test_device_report_on_this_cpu():
         want = "native" if cpu_has_native_matmul(p) and not slow else "emulated"
         assert it["status"] == want and it["slowdown"] > 0
     assert by["peak fp32"]["flops"] > 1e8 and "GFLOP/s" in by["peak fp32"]["detail"]
+    # the sampler's own choice on a CPU, with the measured reason GRPO's run log prints
+    assert by["decode"]["status"] == "ok" and by["decode"]["decode"] == "eager"
+    assert (
+        "auto decodes with the eager step (auto on cpu: the eager step measured fastest"
+        in (by["decode"]["detail"])
+    )
+
+
+def test_the_decode_line_names_another_choice_and_checks_its_tokens(monkeypatch):
+    import smollab.engine.sampler as sampler
+    import smollab.engine.static_decode as static_decode
+
+    monkeypatch.setitem(static_decode._AUTO, "cpu", ("static", "auto on cpu: static, as patched"))
+    it = check_decode(torch.device("cpu"))
+    assert it["status"] == "ok" and it["decode"] == "static"
+    assert "the static step (auto on cpu: static, as patched)" in it["detail"]
+
+    real = sampler.static_step
+
+    def off_by_one(*a, **k):  # a static step whose logits favour token 7: other draws
+        logits = real(*a, **k)
+        logits[:, 7] += 100.0
+        return logits
+
+    monkeypatch.setattr(sampler, "static_step", off_by_one)
+    it = check_decode(torch.device("cpu"))
+    assert it["status"] == "failed" and "drew other tokens than the eager step" in it["detail"]
 
 
 def test_a_precision_that_computes_wrongly_fails(monkeypatch):

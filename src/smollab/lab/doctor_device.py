@@ -1,6 +1,6 @@
 """What `smollab doctor` learns about the device itself: its name and memory, which precisions
-run natively (tried for real with a small matmul), whether the CUDA MPS daemon can be used, and
-the matmul peak it reaches.
+run natively (tried for real with a small matmul), whether the CUDA MPS daemon can be used, the
+matmul peak it reaches, and which decode step the sampler runs there.
 
 It runs as a child of the doctor (`main`): a few small ops and one large matmul per precision,
 each wrapped so that an error becomes a `failed` line instead of ending the report.
@@ -358,9 +358,46 @@ def _table_peak(device: torch.device, precision: str) -> float | None:
         return peak_flops(device, _DTYPE.get(precision))
 
 
+def check_decode(device: torch.device, rows: int = 4, tokens: int = 16) -> Item:
+    """The decode step the sampler's `auto` takes on this device and why (`engine.static_decode`,
+    the reason GRPO's run log prints), tried for real: a micro Llama draws `tokens` tokens for
+    `rows` rows there with it, and they must be the eager step's tokens for the same seed."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from smollab.device.runtime import synchronize
+    from smollab.engine.sampler import Sampler
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config).to(device).eval()
+    prompts = [[1, 2, 3, 4]] * rows
+    drawn = {}
+    for decode in ("eager", "auto"):
+        sampler = Sampler(model, pad_token_id=0, decode=decode)
+        sampler.generate(prompts, tokens, seed=0, stop_at_eos=False)  # warm: caches, compiles
+        synchronize(device)
+        t = time.perf_counter()
+        drawn[decode] = sampler.generate(prompts, tokens, seed=0, stop_at_eos=False)
+        synchronize(device)
+        ms = (time.perf_counter() - t) * 1e3
+    chosen = f"auto decodes with the {sampler.decode} step ({sampler.decode_reason})"
+    if not torch.equal(drawn["auto"].completion_ids, drawn["eager"].completion_ids):
+        return item("decode", "failed", f"{chosen}, which drew other tokens than the eager step")
+    detail = f"{chosen}; {rows} x {tokens} tokens of a micro Llama in {ms:.1f} ms"
+    return item("decode", "ok", detail, decode=sampler.decode)
+
+
 def device_report(device: torch.device, mps=None) -> tuple[dict[str, Any], list[Item]]:
-    """Facts, MPS daemon, precision and peak lines; the peak is measured for each precision that
-    runs natively (fp32 always). The daemon comes first, before this process opens a CUDA context
+    """Facts, MPS daemon, precision, peak and decode lines; the peak is measured for each
+    precision that runs natively (fp32 always). The daemon comes first, before this process opens a CUDA context
     that would attach to it."""
     mps_line = guarded("MPS daemon", lambda: check_mps_daemon(device, mps))
     facts, lines = describe(device)
@@ -372,6 +409,7 @@ def device_report(device: torch.device, mps=None) -> tuple[dict[str, Any], list[
     native = [p for p, it in zip(PRECISIONS, precisions, strict=True) if it["status"] == "native"]
     for p in ["fp32", *[p for p in native if p != "fp32"]]:
         lines.append(guarded(f"peak {p}", lambda p=p: check_peak(device, p)))
+    lines.append(guarded("decode", lambda: check_decode(device)))
     return facts, lines
 
 
