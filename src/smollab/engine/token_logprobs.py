@@ -270,7 +270,23 @@ def logprobs(
         decoder, head = plain
         h = _hf_hidden(decoder, ids, mask, P, share)
         return selected_logprobs(h, head.weight, targets, temperature)
-    keep = input_ids.shape[1] - P
+    logits = completion_logits(model, input_ids, attention_mask, P, temperature)
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def completion_logits(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    completion_start: int,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """The model's own logits [B, L - completion_start, V] (float32, divided by `temperature`;
+    0 counts as 1) at the positions that predict input_ids[:, completion_start:]: HF's
+    `logits_to_keep`, positions from the mask, the last token not fed. The whole-vocabulary
+    path: what a model without a plain head takes, and what per-token entropies need."""
+    ids, mask = input_ids[:, :-1], attention_mask[:, :-1]
+    keep = input_ids.shape[1] - completion_start
     out = model(
         input_ids=ids,
         attention_mask=mask,
@@ -280,7 +296,7 @@ def logprobs(
     logits = out.logits[:, -keep:].float()
     if temperature > 0 and temperature != 1:
         logits = logits / temperature
-    return logits.gather(-1, targets[..., None]).squeeze(-1) - logits.logsumexp(-1)
+    return logits
 
 
 def rollout_logprobs(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from smollab.engine.lean_llama import positions_from_mask
 from smollab.engine.rollout import Rollout
+from smollab.engine.token_logprobs import completion_logits
 
 
 def logprobs_and_entropies(
@@ -24,17 +24,8 @@ def logprobs_and_entropies(
     """(log p of each completion token, entropy of the distribution it was drawn from), both
     [B, T] float32 with grad, logits divided by `temperature` (TRL's convention; 0 counts as 1).
     Positions come from the mask, as the sampler assigns them; the last token is never fed."""
-    ids, mask = rollout.input_ids[:, :-1], rollout.attention_mask[:, :-1]
-    keep = rollout.completion_ids.shape[1]
-    out = model(
-        input_ids=ids,
-        attention_mask=mask,
-        position_ids=positions_from_mask(mask),
-        logits_to_keep=keep,
-    )
-    logits = out.logits[:, -keep:].float()
-    if temperature > 0 and temperature != 1:
-        logits = logits / temperature
+    P = rollout.prompt_ids.shape[1]
+    logits = completion_logits(model, rollout.input_ids, rollout.attention_mask, P, temperature)
     logp_all = torch.log_softmax(logits, -1)
     logp = logp_all.gather(-1, rollout.completion_ids[..., None]).squeeze(-1)
     entropies = -(logp_all.exp() * logp_all).sum(-1)
