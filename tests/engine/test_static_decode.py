@@ -106,6 +106,8 @@ def test_auto_is_the_measured_best_and_says_why():
     assert "measured" in choose_decode("auto", torch.device("cpu"))[1]
     assert choose_decode("static", torch.device("cpu")) == ("static", "decode=static as configured")
     sampler = Sampler(micro_llama(), eos_token_id=2)
-    assert (sampler.decode, sampler.decode_reason) == choose_decode("auto", torch.device("cpu"))
+    decode, reason = choose_decode("auto", torch.device("cpu"))
+    assert sampler.decode == decode
+    assert sampler.decode_reason == f"{reason}; {sampler.lean.head_reason(decode)}"
     with pytest.raises(ValueError, match="decode must be one of auto, eager, static, compiled"):
         Sampler(micro_llama(), eos_token_id=2, decode="graphs")

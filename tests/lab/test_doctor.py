@@ -75,7 +75,7 @@ def test_the_decode_line_names_another_choice_and_checks_its_tokens(monkeypatch)
     monkeypatch.setitem(static_decode._AUTO, "cpu", ("static", "auto on cpu: static, as patched"))
     it = check_decode(torch.device("cpu"))
     assert it["status"] == "ok" and it["decode"] == "static"
-    assert "the static step (auto on cpu: static, as patched)" in it["detail"]
+    assert "the static step (auto on cpu: static, as patched; lm head: F.linear" in it["detail"]
 
     real = sampler.static_step
 

@@ -273,6 +273,16 @@ class LaneLlama(LeanLlama):
         hn = h.reshape(self.num_lanes, -1, h.shape[-1])
         return torch.bmm(hn, self._full.head.transpose(1, 2)).view(*h.shape[:-1], -1)
 
+    def decode_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The decode's logits: LoRA lanes through the shared head, packed as `LeanLlama`'s;
+        full lanes through their own heads (`logits_of`)."""
+        return self.logits_of(h) if self._full is not None else super().decode_logits(h)
+
+    def head_reason(self, decode: str) -> str:
+        if self._full is not None:
+            return "lm head: each full lane's own, one batched matmul (no packed head)"
+        return super().head_reason(decode)
+
     @property
     def head_weight(self) -> torch.Tensor:
         """The LM head [V, H], or the lanes' own [N, V, H] (full lanes)."""
@@ -321,4 +331,4 @@ class LaneLlama(LeanLlama):
             x = self._linear(a, i, 1, x, o_attn)
             gu = self._linear(self.normalized(x), i, 2, out=o_gu)
             x = self._linear(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, x, o_mlp)
-        return self.logits_of(self.normalized(x).view(B, H))
+        return self.decode_logits(self.normalized(x).view(B, H))

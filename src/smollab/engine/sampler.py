@@ -70,7 +70,8 @@ class Sampler:
         made 2-thread decoding 5-20x slower on the dev machine.
         decode: the lean engine's decode step, "eager", "static", "compiled" (the static step
         through torch.compile) or "auto" (the measured best on the device): `engine.static_decode`;
-        which one and why in `decode_reason`.
+        which one and why in `decode_reason`, with the LM head the decode runs
+        (`LeanLlama.decode_logits`: oneDNN's packed linear on the CPU, or F.linear).
         """
         if backend not in ("auto", "lean", "hf"):
             raise ValueError(f"backend must be auto, lean or hf, not {backend!r}")
@@ -101,6 +102,8 @@ class Sampler:
         self.decode, self.decode_reason = choose_decode(decode, self.device)
         if self.lean is None:
             self.decode_reason = f"HF generate decodes ({self.hf_reason})"
+        else:
+            self.decode_reason += f"; {self.lean.head_reason(self.decode)}"
         gen_cfg = getattr(model, "generation_config", None)
         if eos_token_id is None:
             eos_token_id = getattr(gen_cfg, "eos_token_id", None)
