@@ -10,7 +10,7 @@ This script measures that bound on the machine it runs on, for the step `grpo_vs
 2. smollab's step again in this process under `torch.profiler` (shapes recorded), each op put
    in its phase: generation, reference, the loss and backward, the optimizer, the rest.
 3. Each matrix product it ran (mm, addmm, addmm_, bmm, baddbmm: every linear, attention in the
-   decode and the backward's products) is timed again by shape, alone, looped on warm contiguous
+   decode and the backward's products; and the decode's packed LM head, oneDNN's linear) is timed again by shape, alone, looped on warm contiguous
    buffers, and their sum per step is printed: the floor. Attention kernels (SDPA), norms,
    softmaxes and the optimizer are left out of it, so it is a lower bound: a step that did
    these products and nothing else, at the speed each reaches alone.
@@ -40,7 +40,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_vs_trl  # noqa: E402
 
-PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm")
+# the decode's LM head on the CPU is oneDNN's packed linear (`LeanLlama.decode_logits`)
+PACKED = "mkldnn::_linear_pointwise"
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", PACKED)
 PHASES = ("generate", "reference", "loss+backward", "optimizer", "rest")
 
 
@@ -101,7 +103,7 @@ def phase_of(event) -> str:
 
 def operands(name: str, shapes: list) -> list[list[int]] | None:
     """The two multiplied operands' shapes of a product op, from the profiler's input shapes."""
-    if name in ("aten::mm", "aten::bmm"):
+    if name in ("aten::mm", "aten::bmm", PACKED):  # PACKED: x [M, K], weight [N, K]
         a, b = shapes[0], shapes[1]
     else:  # addmm, addmm_, baddbmm: (self, mat1, mat2, ...)
         a, b = shapes[1], shapes[2]
@@ -110,10 +112,16 @@ def operands(name: str, shapes: list) -> list[list[int]] | None:
     return [list(a), list(b)]
 
 
-def isolated_s(batched: bool, a_shape, b_shape, budget_s: float = 0.2) -> float:
-    """Median seconds of one product of these shapes, alone, looped on warm buffers."""
+def isolated_s(kind: str, a_shape, b_shape, budget_s: float = 0.2) -> float:
+    """Median seconds of one product (`kind`: mm, bmm or packed) of these shapes, alone, looped
+    on warm buffers."""
     a, b = torch.randn(a_shape), torch.randn(b_shape)
-    if not batched:
+    if kind == "packed":
+        w = torch.ops.mkldnn._reorder_linear_weight(b, a_shape[0])
+
+        def run():
+            torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], "")
+    elif kind == "mm":
         out = torch.empty(a_shape[0], b_shape[1])
 
         def run():
@@ -149,7 +157,7 @@ def floor_report(prof, steps: int, wall: float) -> tuple[dict, int, dict]:
         if ev.name.startswith("phase:"):
             phase_total[ev.name[6:]] += ev.cpu_time_total / 1e6
             continue
-        if not ev.name.startswith("aten::"):
+        if not ev.name.startswith(("aten::", "mkldnn::")):
             continue
         ph = phase_of(ev)
         top = by_op[(ph, ev.name)]
@@ -158,13 +166,14 @@ def floor_report(prof, steps: int, wall: float) -> tuple[dict, int, dict]:
         ops = operands(ev.name, ev.input_shapes) if ev.name in PRODUCTS else None
         if ops is not None:
             in_step[ph] += ev.self_cpu_time_total / 1e6
-            calls[(ph, "bmm" in ev.name, tuple(map(tuple, ops)))] += 1
+            kind = "packed" if ev.name == PACKED else "bmm" if "bmm" in ev.name else "mm"
+            calls[(ph, kind, tuple(map(tuple, ops)))] += 1
     phase_total["rest"] = wall - sum(phase_total[p] for p in PHASES if p != "rest")
     cache, floor = {}, defaultdict(float)
-    for (ph, batched, (a, b)), n in calls.items():
-        if (batched, a, b) not in cache:
-            cache[(batched, a, b)] = isolated_s(batched, a, b)
-        floor[ph] += n * cache[(batched, a, b)]
+    for (ph, kind, (a, b)), n in calls.items():
+        if (kind, a, b) not in cache:
+            cache[(kind, a, b)] = isolated_s(kind, a, b)
+        floor[ph] += n * cache[(kind, a, b)]
     rows = {p: (phase_total[p] / steps, in_step[p] / steps, floor[p] / steps) for p in PHASES}
     return rows, len(cache), dict(by_op)
 
@@ -230,7 +239,8 @@ def main() -> None:
                         : args.ops
                     ]
                     line = ", ".join(
-                        f"{name[6:]} {t * 1e3 / steps:.1f} ({n // steps})" for (t, n), name in ops
+                        f"{name.split('::')[1]} {t * 1e3 / steps:.1f} ({n // steps})"
+                        for (t, n), name in ops
                     )
                     print(f"  {ph}: {line}")
 

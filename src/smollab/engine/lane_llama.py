@@ -273,14 +273,18 @@ class LaneLlama(LeanLlama):
         hn = h.reshape(self.num_lanes, -1, h.shape[-1])
         return torch.bmm(hn, self._full.head.transpose(1, 2)).view(*h.shape[:-1], -1)
 
-    def decode_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """The decode's logits: LoRA lanes through the shared head, packed as `LeanLlama`'s;
-        full lanes through their own heads (`logits_of`)."""
-        return self.logits_of(h) if self._full is not None else super().decode_logits(h)
+    def _build_views(self) -> None:
+        """`LeanLlama`'s, with the packed head off: 8 LoRA lanes of the 1.25M model (256 rows x
+        64 tokens) measured 0.86x and 1.03x their F.linear time with it (benchmarks/packed_head.py;
+        `use_packed_head = True` turns it on for LoRA lanes)."""
+        super()._build_views()
+        self.use_packed_head = False
 
     def head_reason(self, decode: str) -> str:
         if self._full is not None:
-            return "lm head: each full lane's own, one batched matmul (no packed head)"
+            return "lm head: each full lane's own, one batched matmul"
+        if not self.use_packed_head:
+            return "lm head: F.linear (LoRA lanes: the packed head measured no faster at 256 rows)"
         return super().head_reason(decode)
 
     @property
@@ -331,4 +335,5 @@ class LaneLlama(LeanLlama):
             x = self._linear(a, i, 1, x, o_attn)
             gu = self._linear(self.normalized(x), i, 2, out=o_gu)
             x = self._linear(F.silu(gu[..., :Im]).mul_(gu[..., Im:]), i, 3, x, o_mlp)
-        return self.decode_logits(self.normalized(x).view(B, H))
+        h = self.normalized(x).view(B, H)
+        return self.logits_of(h) if self._full is not None else self.decode_logits(h)
