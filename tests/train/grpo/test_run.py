@@ -368,7 +368,7 @@ def test_the_static_decode_trains_like_the_eager_one_and_the_log_says_which(micr
         _run([*micro_grpo, f"grpo.decode={decode}", f"run.dir={run}", "train.max_steps=2"])
         rows[decode] = read_metrics(run / "metrics.csv")
         log = (run / "training.log").read_text()
-        assert f"sampler decode: {decode} (decode={decode} as configured)" in log
+        assert f"sampler decode: {decode} (decode={decode} as configured; lm head: " in log
     for eager, static in zip(rows["eager"], rows["static"], strict=True):  # the same tokens
         assert eager["reward_mean"] == static["reward_mean"]
         assert eager["completion_len"] == static["completion_len"]
