@@ -10,8 +10,9 @@ This script measures that bound on the machine it runs on, for the step `grpo_vs
 2. smollab's step again in this process under `torch.profiler` (shapes recorded), each op put
    in its phase: generation, reference, the loss and backward, the optimizer, the rest.
 3. Each matrix product it ran (mm, addmm, addmm_, bmm, baddbmm: every linear, attention in the
-   decode and the backward's products; and the decode's packed LM head, oneDNN's linear) is timed again by shape, alone, looped on warm contiguous
-   buffers, and their sum per step is printed: the floor. Attention kernels (SDPA), norms,
+   decode and the backward's products; and the decode's packed LM head, oneDNN's linear) is
+   timed again by shape, alone, looped on warm contiguous buffers, and their sum per step is
+   printed: the floor. Attention kernels (SDPA), norms,
    softmaxes and the optimizer are left out of it, so it is a lower bound: a step that did
    these products and nothing else, at the speed each reaches alone.
 

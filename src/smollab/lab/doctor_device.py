@@ -379,17 +379,17 @@ def check_decode(device: torch.device, rows: int = 4, tokens: int = 16) -> Item:
     )
     model = LlamaForCausalLM(config).to(device).eval()
     prompts = [[1, 2, 3, 4]] * rows
-    drawn = {}
-    for decode in ("eager", "auto"):
-        sampler = Sampler(model, pad_token_id=0, decode=decode)
-        sampler.generate(prompts, tokens, seed=0, stop_at_eos=False)  # warm: caches, compiles
-        synchronize(device)
-        t = time.perf_counter()
-        drawn[decode] = sampler.generate(prompts, tokens, seed=0, stop_at_eos=False)
-        synchronize(device)
-        ms = (time.perf_counter() - t) * 1e3
+    kw = dict(seed=0, stop_at_eos=False)
+    eager = Sampler(model, pad_token_id=0, decode="eager").generate(prompts, tokens, **kw)
+    sampler = Sampler(model, pad_token_id=0, decode="auto")
+    sampler.generate(prompts, tokens, **kw)  # warm: caches, compiles
+    synchronize(device)
+    t = time.perf_counter()
+    auto = sampler.generate(prompts, tokens, **kw)
+    synchronize(device)
+    ms = (time.perf_counter() - t) * 1e3
     chosen = f"auto decodes with the {sampler.decode} step ({sampler.decode_reason})"
-    if not torch.equal(drawn["auto"].completion_ids, drawn["eager"].completion_ids):
+    if not torch.equal(auto.completion_ids, eager.completion_ids):
         return item("decode", "failed", f"{chosen}, which drew other tokens than the eager step")
     detail = f"{chosen}; {rows} x {tokens} tokens of a micro Llama in {ms:.1f} ms"
     return item("decode", "ok", detail, decode=sampler.decode)
@@ -397,8 +397,8 @@ def check_decode(device: torch.device, rows: int = 4, tokens: int = 16) -> Item:
 
 def device_report(device: torch.device, mps=None) -> tuple[dict[str, Any], list[Item]]:
     """Facts, MPS daemon, precision, peak and decode lines; the peak is measured for each
-    precision that runs natively (fp32 always). The daemon comes first, before this process opens a CUDA context
-    that would attach to it."""
+    precision that runs natively (fp32 always). The daemon comes first, before this process
+    opens a CUDA context that would attach to it."""
     mps_line = guarded("MPS daemon", lambda: check_mps_daemon(device, mps))
     facts, lines = describe(device)
     lines.append(mps_line)
